@@ -1,0 +1,112 @@
+"""`abbisect scan LOG...`: known signatures in any server log, with meanings, hints and a severity gate."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from abbisect.errors import UserError
+from abbisect.score.signatures import (
+    SEVERITIES,
+    SignatureMatch,
+    first_exception,
+    load_catalogue,
+    scan_text,
+    severity_at_least,
+)
+
+
+def _read(path: str) -> str:
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"log file not found: {path}")
+    # Logs mix encodings and raw bytes from native crashes; never fail on decoding.
+    return p.read_bytes().decode("utf-8", errors="replace")
+
+
+def _plain(path: str, matches: list[SignatureMatch], root: tuple[int, str] | None) -> None:
+    if not matches:
+        click.echo(f"{path}: no known signatures")
+    for m in matches:
+        groups = f" [{', '.join(m.groups)}]" if m.groups else ""
+        click.echo(f"{path}:{m.line_no}: {m.severity.upper()} {m.id}{groups}: {m.meaning}")
+        if m.hint:
+            click.echo(f"    hint: {m.hint}")
+    if root:
+        click.echo(f"{path}:{root[0]}: first exception (root cause): {root[1]}")
+
+
+def _table(path: str, matches: list[SignatureMatch], root: tuple[int, str] | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=path, show_lines=False)
+    for col in ("line", "severity", "signature", "captured", "meaning / hint"):
+        table.add_column(col)
+    for m in matches:
+        table.add_row(str(m.line_no), m.severity, m.id, ", ".join(m.groups), f"{m.meaning}\n[dim]{m.hint}[/dim]")
+    console = Console()
+    if matches:
+        console.print(table)
+    else:
+        console.print(f"{path}: no known signatures")
+    if root:
+        console.print(f"first exception (root cause), line {root[0]}: {root[1]}", markup=False)
+
+
+@click.command("scan")
+@click.argument("logs", nargs=-1, required=True)
+@click.option(
+    "--fail-on",
+    type=click.Choice(SEVERITIES),
+    default="error",
+    show_default=True,
+    help="Exit 1 when a signature at or above this severity is found.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+def scan(logs: tuple[str, ...], fail_on: str, as_json: bool) -> None:
+    """Scan server logs for known failure signatures and explain them."""
+    texts = {path: _read(path) for path in logs}  # read all first: a missing file fails before output
+    catalogue = load_catalogue()
+    report = []
+    failed = False
+    for path, text in texts.items():
+        matches = scan_text(text, catalogue)
+        root = first_exception(text)
+        failed = failed or any(severity_at_least(m.severity, fail_on) for m in matches)
+        report.append((path, matches, root))
+    if as_json:
+        out = {
+            "fail_on": fail_on,
+            "failed": failed,
+            "logs": [
+                {
+                    "path": path,
+                    "matches": [m.to_dict() for m in matches],
+                    "first_exception": {"line_no": root[0], "summary": root[1]} if root else None,
+                }
+                for path, matches, root in report
+            ],
+        }
+        click.echo(json.dumps(out, indent=2))
+    else:
+        show = _table if sys.stdout.isatty() else _plain
+        for path, matches, root in report:
+            show(path, matches, root)
+    if failed:
+        raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    # Standalone use (and the tests): mirror the main CLI's handling of the user-facing error.
+    try:
+        scan.main(standalone_mode=False)
+    except UserError as exc:
+        click.echo(f"error: {exc}", err=True)
+        raise SystemExit(2) from None
+    except click.ClickException as exc:
+        exc.show()
+        raise SystemExit(exc.exit_code) from None

@@ -1,0 +1,425 @@
+"""Per-output degeneration analysis: loops, collapse, garbage, and a label with its evidence.
+
+Pure functions over one string. Everything here must stay fast (thousands of 512-token outputs a
+second on one core), so the heavy lifting is done by C-level string operations: ``str.rfind`` to
+propose a loop period, slice comparison to measure how far the loop extends, ``zlib`` for
+compressibility and ``set`` for n-gram counts. There is no O(n^2) Python loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+LABELS = ("healthy", "late_loop", "degenerate")
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Named settings of the labeller; a recipe overrides any of them by name.
+
+    Every length is in characters of the decoded text unless the name says otherwise.
+    """
+
+    #: A loop must repeat its unit at least this many times (the first copy counts) to be evidence.
+    min_repeats: int = 3
+    #: ... and span at least this many characters, so that "ha ha ha" or "---" is not a loop.
+    min_loop_chars: int = 40
+    #: ... and cover at least this fraction of the output.
+    min_coverage: float = 0.2
+    #: A loop whose first character lies at or before this offset started "from the start": a broken
+    #: model loops before it has written a sentence (the corpus' broken models do so within ~80 chars).
+    early_onset_chars: int = 80
+    #: A unit this short (or one word) repeated is a collapse ("amamam", "CopsCops", "!!!!") wherever
+    #: it starts: a healthy model does not repeat a single word or a syllable dozens of times.
+    collapse_unit_chars: int = 4
+    #: Repeats of a single word needed to call a one-word loop a collapse.
+    collapse_min_repeats: int = 8
+    #: Fraction of characters that are replacement characters, control bytes or mojibake above which
+    #: the output is garbage.
+    garbage_max: float = 0.05
+    #: A late loop is the healthy model repeating itself only if the prefix before it looks sensible:
+    #: its "sensibleness" score (0..1, see ``prefix_sensibleness``) must reach this value ...
+    min_prefix_sensibleness: float = 0.7
+    #: ... and the repeated unit must be sentence- or line-like (ends a sentence or a line, has at
+    #: least this many words). Healthy models repeat whole lines; broken ones repeat fragments.
+    late_loop_min_unit_words: int = 4
+    #: A late loop covering more than this fraction of the output is degenerate whatever came before:
+    #: the sensible part was a short preamble to a runaway loop.
+    late_loop_max_coverage: float = 0.9
+    #: Outputs with a loop below the thresholds above are still degenerate when the text compresses
+    #: this well (zlib ratio) *and* has this few distinct words: repetition without an exact loop.
+    max_compression_ratio: float = 6.0
+    min_distinct_1: float = 0.08
+
+    @classmethod
+    def from_overrides(cls, overrides: dict[str, float | int] | None) -> Thresholds:
+        if not overrides:
+            return cls()
+        names = [f.name for f in dataclasses.fields(cls)]
+        unknown = sorted(k for k in overrides if k not in names)
+        if unknown:
+            raise ValueError(
+                f"unknown degeneration threshold(s) {', '.join(unknown)}; valid names: {', '.join(names)}"
+            )
+        typed: dict[str, Any] = {}
+        for f in dataclasses.fields(cls):
+            if f.name in overrides:
+                value = overrides[f.name]
+                if isinstance(value, bool) or not isinstance(value, (int, float)):
+                    raise ValueError(f"threshold {f.name} must be a number, got {value!r}")
+                typed[f.name] = int(value) if f.type in ("int", int) else float(value)
+        return cls(**typed)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Thresholds:
+        return cls.from_overrides(d)
+
+
+@dataclass(frozen=True)
+class Loop:
+    """The dominant exact repetition in an output."""
+
+    unit: str  # one copy of the repeated text, as it first appears in the run
+    period_chars: int
+    period_words: int
+    period_tokens: int | None  # only when token ids were given
+    onset_char: int  # where the periodic run begins
+    onset_word: int
+    repeats: int  # copies of the unit in the run (a trailing partial copy is not counted)
+    coverage: float  # fraction of the output's characters inside the run
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Loop:
+        return cls(**d)
+
+
+@dataclass(frozen=True)
+class OutputAnalysis:
+    label: str  # "healthy" | "late_loop" | "degenerate"
+    reason: str
+    evidence: tuple[str, ...]
+    metrics: dict[str, float] = field(default_factory=dict)
+    loop: Loop | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "label": self.label,
+            "reason": self.reason,
+            "evidence": list(self.evidence),
+            "metrics": dict(self.metrics),
+            "loop": self.loop.to_dict() if self.loop else None,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> OutputAnalysis:
+        loop = d.get("loop")
+        return cls(
+            label=d["label"],
+            reason=d["reason"],
+            evidence=tuple(d.get("evidence", ())),
+            metrics={k: float(v) for k, v in d.get("metrics", {}).items()},
+            loop=Loop.from_dict(loop) if loop else None,
+        )
+
+
+# --- loop detection -------------------------------------------------------------------------------
+
+# Window sizes used to propose a period: a short window finds syllable loops ("amam"), a long one
+# skips internal repeats of a long unit ("a place where the sea is a place").
+_WINDOWS = (4, 12, 32, 64)
+# Anchors (fractions of the length) where a loop that stops before the end is looked for.
+_ANCHORS = (0.5, 0.75)
+_ANCHOR_WINDOWS = (12, 64)
+_LONG_REPEAT = 48
+
+
+def _periodic_run(s: str, anchor: int, k: int) -> tuple[int, int, int] | None:
+    """The maximal run ``[start, end)`` of period ``p`` containing ``s[anchor:anchor+k]``.
+
+    ``p`` is the distance to the nearest earlier copy of the window. Periodicity (s[i] == s[i+p]) is
+    monotone in the run's ends, so each end is found by binary search with C-speed slice compares.
+    """
+    n = len(s)
+    if anchor < 1 or anchor + k > n:
+        return None
+    window = s[anchor : anchor + k]
+    prev = s.rfind(window, 0, anchor + k - 1)
+    if prev < 0:
+        return None
+    p = anchor - prev
+    # Extend forward: largest end with s[prev:end-p] == s[anchor:end].
+    lo, hi = anchor + k, n
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if s[anchor:mid] == s[prev : mid - p]:
+            lo = mid
+        else:
+            hi = mid - 1
+    end = lo
+    # Extend backward: smallest start with s[start:anchor+k-p] == s[start+p:anchor+k].
+    lo, hi = 0, prev
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if s[mid : anchor + k - p] == s[mid + p : anchor + k]:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, end, p
+
+
+def _best_run(s: str) -> tuple[int, int, int] | None:
+    """The periodic run covering most characters; ties go to the shorter period."""
+    n = len(s)
+    best: tuple[int, int, int] | None = None
+    probes = [(n - k, k) for k in _WINDOWS] + [(int(n * f), k) for f in _ANCHORS for k in _ANCHOR_WINDOWS]
+    for a, k in probes:
+        if best is not None and 2 * (best[1] - best[0]) >= n:
+            break  # a run elsewhere cannot be longer than one covering half the output
+        run = _periodic_run(s, a, k)
+        if run is None:
+            continue
+        start, end, p = run
+        # Two whole copies make a loop; so does one copy followed by a long verbatim repeat
+        # (a long sentence said twice, cut off by the token limit).
+        if end - start < 2 * p and end - start - p < _LONG_REPEAT:
+            continue
+        if best is None or (end - start, -p) > (best[1] - best[0], -best[2]):
+            best = run
+    return best
+
+
+def _rotate_to_word(unit: str) -> str:
+    """Rotate a loop unit so it starts at a word, for a readable quote ("late " not "e lat")."""
+    if not unit or unit[0].isspace() or len(unit) < 3:
+        return unit
+    cut = unit.rfind("\n")
+    if cut < 0:
+        ends = [m.end() - 1 for m in _SENTENCE_END.finditer(unit)]
+        cut = ends[-1] if ends else unit.rfind(" ")
+    return unit if cut < 0 else unit[cut + 1 :] + unit[: cut + 1]
+
+
+def _find_loop(text: str, token_ids: list[int] | None) -> tuple[Loop, int] | None:
+    run = _best_run(text)
+    if run is None:
+        return None
+    start, end, p = run
+    period_tokens = None
+    if token_ids:
+        # Token ids map to code points so the same string machinery finds the token period.
+        tok = "".join(map(chr, (t % 0x110000 for t in token_ids)))
+        trun = _best_run(tok)
+        period_tokens = trun[2] if trun else None
+    unit = _rotate_to_word(text[start : start + p])
+    loop = Loop(
+        unit=unit,
+        period_chars=p,
+        period_words=max(1, len(unit.split())),
+        period_tokens=period_tokens,
+        onset_char=start,
+        onset_word=len(text[:start].split()),
+        repeats=max(2, round((end - start) / p)),
+        coverage=round((end - start) / len(text), 4),
+    )
+    return loop, end
+
+
+def find_loop(text: str, token_ids: list[int] | None = None) -> Loop | None:
+    """The dominant exact repetition in ``text`` (a unit followed by at least a long partial copy)."""
+    found = _find_loop(text, token_ids)
+    return found[0] if found else None
+
+
+# --- text statistics ------------------------------------------------------------------------------
+
+# Replacement characters, C0/C1 controls other than whitespace, and the usual UTF-8-read-as-Latin-1
+# pairs ("Ã©", "â€™") are what a broken detokenizer or a wrong logit head produces.
+_GARBAGE = re.compile(r"[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f]|Ã[\x80-\xbf¡-¿]|â€")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)*")
+# A sentence or line end: newline, or . ! ? that is not part of an ellipsis.
+_SENTENCE_END = re.compile(r"\n|(?<![.])[.!?](?![.])(?:\s|$)")
+_COMMON = frozenset(
+    """a an the and or but if of to in on at by for with from as is are was were be been being it its
+    this that these those there here which who what when where why how not no so than then also can
+    will would should could may might must do does did has have had i you he she we they them his her
+    their our your my me us him one two all some many more most other such each any very only into
+    about over after before between through during while because like used use make made new time
+    first most way water life people world well just up out""".split()
+)
+
+
+def prefix_sensibleness(prefix: str) -> tuple[float, list[str]]:
+    """How much ``prefix`` reads like the start of a normal answer, 0..1, with the cues that count.
+
+    Cues (each worth a share): a completed sentence or line, balanced parentheses, a plausible share
+    of common function words, plausible word lengths, and few words that are repeated syllables.
+    """
+    cues: list[str] = []
+    words = _WORD.findall(prefix)
+    if not words:
+        return 0.0, ["no words before the loop"]
+    score = 0.0
+    if _SENTENCE_END.search(prefix):
+        score += 0.3
+        cues.append("a finished sentence before the loop")
+    if prefix.count("(") <= prefix.count(")"):
+        score += 0.2
+    else:
+        cues.append("an unclosed parenthesis")
+    common = sum(1 for w in words if w.lower() in _COMMON) / len(words)
+    if common >= 0.25:
+        score += 0.2
+    else:
+        cues.append(f"few common words ({common:.0%})")
+    mean_len = sum(map(len, words)) / len(words)
+    if 3.0 <= mean_len <= 7.5:
+        score += 0.15
+    else:
+        cues.append(f"odd mean word length {mean_len:.1f}")
+    stutter = sum(1 for w in words if _is_stutter(w)) / len(words)
+    if stutter == 0:
+        score += 0.15
+    else:
+        cues.append(f"{stutter:.0%} stuttering words")
+    return round(score, 3), cues
+
+
+def _is_stutter(word: str) -> bool:
+    """A word made of a repeated syllable ("amamam", "CocCoc") - the mark of a collapsing head."""
+    if len(word) < 6:
+        return False
+    w = word.lower()
+    return any(w[:k] * 3 in w for k in (1, 2, 3))
+
+
+def text_metrics(text: str) -> dict[str, float]:
+    """Repetition and garbage statistics; all are cheap enough to compute for every output."""
+    raw = text.encode("utf-8", "surrogatepass")
+    words = text.split()
+    nw = len(words)
+    m: dict[str, float] = {"n_chars": float(len(text)), "n_words": float(nw)}
+    # Level 1 is several times faster than the default and ranks repetitiveness the same way.
+    m["compression_ratio"] = round(len(raw) / len(zlib.compress(raw, 1)), 4) if raw else 0.0
+    m["distinct_1"] = round(len(set(words)) / nw, 4) if nw else 0.0
+    m["distinct_2"] = round(len(set(zip(words, words[1:]))) / (nw - 1), 4) if nw > 1 else 0.0
+    # seq-rep-4: the share of 4-grams that already occurred earlier in the output.
+    n4 = nw - 3
+    m["seq_rep_4"] = (
+        round(1 - len(set(zip(words, words[1:], words[2:], words[3:]))) / n4, 4) if n4 > 0 else 0.0
+    )
+    m["garbage_fraction"] = round(_garbage_chars(text) / len(text), 4) if text else 0.0
+    return m
+
+
+def _garbage_chars(text: str) -> int:
+    # Pure ASCII text can only hold control bytes; the slower mojibake scan is for the rest.
+    if text.isascii():
+        return len(_CONTROL.findall(text))
+    return sum(len(g) for g in _GARBAGE.findall(text))
+
+
+# --- the label ------------------------------------------------------------------------------------
+
+
+def _quote(unit: str, limit: int = 40) -> str:
+    shown = unit if len(unit) <= limit else unit[: limit - 1] + "…"
+    return '"' + shown.replace("\n", "\\n") + '"'
+
+
+def _loop_phrase(loop: Loop) -> str:
+    return (
+        f"loops from char {loop.onset_char}: {_quote(loop.unit)} x {loop.repeats} "
+        f"(coverage {loop.coverage:.0%})"
+    )
+
+
+def _sentence_like(unit: str, th: Thresholds) -> bool:
+    # The unit is doubled so that a boundary straddling the wrap-around (and an ellipsis) reads right.
+    doubled = unit + unit
+    return bool(_SENTENCE_END.search(doubled, 0, len(unit) + 1)) and (
+        len(_WORD.findall(unit)) >= th.late_loop_min_unit_words
+    )
+
+
+def analyze(text: str, thresholds: Thresholds | None = None, token_ids: list[int] | None = None) -> OutputAnalysis:
+    """Label one output healthy / late_loop / degenerate, with a one-line reason and the evidence."""
+    th = thresholds or Thresholds()
+    metrics = text_metrics(text)
+    if not text.strip():
+        what = "empty output" if not text else f"whitespace-only output ({len(text)} chars)"
+        return OutputAnalysis("degenerate", what, (what,), metrics, None)
+
+    evidence: list[str] = []
+    if metrics["garbage_fraction"] > th.garbage_max:
+        reason = f"non-text garbage: {metrics['garbage_fraction']:.0%} replacement/control/mojibake characters"
+        return OutputAnalysis("degenerate", reason, (reason,), metrics, find_loop(text, token_ids))
+
+    found = _find_loop(text, token_ids)
+    loop, loop_end = found if found else (None, 0)
+    if loop is not None:
+        metrics["loop_coverage"] = loop.coverage
+        metrics["loop_onset_char"] = float(loop.onset_char)
+        metrics["loop_period_chars"] = float(loop.period_chars)
+        metrics["loop_repeats"] = float(loop.repeats)
+    significant = (
+        loop is not None
+        and loop.repeats >= th.min_repeats
+        and loop.period_chars * loop.repeats >= th.min_loop_chars
+        and loop.coverage >= th.min_coverage
+    )
+    if loop is not None and significant:
+        phrase = _loop_phrase(loop)
+        evidence.append(phrase)
+        tiny = loop.period_chars <= th.collapse_unit_chars
+        one_word = loop.period_words == 1 and loop.repeats >= th.collapse_min_repeats
+        if tiny or one_word:
+            return OutputAnalysis("degenerate", f"collapse: {phrase}", tuple(evidence), metrics, loop)
+        if loop.onset_char <= th.early_onset_chars:
+            return OutputAnalysis("degenerate", phrase, tuple(evidence), metrics, loop)
+        prefix = text[: loop.onset_char]
+        sense, cues = prefix_sensibleness(prefix)
+        metrics["prefix_sensibleness"] = sense
+        evidence.append(f"prefix sensibleness {sense:.2f}" + (f" ({'; '.join(cues)})" if cues else ""))
+        sentence_like = _sentence_like(loop.unit, th)
+        evidence.append(f"repeated unit {'is' if sentence_like else 'is not'} a whole sentence or line")
+        if loop.coverage > th.late_loop_max_coverage:
+            return OutputAnalysis(
+                "degenerate", f"{phrase}; the loop is nearly all of it", tuple(evidence), metrics, loop
+            )
+        if sense >= th.min_prefix_sensibleness and sentence_like:
+            return OutputAnalysis("late_loop", f"late loop after sensible text: {phrase}", tuple(evidence), metrics, loop)
+        return OutputAnalysis("degenerate", f"{phrase} after odd text", tuple(evidence), metrics, loop)
+
+    if (
+        loop is not None
+        and loop_end == len(text)
+        and loop.period_chars * (loop.repeats - 1) >= th.min_loop_chars
+        and _sentence_like(loop.unit, th)
+        and prefix_sensibleness(text[: loop.onset_char])[0] >= th.min_prefix_sensibleness
+    ):
+        # Fewer copies than a loop needs, but the output ends by saying a whole sentence again:
+        # the healthy model had started to loop when the token limit (or a stop) cut it off.
+        phrase = _loop_phrase(loop)
+        return OutputAnalysis(
+            "late_loop", f"ends by repeating itself: {phrase}", (phrase,), metrics, loop
+        )
+    if metrics["compression_ratio"] >= th.max_compression_ratio and metrics["distinct_1"] <= th.min_distinct_1:
+        reason = (
+            f"repetitive without an exact loop: compression ratio {metrics['compression_ratio']:.1f}, "
+            f"distinct-1 {metrics['distinct_1']:.2f}"
+        )
+        return OutputAnalysis("degenerate", reason, (reason,), metrics, loop)
+    if loop is not None:
+        evidence.append(f"minor repetition: {_loop_phrase(loop)}")
+    return OutputAnalysis("healthy", "no loop, collapse or garbage", tuple(evidence), metrics, loop)
