@@ -1,0 +1,87 @@
+"""`abbisect run`: the same recipe on two commits, one after the other on the same GPU, compared."""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from abbisect import __version__, checkout
+from abbisect.recipe import Recipe
+from abbisect.score import Divergence, diff_signatures, divergence
+from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
+
+
+@dataclass(frozen=True)
+class ABResult:
+    recipe: dict
+    a: TrialResult
+    b: TrialResult
+    divergences: tuple[Divergence | None, ...]  # per prompt; None when a side has no output
+    signature_diff: dict[str, list[str]]
+    launch_a: str  # the launch command with machine-specific parts (venv, port) made neutral
+    launch_b: str
+    command: str  # to reproduce
+    version: str
+    started: str
+
+    @property
+    def name(self) -> str:
+        return self.recipe["name"]
+
+    @property
+    def same_launch(self) -> bool:
+        return self.launch_a == self.launch_b
+
+    def to_dict(self) -> dict:
+        return {"recipe": self.recipe, "a": self.a.to_dict(), "b": self.b.to_dict(),
+                "divergences": [d.to_dict() if d else None for d in self.divergences],
+                "signature_diff": self.signature_diff, "launch_a": self.launch_a, "launch_b": self.launch_b,
+                "same_launch": self.same_launch, "command": self.command, "version": self.version,
+                "started": self.started}
+
+
+def neutral_launch(result: TrialResult) -> str:
+    """The launch argv with this trial's venv and port replaced, so two sides can be compared."""
+    if result.launch is None:
+        return ""
+    argv = list(result.launch.argv)
+    venv = result.env.path if result.env else None
+    port = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--port"), None)
+    shown = []
+    for a in argv:
+        if venv and a.startswith(venv):
+            a = "$VENV" + a[len(venv):]
+        if port and a == port:
+            a = "$PORT"
+        shown.append(a)
+    env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(result.launch.env.items()))
+    cmd = " ".join(a if a.startswith(("$VENV", "$PORT")) else shlex.quote(a) for a in shown)
+    return f"{env} {cmd}".strip()
+
+
+def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, started: str) -> ABResult:
+    divs = tuple(divergence(oa.text, ob.text) if not (oa.error or ob.error) else None
+                 for oa, ob in zip(a.outputs, b.outputs))
+    return ABResult(recipe.model_dump(mode="json"), a, b, divs,
+                    diff_signatures(list(a.signatures), list(b.signatures)), neutral_launch(a), neutral_launch(b),
+                    command, __version__, started)
+
+
+def trial_spec(recipe: Recipe, repo: Path, rev: checkout.Revision, side: str, cache: Path, out: Path) -> TrialSpec:
+    return TrialSpec(recipe.model_dump(mode="json"), side, rev.ref, rev.sha, rev.subject, str(repo), str(cache),
+                     str(out / f"{side}-{rev.short}"))
+
+
+def run_ab(recipe: Recipe, refs: tuple[str, str], cache: Path, out: Path, command: str,
+           progress: Progress, runner=run_trial) -> ABResult:
+    """Resolve both refs first (a bad ref fails before any build), then run A and B in turn."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    repo = checkout.open_repo(recipe.engine.repo, cache)
+    revs = [checkout.resolve(repo, ref) for ref in refs]
+    results = []
+    for side, rev in zip(("a", "b"), revs):
+        spec = trial_spec(recipe, repo, rev, side, cache, out)
+        results.append(runner(spec, lambda msg, s=side, r=rev: progress(f"{s.upper()} {r.ref} ({r.short}): {msg}")))
+    return compare(recipe, results[0], results[1], command, started)

@@ -1,0 +1,88 @@
+"""Stage 1 — checkout: resolve refs to shas and give each sha its own git worktree in the cache.
+
+The user's checkout is only read: no change to its working tree, index or HEAD.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import git
+
+from abbisect.errors import UserError
+from abbisect.locks import file_lock
+from abbisect.recipe import DEMO_REPO
+
+_URL = re.compile(r"^[a-z+]+://|^git@")
+
+
+@dataclass(frozen=True)
+class Revision:
+    ref: str
+    sha: str
+    subject: str
+
+    @property
+    def short(self) -> str:
+        return self.sha[:10]
+
+
+def _key(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def open_repo(spec: str, cache: Path) -> Path:
+    """A local git directory for the recipe's engine.repo (cloning URLs into the cache once)."""
+    if spec == DEMO_REPO:
+        from abbisect.demo.history import ensure_demo_repo
+
+        return ensure_demo_repo(cache / "demo-engine")
+    if _URL.match(spec):
+        dest = cache / "repos" / _key(spec)
+        with file_lock(cache / "repos" / f"{_key(spec)}.lock"):
+            try:
+                if dest.exists():
+                    git.Repo(dest).git.fetch("origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
+                else:
+                    git.Repo.clone_from(spec, dest, bare=True)
+            except git.GitCommandError as exc:
+                raise UserError(f"cannot fetch {spec}: {exc.stderr.strip().splitlines()[-1] if exc.stderr else exc}")
+        return dest
+    path = Path(spec)
+    try:
+        git.Repo(path, search_parent_directories=False)
+    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        raise UserError(f"engine.repo {spec} is not a git repository (give a checkout or a git URL)") from None
+    return path
+
+
+def resolve(repo: Path, ref: str) -> Revision:
+    r = git.Repo(repo)
+    try:
+        commit = r.commit(r.git.rev_parse("--verify", "--end-of-options", f"{ref}^{{commit}}"))
+    except (git.GitCommandError, git.BadName, ValueError):
+        raise UserError(f"ref {ref!r} not found in {repo} (give a branch, tag or sha that exists there)") from None
+    return Revision(ref=ref, sha=commit.hexsha, subject=commit.summary if isinstance(commit.summary, str) else "")
+
+
+def worktree(repo: Path, sha: str, cache: Path) -> Path:
+    """A detached worktree of `sha`, shared by every trial of that commit."""
+    root = cache / "worktrees" / _key(str(repo.resolve()))
+    dest = root / sha
+    with file_lock(root / f"{sha}.lock"):
+        if (dest / ".git").exists():
+            try:
+                if git.Repo(dest).head.commit.hexsha == sha:
+                    return dest
+            except (git.InvalidGitRepositoryError, ValueError):
+                pass
+        r = git.Repo(repo)
+        if dest.exists():  # half-made or stale: it is ours, in the cache, so it can go
+            shutil.rmtree(dest)
+        r.git.worktree("prune")
+        r.git.worktree("add", "--detach", "--force", str(dest), sha)
+    return dest

@@ -1,0 +1,101 @@
+"""The thin shell: parse arguments, call the pipeline, print; user errors become one line and exit 2."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from abbisect import __version__
+from abbisect.errors import UserError
+from abbisect.paths import cache_root
+from abbisect.progress import Reporter
+from abbisect.recipe import Recipe, load_recipe
+
+DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "demo.yaml"
+
+
+def _recipe_path(recipe: str | None) -> Path:
+    if recipe:
+        return Path(recipe)
+    if Path("abbisect.yaml").is_file():
+        return Path("abbisect.yaml")
+    if DEFAULT_RECIPE.is_file():
+        return DEFAULT_RECIPE
+    raise UserError("no recipe given and no abbisect.yaml here (pass the path of a recipe)")
+
+
+def _invocation() -> str:
+    return shlex.join(["abbisect", *sys.argv[1:]])
+
+
+class Main(click.Group):
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except UserError as exc:
+            click.echo(f"abbisect: error: {exc}", err=True)
+            ctx.exit(2)
+
+
+@click.group(cls=Main)
+@click.version_option(__version__, prog_name="abbisect")
+def main() -> None:
+    """A/B and bisect LLM serving engines across git commits, with scored outputs and paste-ready reports."""
+
+
+def _sides(recipe: Recipe, a: str | None, b: str | None) -> tuple[str, str]:
+    ref_a = a or (recipe.sides.a if recipe.sides else None)
+    ref_b = b or (recipe.sides.b if recipe.sides else None)
+    if not (ref_a and ref_b):
+        raise UserError("no sides: add 'sides: {a: REF, b: REF}' to the recipe or pass --a REF --b REF")
+    return ref_a, ref_b
+
+
+@main.command()
+@click.argument("recipe", required=False)
+@click.option("--a", "ref_a", help="ref for side A (overrides sides.a)")
+@click.option("--b", "ref_b", help="ref for side B (overrides sides.b)")
+@click.option("--output", "-o", help="result folder (default results/<recipe>/<UTC stamp>)")
+@click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
+@click.option("--dry-run", is_flag=True, help="print the plan (refs, install steps, argv, prompts) and stop")
+@click.option("--json", "as_json", is_flag=True, help="print the final result as JSON on stdout")
+def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | None, cache_dir: str | None,
+        dry_run: bool, as_json: bool) -> None:
+    """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
+    from abbisect.ab import run_ab
+    from abbisect.plan import render_plan
+    from abbisect.report.files import new_output_dir, write_results
+    from abbisect.report.markdown import render_ab
+
+    rec, _ = load_recipe(_recipe_path(recipe))
+    refs = _sides(rec, ref_a, ref_b)
+    cache = cache_root(cache_dir)
+    if dry_run:
+        click.echo(render_plan(rec, refs, cache))
+        return
+    out = new_output_dir(rec.name, output)
+    progress = Reporter()
+    progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} B={refs[1]} → {out}")
+    ab = run_ab(rec, refs, cache, out, _invocation(), progress)
+    write_results(out, render_ab(ab), ab.to_dict(), [("a", ab.a), ("b", ab.b)])
+    progress(f"A: [bold]{ab.a.verdict.status}[/bold]   B: [bold]{ab.b.verdict.status}[/bold]")
+    progress(f"report: {out / 'report.md'}")
+    if as_json:
+        click.echo(json.dumps(ab.to_dict(), default=str))
+
+
+def _register_optional() -> None:
+    for module, name in (("abbisect.scan", "scan"), ("abbisect.envcmd", "env"), ("abbisect.bisect.cli", "bisect"),
+                         ("abbisect.bisect.cli", "check")):
+        try:
+            mod = __import__(module, fromlist=[name])
+        except ImportError:
+            continue
+        main.add_command(getattr(mod, name))
+
+
+_register_optional()

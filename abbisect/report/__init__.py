@@ -1,0 +1,1 @@
+"""Stage 7 — report: pure renderers (markdown) and the one place that writes result folders."""

@@ -1,0 +1,232 @@
+"""One trial: one commit through the whole pipeline, as a self-contained unit.
+
+`TrialSpec` (plain JSON-able data) goes in, `TrialResult` comes out; nothing else is shared, so an
+executor can run a trial in this process, in another process, or on another machine of a cluster.
+checkout → environment → launch → query → score → verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from abbisect import checkout, launch
+from abbisect.engines import adapter
+from abbisect.environment import EnvResult, ensure_env
+from abbisect.query import Completion, query_all
+from abbisect.recipe import Recipe
+from abbisect.score import (AnswerCheck, OutputAnalysis, SignatureMatch, Thresholds, analyze, check_answer,
+                            first_exception, load_catalogue, scan_text, severity_at_least)
+from abbisect.verdict import Evidence, Verdict, judge
+
+Progress = Callable[[str], None]
+LOG_TAIL_LINES = 30
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    recipe: dict  # Recipe.model_dump(mode="json"), with paths already resolved
+    side: str  # "a", "b", or a bisect step label
+    ref: str
+    sha: str
+    subject: str
+    repo: str  # local git directory holding the sha
+    cache_dir: str
+    out_dir: str  # where this trial's logs go
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrialSpec:
+        return cls(**d)
+
+    @property
+    def recipe_obj(self) -> Recipe:
+        return Recipe.model_validate(self.recipe)
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    status: str  # "ready" | "exited" | "timeout"
+    ready_s: float
+    returncode: int | None
+    log_path: str
+    log_tail: tuple[str, ...]
+    teardown: dict
+    facts: dict
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    spec: TrialSpec
+    env: EnvResult | None
+    launch: LaunchInfo | None
+    outputs: tuple[Completion, ...]
+    analyses: tuple[OutputAnalysis, ...]
+    answers: tuple[AnswerCheck | None, ...]
+    signatures: tuple[SignatureMatch, ...]
+    first_exception: tuple[int, str] | None
+    verdict: Verdict
+    timings: dict[str, float]
+    extras: dict = field(default_factory=dict)  # hygiene, fingerprint, probe: optional stages
+    cached: bool = False
+
+    def to_dict(self) -> dict:
+        return {
+            "spec": self.spec.to_dict(),
+            "env": self.env.to_dict() if self.env else None,
+            "launch": asdict(self.launch) if self.launch else None,
+            "outputs": [o.to_dict() for o in self.outputs],
+            "analyses": [a.to_dict() for a in self.analyses],
+            "answers": [a.to_dict() if a else None for a in self.answers],
+            "signatures": [s.to_dict() for s in self.signatures],
+            "first_exception": list(self.first_exception) if self.first_exception else None,
+            "verdict": self.verdict.to_dict(),
+            "timings": self.timings,
+            "extras": self.extras,
+            "cached": self.cached,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TrialResult:
+        la = d["launch"]
+        return cls(
+            spec=TrialSpec.from_dict(d["spec"]),
+            env=EnvResult.from_dict(d["env"]) if d["env"] else None,
+            launch=LaunchInfo(**{**la, "argv": tuple(la["argv"]), "log_tail": tuple(la["log_tail"])}) if la else None,
+            outputs=tuple(Completion.from_dict(o) for o in d["outputs"]),
+            analyses=tuple(OutputAnalysis.from_dict(a) for a in d["analyses"]),
+            answers=tuple(AnswerCheck.from_dict(a) if a else None for a in d["answers"]),
+            signatures=tuple(SignatureMatch.from_dict(s) for s in d["signatures"]),
+            first_exception=tuple(d["first_exception"]) if d["first_exception"] else None,
+            verdict=Verdict.from_dict(d["verdict"]),
+            timings=d["timings"],
+            extras=d.get("extras", {}),
+            cached=d.get("cached", False),
+        )
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.side} {self.spec.ref} ({self.spec.sha[:10]})"
+
+
+def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env.update({"VIRTUAL_ENV": venv, "PATH": f"{venv}/bin{os.pathsep}{env.get('PATH', '')}",
+                "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    if recipe.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in recipe.gpus)
+    env.update(plan_env)
+    env.update(recipe.env)
+    return env
+
+
+def resolve_model(recipe: Recipe, cache: Path, progress: Progress) -> str | None:
+    if recipe.model is None or isinstance(recipe.model, str):
+        return recipe.model
+    from abbisect.models import prepare
+
+    return str(prepare(recipe.model, cache, progress))
+
+
+def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
+    say = progress or (lambda _msg: None)
+    recipe = spec.recipe_obj
+    cache = Path(spec.cache_dir)
+    out = Path(spec.out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    timings: dict[str, float] = {}
+    t0 = time.monotonic()
+
+    say("checkout")
+    source = checkout.worktree(Path(spec.repo), spec.sha, cache)
+    timings["checkout"] = round(time.monotonic() - t0, 3)
+
+    say("environment")
+    env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
+                     on_step=lambda d: say(f"environment: {d}"))
+    timings["build"] = env.seconds
+    catalogue = load_catalogue(recipe.scoring.signatures or None)
+    if not env.ok:
+        ev = _evidence(recipe, env, None, (), (), (), (), None)
+        return _result(spec, env, None, (), (), (), (), None, judge(ev, recipe.verdict), timings, t0)
+
+    model = resolve_model(recipe, cache, say)
+    mod = adapter(recipe.engine.kind)
+    host = "127.0.0.1"
+    port = launch.free_port(host)
+    plan = mod.plan(recipe, env.python, model, host, port)
+    log_path = out / "server.log"
+    if log_path.exists():
+        log_path.unlink()
+    say(f"launch: {' '.join(plan.argv)}")
+    t_launch = time.monotonic()
+    server = launch.start(plan, server_env(recipe, plan.env, env.path), log_path, source, f"http://{host}:{port}")
+    outputs: tuple[Completion, ...] = ()
+    try:
+        ready = launch.wait_ready(server, plan, recipe.timeouts.ready)
+        timings["ready"] = round(time.monotonic() - t_launch, 3)
+        if ready.status == "ready":
+            say(f"query: {len(recipe.prompts)} prompt(s)")
+            tq = time.monotonic()
+            outputs = tuple(query_all(server.base_url, recipe.api, list(recipe.prompts), recipe.sampling,
+                                      recipe.timeouts.request, model or recipe.name))
+            timings["query"] = round(time.monotonic() - tq, 3)
+    finally:
+        say("teardown")
+        teardown = launch.stop(server, recipe.timeouts.teardown)
+        timings["teardown"] = teardown.seconds
+
+    say("score")
+    ts = time.monotonic()
+    log_text = log_path.read_text(errors="replace")
+    signatures = tuple(scan_text(log_text, catalogue))
+    thresholds = Thresholds.from_overrides(recipe.scoring.thresholds or None)
+    analyses = tuple(analyze(o.text, thresholds) for o in outputs)
+    answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, p in zip(outputs, recipe.prompts))
+    exc = first_exception(log_text)
+    info = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
+                      str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), asdict(teardown),
+                      mod.facts(log_text))
+    ev = _evidence(recipe, env, info, outputs, analyses, answers, signatures, exc)
+    verdict = judge(ev, recipe.verdict)
+    timings["score"] = round(time.monotonic() - ts, 4)
+    return _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0)
+
+
+def _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0) -> TrialResult:
+    timings["total"] = round(time.monotonic() - t0, 3)
+    spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "teardown"))
+    timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
+    return TrialResult(spec, env, info, tuple(outputs), tuple(analyses), tuple(answers), tuple(signatures),
+                       exc, verdict, timings)
+
+
+def _evidence(recipe: Recipe, env: EnvResult, info: LaunchInfo | None, outputs, analyses, answers, signatures,
+              exc) -> Evidence:
+    warn = recipe.scoring.warn_severity
+    named = set(recipe.verdict.bad_signatures)
+    rejected = tuple(g for s in signatures if s.id == "flag_rejected" for g in (s.groups or (s.line,)) if g)
+    return Evidence(
+        build_ok=env.ok,
+        build_error=env.error,
+        ready=info.status if info else None,
+        rejected_flags=rejected,
+        first_exception=exc[1] if exc else None,
+        n_outputs=len(outputs),
+        n_errors=sum(1 for o in outputs if o.error),
+        degenerate=tuple(f"{o.prompt_id}: {a.reason}" for o, a in zip(outputs, analyses)
+                         if a.label == "degenerate" and not o.error),
+        late_loops=tuple(f"{o.prompt_id}: {a.reason}" for o, a in zip(outputs, analyses) if a.label == "late_loop"),
+        answer_misses=tuple(f"{o.prompt_id}: expected /{c.expected}/" for o, c in zip(outputs, answers)
+                            if c is not None and not c.passed),
+        serious_signatures=tuple(f"{s.id} (line {s.line_no})" for s in signatures
+                                 if severity_at_least(s.severity, warn) and s.id != "flag_rejected"),
+        bad_signatures=tuple(f"{s.id} (line {s.line_no})" for s in signatures if s.id in named),
+    )

@@ -1,0 +1,90 @@
+"""Stage 6 — verdict: every signal of one side folded into a status, and the status into good/bad/skip.
+
+Pure functions: the same evidence always gives the same verdict, and the reasons say why.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+from abbisect.recipe import Verdicts
+
+# Statuses in the order they are decided; earlier ones leave nothing to score.
+STATUSES = ("build_failed", "flag_rejected", "crashed_at_startup", "timeout", "infra_error",
+            "degenerate", "wrong_answer", "warned", "ok")
+_RULE_OF = {"degenerate": "degenerate", "wrong_answer": "answer_mismatch", "warned": "signature",
+            "crashed_at_startup": "crashed_at_startup", "timeout": "timeout", "build_failed": "build_failed",
+            "flag_rejected": "flag_rejected", "infra_error": "infra_error"}
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """The signals of one side, reduced to what the verdict needs (built by the trial)."""
+
+    build_ok: bool
+    build_error: str | None
+    ready: str | None  # "ready" | "exited" | "timeout" | None (never launched)
+    rejected_flags: tuple[str, ...]
+    first_exception: str | None
+    n_outputs: int
+    n_errors: int
+    degenerate: tuple[str, ...]  # "prompt id: reason" per degenerate output
+    late_loops: tuple[str, ...]
+    answer_misses: tuple[str, ...]
+    serious_signatures: tuple[str, ...]  # "id (line N)" at or above the recipe's warn severity
+    bad_signatures: tuple[str, ...]  # ids the recipe names as bad, whatever their severity
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    outcome: str  # "good" | "bad" | "skip"
+    reasons: tuple[str, ...]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Verdict:
+        return cls(d["status"], d["outcome"], tuple(d["reasons"]))
+
+
+def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[str, list[str]]:
+    if not ev.build_ok:
+        return "build_failed", [f"venv build failed: {ev.build_error}"]
+    if ev.ready == "exited":
+        if ev.rejected_flags:
+            return "flag_rejected", [f"the engine rejected flag(s) {', '.join(ev.rejected_flags)} (flag drift)"]
+        return "crashed_at_startup", [f"server exited before ready: {ev.first_exception or 'see log tail'}"]
+    if ev.ready == "timeout":
+        return "timeout", ["server never became ready within the ready timeout"]
+    if ev.n_outputs and ev.n_errors * 2 > ev.n_outputs:
+        return "infra_error", [f"{ev.n_errors}/{ev.n_outputs} requests failed"]
+    reasons: list[str] = []
+    if ev.n_outputs and len(ev.degenerate) / ev.n_outputs >= degenerate_fraction:
+        return "degenerate", [f"{len(ev.degenerate)}/{ev.n_outputs} outputs degenerate", *ev.degenerate[:3]]
+    if ev.degenerate:
+        reasons.append(f"{len(ev.degenerate)}/{ev.n_outputs} outputs degenerate (below the "
+                       f"{degenerate_fraction:.0%} threshold)")
+    if ev.answer_misses:
+        return "wrong_answer", [f"{len(ev.answer_misses)} expected answer(s) missing", *ev.answer_misses[:3], *reasons]
+    if ev.serious_signatures or ev.bad_signatures:
+        sigs = list(dict.fromkeys(ev.bad_signatures + ev.serious_signatures))
+        return "warned", [f"log signatures: {', '.join(sigs[:5])}", *reasons]
+    if ev.late_loops:
+        reasons.append(f"{len(ev.late_loops)} output(s) loop late after sensible text (not counted as broken)")
+    return "ok", reasons or ["no degenerate output, no serious log signature"]
+
+
+def judge(ev: Evidence, rules: Verdicts) -> Verdict:
+    status, reasons = status_of(ev, rules.degenerate_fraction)
+    rule = _RULE_OF.get(status)
+    if rule in rules.skip_if:
+        outcome = "skip"
+    elif status == "warned" and ev.bad_signatures:
+        outcome = "bad"
+    elif rule in rules.bad_if:
+        outcome = "bad"
+    else:
+        outcome = "good"
+    return Verdict(status, outcome, tuple(reasons))
