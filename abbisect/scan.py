@@ -47,7 +47,9 @@ def _table(path: str, matches: list[SignatureMatch], root: tuple[int, str] | Non
     for col in ("line", "severity", "signature", "captured", "meaning / hint"):
         table.add_column(col)
     for m in matches:
-        table.add_row(str(m.line_no), m.severity, m.id, ", ".join(m.groups), f"{m.meaning}\n[dim]{m.hint}[/dim]")
+        table.add_row(
+            str(m.line_no), m.severity, m.id, ", ".join(m.groups), f"{m.meaning}\n[dim]{m.hint}[/dim]"
+        )
     console = Console()
     if matches:
         console.print(table)

@@ -19,15 +19,17 @@ from pathlib import Path
 
 from abbisect.score.degeneration import LABELS, analyze
 
-# A neutral vocabulary for synthetic text: common words plus content words of typical length, so
-# outputs of 512 words come to ~2,500 characters like real 512-token answers.
-_VOCAB = (
-    "the of and to in is that for it as with was on be by this are from at or an have not which their can "
-    "more one all has its been when there new other some these would about also process system energy "
-    "water light model data cell power large small first second different important example value "
-    "between through during because however important structure function surface pressure several "
-    "people world city history culture science method result answer question number simple"
-).split()
+# A neutral vocabulary for synthetic text, weighted like English (many short function words, some
+# longer content words), so 512 words come to ~2,500 characters like real 512-token answers.
+_VOCAB_TEXT = (
+    "the the the of of and and to to a a in in is is it it that for as with was on be by this are "
+    "from at or an have not which their can more one all has its been when there new other some these "
+    "would about also so if we you he she they his her our into than then only its may such each most "
+    "process system energy water light model data cell power large small first second different "
+    "example value between through during because however important structure function surface "
+    "pressure several people world city history culture science method result answer question number"
+)
+_VOCAB = _VOCAB_TEXT.split()
 
 
 def _synthetic(n: int, words: int = 512, seed: int = 0) -> list[str]:
@@ -87,11 +89,7 @@ def evaluate(rows: list[dict]) -> dict:
         }
     # Of the late_loop and degenerate items, how many were not called the other one.
     loopy = [p for p in predictions if p["label"] in ("late_loop", "degenerate")]
-    swapped = sum(
-        1
-        for p in loopy
-        if {p["label"], p["predicted"]} == {"late_loop", "degenerate"}
-    )
+    swapped = sum(1 for p in loopy if {p["label"], p["predicted"]} == {"late_loop", "degenerate"})
     return {
         "n": len(rows),
         "labels": labels,

@@ -67,7 +67,9 @@ def _signature(d: dict[str, Any]) -> Signature:
         raise ValueError(f"signature without an id: {d!r}")
     unknown = sorted(set(d) - set(_FIELDS))
     if unknown:
-        raise ValueError(f"signature {sid}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(_FIELDS)}")
+        raise ValueError(
+            f"signature {sid}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(_FIELDS)}"
+        )
     pattern = d.get("pattern")
     if not isinstance(pattern, str) or not pattern:
         raise ValueError(f"signature {sid}: pattern must be a non-empty string")
