@@ -115,7 +115,7 @@ def resemblance(outputs: list[str], good: list[str], bad: list[str]) -> Resembla
     score_good = round(sum(sims_good) / len(telling), 4)
     score_bad = round(sum(sims_bad) / len(telling), 4)
     tally = (
-        f"{votes['good']} of {len(telling)} telling prompts resemble good, {votes['bad']} bad "
+        f"{len(telling)} prompt(s) tell the ends apart: {votes['good']} resemble good, {votes['bad']} bad "
         f"(mean similarity {score_good:.2f} vs {score_bad:.2f})"
     )
     if max(score_good, score_bad) < _MIN_SIMILARITY:

@@ -224,13 +224,18 @@ def _best_run(s: str) -> tuple[int, int, int] | None:
 
 
 def _rotate_to_word(unit: str) -> str:
-    """Rotate a loop unit so it starts at a word, for a readable quote ("late " not "e lat")."""
-    if not unit or unit[0].isspace() or len(unit) < 3:
+    """Rotate a loop unit to start where a reader would: after a line or sentence end, else at a word."""
+    if len(unit) < 3:
         return unit
     cut = unit.rfind("\n")
     if cut < 0:
         ends = [m.end() - 1 for m in _SENTENCE_END.finditer(unit)]
-        cut = ends[-1] if ends else unit.rfind(" ")
+        if ends:
+            cut = ends[-1]
+        elif unit[0].isspace():
+            cut = len(unit) - len(unit.lstrip()) - 1
+        else:
+            cut = unit.rfind(" ")
     return unit if cut < 0 else unit[cut + 1 :] + unit[: cut + 1]
 
 
