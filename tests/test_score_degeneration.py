@@ -240,7 +240,9 @@ def test_thresholds_reject_non_numbers():
 def test_threshold_override_changes_the_label():
     text = "Coming late " + "late " * 60
     assert analyze(text).label == "degenerate"
-    lenient = Thresholds.from_overrides({"min_repeats": 1000, "max_compression_ratio": 1e9})
+    lenient = Thresholds.from_overrides(
+        {"min_repeats": 1000, "max_seq_rep_4": 1.01, "max_compression_ratio": 1e9}
+    )
     assert analyze(text, lenient).label == "healthy"
     assert Thresholds.from_overrides({"min_repeats": 4.0}).min_repeats == 4
     assert Thresholds.from_overrides(None) == Thresholds()
@@ -293,3 +295,14 @@ def test_analyze_never_fails_and_labels_are_known(text):
     loop = find_loop(text)
     if loop is not None:
         assert 0 < loop.coverage <= 1 and loop.repeats >= 2 and loop.period_chars >= 1
+
+
+def test_mutating_loop_without_an_exact_period_is_degenerate():
+    rng = random.Random(3)
+    parts = [
+        f"when {rng.choice(['she', 'he'])} feels {rng.choice(['bad', 'sad', 'mad'])} " for _ in range(60)
+    ]
+    text = "Coming back home feels strange " + "".join(parts)
+    a = analyze(text)
+    assert a.label == "degenerate", a.reason
+    assert a.metrics["seq_rep_4"] >= 0.5

@@ -51,6 +51,11 @@ class Thresholds:
     #: A late loop covering more than this fraction of the output is degenerate whatever came before:
     #: the sensible part was a short preamble to a runaway loop.
     late_loop_max_coverage: float = 0.9
+    #: Without a qualifying exact loop, an output of at least ``approx_min_words`` words is still
+    #: degenerate when this share of its 4-grams repeat earlier ones (seq-rep-4): a loop whose unit
+    #: keeps mutating ("she feels bad ... he feels sad ..."). Healthy answers stay well below 0.3.
+    max_seq_rep_4: float = 0.5
+    approx_min_words: int = 20
     #: Outputs with a loop below the thresholds above are still degenerate when the text compresses
     #: this well (zlib ratio) *and* has this few distinct words: repetition without an exact loop.
     max_compression_ratio: float = 6.0
@@ -450,6 +455,12 @@ def analyze(
         # the healthy model had started to loop when the token limit (or a stop) cut it off.
         phrase = _loop_phrase(loop)
         return OutputAnalysis("late_loop", f"ends by repeating itself: {phrase}", (phrase,), metrics, loop)
+    if metrics["seq_rep_4"] >= th.max_seq_rep_4 and metrics["n_words"] >= th.approx_min_words:
+        reason = (
+            f"repetitive without an exact loop: {metrics['seq_rep_4']:.0%} of 4-word sequences repeat "
+            f"(seq-rep-4), distinct-2 {metrics['distinct_2']:.2f}"
+        )
+        return OutputAnalysis("degenerate", reason, (reason,), metrics, loop)
     if (
         metrics["compression_ratio"] >= th.max_compression_ratio
         and metrics["distinct_1"] <= th.min_distinct_1
