@@ -74,12 +74,16 @@ def trial_spec(recipe: Recipe, repo: Path, rev: checkout.Revision, side: str, ca
                      str(out / f"{side}-{rev.short}"))
 
 
-def run_ab(recipe: Recipe, refs: tuple[str, str], cache: Path, out: Path, command: str,
-           progress: Progress, runner=run_trial) -> ABResult:
-    """Resolve both refs first (a bad ref fails before any build), then run A and B in turn."""
-    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Path) -> tuple[Path, list[checkout.Revision]]:
+    """Both refs are resolved before anything is built, so a typo fails at once."""
     repo = checkout.open_repo(recipe.engine.repo, cache)
-    revs = [checkout.resolve(repo, ref) for ref in refs]
+    return repo, [checkout.resolve(repo, ref) for ref in refs]
+
+
+def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Path, out: Path, command: str,
+           progress: Progress, runner=run_trial) -> ABResult:
+    """Run A then B, one after the other (same GPU), and compare them."""
+    started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     results = []
     for side, rev in zip(("a", "b"), revs):
         spec = trial_spec(recipe, repo, rev, side, cache, out)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import signal
 import sys
 from pathlib import Path
 
@@ -34,6 +35,8 @@ def _invocation() -> str:
 
 class Main(click.Group):
     def invoke(self, ctx: click.Context):
+        # SIGTERM unwinds like Ctrl-C, so every running server is torn down on the way out.
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
         try:
             return super().invoke(ctx)
         except UserError as exc:
@@ -66,7 +69,7 @@ def _sides(recipe: Recipe, a: str | None, b: str | None) -> tuple[str, str]:
 def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | None, cache_dir: str | None,
         dry_run: bool, as_json: bool) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
-    from abbisect.ab import run_ab
+    from abbisect.ab import resolve_sides, run_ab
     from abbisect.plan import render_plan
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.markdown import render_ab
@@ -77,10 +80,11 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
     if dry_run:
         click.echo(render_plan(rec, refs, cache))
         return
+    repo, revs = resolve_sides(rec, refs, cache)
     out = new_output_dir(rec.name, output)
     progress = Reporter()
-    progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} B={refs[1]} → {out}")
-    ab = run_ab(rec, refs, cache, out, _invocation(), progress)
+    progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
+    ab = run_ab(rec, repo, revs, cache, out, _invocation(), progress)
     write_results(out, render_ab(ab), ab.to_dict(), [("a", ab.a), ("b", ab.b)])
     progress(f"A: [bold]{ab.a.verdict.status}[/bold]   B: [bold]{ab.b.verdict.status}[/bold]")
     progress(f"report: {out / 'report.md'}")

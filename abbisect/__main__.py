@@ -1,0 +1,3 @@
+from abbisect.cli import main
+
+main()

@@ -1,0 +1,71 @@
+"""Shared fixtures: a toy-engine git history with a bug, its fix and ways to fail; one cache per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from abbisect.demo.history import Commit, build_history
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+
+FIXTURE_HISTORY = [
+    Commit("Initial engine", tag="healthy0"),
+    Commit("Housekeeping 1"),
+    Commit("Dispatch quantisation to linear layers only", "break_scale", tag="broken"),
+    Commit("Housekeeping 2"),
+    Commit("Route lm_head through the quantised method (#23)", "fix_scale", tag="fixed"),
+    Commit("Break the package metadata", "break_install", tag="noinstall"),
+    Commit("Repair the package metadata", "fix_install"),
+    Commit("Crash at start", "crash_at_start", tag="crash"),
+    Commit("Stop crashing", "fix_crash"),
+    Commit("Hang while loading", "hang_at_start", tag="hang"),
+    Commit("Load again", "fix_hang"),
+    Commit("Rename --seed to --random-seed", "rename_seed_flag", tag="flagdrift"),
+]
+
+
+@pytest.fixture(scope="session")
+def engine_repo(tmp_path_factory) -> Path:
+    repo = tmp_path_factory.mktemp("engine") / "toyengine"
+    build_history(repo, FIXTURE_HISTORY)
+    return repo
+
+
+@pytest.fixture(scope="session")
+def cache_dir(tmp_path_factory) -> Path:
+    """One abbisect cache for the session, so each fixture commit's venv is built once."""
+    return tmp_path_factory.mktemp("cache")
+
+
+def toy_recipe(repo: Path, **overrides) -> dict:
+    recipe = {
+        "name": "toy",
+        "engine": {"kind": "command", "repo": str(repo)},
+        "install": {"strategy": "editable"},
+        "launch": {"command": ["{python}", "-m", "toyengine.server", "--host", "{host}", "--port", "{port}"],
+                   "flags": ["--seed", "0"], "ready": {"http": "/health"}},
+        "prompts": [{"prompt": "The capital of France is", "expect": "(?i)paris"},
+                    "What is two plus two?", "Explain what a hash table is.", "List three uses of copper."],
+        "sampling": {"temperature": 0, "max_tokens": 48, "seed": 0},
+        "timeouts": {"build": 300, "ready": 20, "request": 20, "teardown": 5},
+    }
+    recipe.update(overrides)
+    return recipe
+
+
+def write_recipe(path: Path, recipe: dict) -> Path:
+    path.write_text(yaml.safe_dump(recipe, sort_keys=False))
+    return path
+
+
+def abbisect(*args: str, cwd: Path, cache: Path, timeout: float = 600, env: dict | None = None):
+    """Run the real CLI in a subprocess, as a user would."""
+    full_env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache), **(env or {})}
+    return subprocess.run([sys.executable, "-m", "abbisect", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=full_env)
