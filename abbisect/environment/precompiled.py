@@ -1,0 +1,49 @@
+"""`precompiled`: vLLM's own way to install a commit without compiling: reuse a prebuilt wheel's libraries.
+
+`VLLM_USE_PRECOMPILED=1` makes vLLM's setup.py take `_C.abi3.so` and friends from a wheel instead of
+building them. Which wheel: install.wheel (a file or URL) when given, else the per-commit wheel of this
+exact sha. The full 40-character sha matters: anything shorter is ignored by setup.py, which then guesses
+a base from the current branch (empty on a detached worktree) and silently takes the nightly wheel.
+"""
+
+from __future__ import annotations
+
+from abbisect.environment.base import (
+    BuildContext,
+    Step,
+    index_args,
+    pip_install,
+    post_steps,
+    python_version,
+    venv_step,
+)
+
+name = "precompiled"
+
+
+def build_env(ctx: BuildContext) -> dict[str, str]:
+    env = {"VLLM_USE_PRECOMPILED": "1", **ctx.install.env}
+    if ctx.install.wheel:
+        env["VLLM_PRECOMPILED_WHEEL_LOCATION"] = ctx.install.wheel
+    else:
+        env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = ctx.sha
+    return env
+
+
+def key_inputs(ctx: BuildContext) -> dict[str, object]:
+    i = ctx.install
+    return {"sha": ctx.sha, "subdir": ctx.install_subdir, "extras": sorted(i.extras), "pins": list(i.pins),
+            "python": python_version(i), "wheel": i.wheel, "index": index_args(i), "env": i.env,
+            "remove": i.remove, "shims": i.dist_shims}
+
+
+def steps(ctx: BuildContext) -> list[Step]:
+    if ctx.install.wheel is None and len(ctx.sha) != 40:
+        raise ValueError(f"precompiled install needs the full 40-character sha, got {ctx.sha!r}")
+    target = str(ctx.package_dir)
+    if ctx.install.extras:
+        target += f"[{','.join(ctx.install.extras)}]"
+    return [venv_step(ctx),
+            pip_install(ctx, "-e", target, *ctx.install.pins, desc="install checkout with precompiled libraries",
+                        env=build_env(ctx)),
+            *post_steps(ctx)]

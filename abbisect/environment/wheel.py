@@ -1,0 +1,40 @@
+"""`wheel`: install a published build instead of the checkout (install.package, install.wheel, or a
+per-commit wheel URL from install.wheel_url_template with {sha} / {short} filled in).
+
+The key holds the resolved requirement, not the sha: commits that map to the same release share one venv.
+"""
+
+from __future__ import annotations
+
+from abbisect.environment.base import (
+    BuildContext,
+    Step,
+    fill,
+    index_args,
+    pip_install,
+    post_steps,
+    python_version,
+    venv_step,
+)
+
+name = "wheel"
+
+
+def requirement(ctx: BuildContext) -> str:
+    i = ctx.install
+    if i.wheel_url_template:
+        return fill(i.wheel_url_template, {"sha": ctx.sha, "short": ctx.sha[:10]})
+    return i.wheel or i.package or ""
+
+
+def key_inputs(ctx: BuildContext) -> dict[str, object]:
+    i = ctx.install
+    return {"requirement": requirement(ctx), "pins": list(i.pins), "python": python_version(i),
+            "index": index_args(i), "env": i.env, "remove": i.remove, "shims": i.dist_shims}
+
+
+def steps(ctx: BuildContext) -> list[Step]:
+    return [venv_step(ctx),
+            pip_install(ctx, requirement(ctx), *ctx.install.pins, desc="install the published build",
+                        env=dict(ctx.install.env)),
+            *post_steps(ctx)]

