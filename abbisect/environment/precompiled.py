@@ -8,6 +8,8 @@ a base from the current branch (empty on a detached worktree) and silently takes
 
 from __future__ import annotations
 
+import re
+
 from abbisect.environment.base import (
     BuildContext,
     Step,
@@ -25,8 +27,10 @@ def build_env(ctx: BuildContext) -> dict[str, str]:
     env = {"VLLM_USE_PRECOMPILED": "1", **ctx.install.env}
     if ctx.install.wheel:
         env["VLLM_PRECOMPILED_WHEEL_LOCATION"] = ctx.install.wheel
-    else:
+    elif re.fullmatch(r"[0-9a-f]{40}", ctx.sha):
         env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = ctx.sha
+    else:  # --dry-run of a remote repository: the sha is only known once fetched
+        env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = "<full 40-character sha of the commit>"
     return env
 
 
@@ -38,8 +42,6 @@ def key_inputs(ctx: BuildContext) -> dict[str, object]:
 
 
 def steps(ctx: BuildContext) -> list[Step]:
-    if ctx.install.wheel is None and len(ctx.sha) != 40:
-        raise ValueError(f"precompiled install needs the full 40-character sha, got {ctx.sha!r}")
     target = str(ctx.package_dir)
     if ctx.install.extras:
         target += f"[{','.join(ctx.install.extras)}]"
