@@ -15,6 +15,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from abbisect.errors import UserError
 from abbisect.gpu import hygiene
 from abbisect.gpu.hygiene import HygieneReport, check_idle, describe, map_devices, wait_released
 
@@ -93,6 +94,8 @@ def test_nvml_enumeration_is_sorted_by_bus_id(monkeypatch: pytest.MonkeyPatch) -
     assert not rep.busy and rep.used_mib == (300,) and rep.pids == ()
     rep = check_idle([1], nvml=nvml)
     assert rep.busy and rep.pids == (77,) and "77" in rep.notice and "9000 MiB" in rep.notice
+    with pytest.raises(UserError):
+        check_idle([2], nvml=nvml)
 
 
 def test_wait_released_waits_until_idle(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,6 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from abbisect.errors import UserError
+
 log = logging.getLogger(__name__)
 
 # An idle H100/H200 reports a few hundred MiB used (driver reservations); a leftover CUDA context is
@@ -136,7 +138,10 @@ def _baseline(baseline: HygieneReport | Sequence[int] | None) -> tuple[int, ...]
 
 
 def _sample(n: _Nvml, devices: Sequence[int], base: tuple[int, ...] | None, waited: float) -> HygieneReport:
-    idx = map_devices(devices, n.uuids, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    try:
+        idx = map_devices(devices, n.uuids, os.environ.get("CUDA_VISIBLE_DEVICES"))
+    except ValueError as exc:
+        raise UserError(f"gpus: {exc}") from None
     used = tuple(n.used_mib(i) for i in idx)
     pids = tuple(sorted({p for i in idx for p in n.pids(i)}))
     limits = [IDLE_USED_MIB] * len(used) if base is None else [b + BASELINE_SLACK_MIB for b in base]
