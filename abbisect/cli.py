@@ -65,9 +65,10 @@ def _sides(recipe: Recipe, a: str | None, b: str | None) -> tuple[str, str]:
 @click.option("--output", "-o", help="result folder (default results/<recipe>/<UTC stamp>)")
 @click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
 @click.option("--dry-run", is_flag=True, help="print the plan (refs, install steps, argv, prompts) and stop")
+@click.option("--no-cache", is_flag=True, help="run both sides even if a cached result exists (it is replaced)")
 @click.option("--json", "as_json", is_flag=True, help="print the final result as JSON on stdout")
 def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | None, cache_dir: str | None,
-        dry_run: bool, as_json: bool) -> None:
+        dry_run: bool, no_cache: bool, as_json: bool) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
     from abbisect.ab import resolve_sides, run_ab
     from abbisect.plan import render_plan
@@ -84,7 +85,10 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
     out = new_output_dir(rec.name, output)
     progress = Reporter()
     progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
-    ab = run_ab(rec, repo, revs, cache, out, _invocation(), progress)
+    from abbisect.trialcache import TrialCache, machine_key
+
+    ab = run_ab(rec, repo, revs, cache, out, _invocation(), progress,
+                TrialCache(cache, machine_key(), enabled=not no_cache).runner())
     write_results(out, render_ab(ab), ab.to_dict(), [("a", ab.a), ("b", ab.b)])
     progress(f"A: [bold]{ab.a.verdict.status}[/bold]   B: [bold]{ab.b.verdict.status}[/bold]")
     progress(f"report: {out / 'report.md'}")

@@ -55,10 +55,16 @@ def test_fixed_vs_fixed_is_identical(tmp_path, engine_repo, cache_dir):
     res, _ = run_ab(tmp_path, engine_repo, cache_dir, "fixed", "healthy0")
     assert res["a"]["verdict"]["status"] == res["b"]["verdict"]["status"] == "ok"
     assert all(d["identical"] for d in res["divergences"])
-    # a venv already built for the same commit in an earlier test is reused, not rebuilt
+    # the same commits again: the trial results come from the cache (never pay twice) ...
     (tmp_path / "again").mkdir()
     again, _ = run_ab(tmp_path / "again", engine_repo, cache_dir, "fixed", "fixed")
-    assert again["a"]["env"]["reused"] and again["b"]["env"]["reused"]
+    assert again["a"]["cached"] and again["b"]["cached"]
+    # ... and with --no-cache they run again, on the venv already built for that commit
+    recipe = write_recipe(tmp_path / "nc.yaml", toy_recipe(engine_repo, sides={"a": "fixed", "b": "healthy0"}))
+    proc = abbisect("run", str(recipe), "-o", str(tmp_path / "nc"), "--json", "--no-cache", cwd=tmp_path,
+                    cache=cache_dir)
+    fresh = json.loads(proc.stdout)
+    assert not fresh["a"]["cached"] and fresh["a"]["env"]["reused"] and fresh["b"]["env"]["reused"]
 
 
 def test_install_failure_is_an_outcome(tmp_path, engine_repo, cache_dir):

@@ -52,9 +52,10 @@ def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
 
 
 def apply_change(repo: Path, change: str | None, n: int) -> None:
-    if change is None:
-        with (repo / "CHANGES.txt").open("a") as fh:
-            fh.write(f"- housekeeping {n}\n")
+    if change is None:  # one new file per edit, so edits on parallel branches merge cleanly
+        notes = repo / "changes.d"
+        notes.mkdir(exist_ok=True)
+        (notes / f"{n:05d}.txt").write_text(f"housekeeping {n}\n")
         return
     rel, old, new = CHANGES[change]
     path = repo / rel

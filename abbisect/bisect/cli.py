@@ -1,0 +1,133 @@
+"""`abbisect bisect` and `abbisect check` (a `git bisect run` script: 0 good, 1 bad, 125 untestable)."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+import click
+
+from abbisect import checkout
+from abbisect.errors import UserError
+from abbisect.paths import cache_root
+from abbisect.progress import Reporter
+from abbisect.recipe import load_recipe
+
+EXIT = {"good": 0, "bad": 1, "skip": 125}
+
+
+def _recipe_arg(recipe: str | None) -> Path:
+    path = Path(recipe or "abbisect.yaml")
+    if recipe is None and not path.is_file():
+        raise UserError("no RECIPE given and no abbisect.yaml in this folder (pass the recipe's path)")
+    return path
+
+
+@click.command()
+@click.argument("recipe", required=False)
+@click.option("--good", "--old", "good", help="a ref believed good (the old state)")
+@click.option("--bad", "--new", "bad", help="a ref believed bad (the new state)")
+@click.option("--first-parent", is_flag=True, default=None, help="walk only the mainline (overrides the recipe)")
+@click.option("--retries", type=int, default=None, help="re-run each trial N times to confirm its verdict")
+@click.option("--no-cache", is_flag=True, help="ignore cached trial results (they are still written)")
+@click.option("--resume", type=click.Path(file_okay=False), help="continue the interrupted bisect in this folder")
+@click.option("--output", "-o", help="result folder (default results/<recipe>/<UTC stamp>)")
+@click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
+@click.option("--json", "as_json", is_flag=True, help="print the result as JSON on stdout")
+@click.argument("pathspec", nargs=-1)
+def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, cache_dir, as_json, pathspec) -> None:
+    """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
+
+    Both ends are tested first and the direction is observed, not assumed. PATHSPEC (after --) narrows
+    the candidates to commits touching those paths.
+    """
+    from abbisect.bisect.driver import BisectRun, Driver, load_replay, order_ends
+    from abbisect.bisect.report import bisect_json, render_bisect
+    from abbisect.report.files import new_output_dir, write_results
+    from abbisect.trialcache import TrialCache, machine_key
+
+    if not (good and bad):
+        raise UserError("give both ends: --good REF --bad REF (or --old/--new)")
+    rec, _ = load_recipe(_recipe_arg(recipe))
+    options = rec.bisect.model_copy(update={k: v for k, v in {
+        "first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None}.items() if v is not None})
+    rec = rec.model_copy(update={"bisect": options})
+    cache = cache_root(cache_dir)
+    repo = checkout.open_repo(rec.engine.repo, cache)
+    good_rev, bad_rev = checkout.resolve(repo, good), checkout.resolve(repo, bad)
+    old, new = order_ends(repo, good_rev, bad_rev)
+    replay = load_replay(Path(resume)) if resume else None
+    out = Path(resume).resolve() if resume else new_output_dir(rec.name, output)
+    progress = Reporter()
+    cmd = shlex.join(["abbisect", *sys.argv[1:]])
+    resume_cmd = f"{cmd} --resume {shlex.quote(str(out))}" if not resume else cmd
+    run = BisectRun(rec, repo, good_rev, bad_rev, old, new, command=cmd)
+    progress(f"bisect [bold]{rec.name}[/bold]: good={good} ({good_rev.short}) bad={bad} ({bad_rev.short}) → {out}")
+    driver = Driver(rec, repo, cache, out, TrialCache(cache, machine_key(), enabled=not no_cache), progress,
+                    retries=options.retries, prefetch=options.prefetch)
+    try:
+        run = driver.run(run, replay)
+    except (KeyboardInterrupt, SystemExit):
+        driver.pool.shutdown(wait=False, cancel_futures=True)
+        click.echo(f"\nabbisect: interrupted; resume with:\n  {resume_cmd}", err=True)
+        raise
+    reproduce = [cmd, f"# the same search driven by git itself:",
+                 f"git -C {shlex.quote(str(repo))} bisect start --term-old={'bad' if run.mode == 'fix' else 'good'} "
+                 f"--term-new={'good' if run.mode == 'fix' else 'bad'}"
+                 + (" --first-parent" if options.first_parent else "") + f" {new.sha} {old.sha}",
+                 f"git -C {shlex.quote(str(repo))} bisect run abbisect check {shlex.quote(str(Path(recipe or 'abbisect.yaml').resolve()))}"
+                 + (" --invert" if run.mode == "fix" else "")]
+    results = [(s.role, s.result) for s in run.steps if s.result is not None]
+    write_results(out, render_bisect(run, reproduce), bisect_json(run), results, report_name="bisect.md")
+    from abbisect.bisect.report import headline
+
+    progress(headline(run).replace("`", ""))
+    progress(f"report: {out / 'bisect.md'}")
+    if as_json:
+        click.echo(json.dumps(bisect_json(run), default=str))
+    if run.mode in ("no-change", "untestable-end"):
+        raise SystemExit(3)
+
+
+@click.command()
+@click.argument("recipe", required=False)
+@click.argument("ref", required=False, default="HEAD")
+@click.option("--invert", is_flag=True, help="exit 0 for bad and 1 for good (when git's 'old' state is the bad one)")
+@click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
+@click.option("--no-cache", is_flag=True, help="ignore a cached result for this commit")
+@click.option("--json", "as_json", is_flag=True, help="print the trial result as JSON on stdout")
+def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
+    """Judge one commit (default HEAD) and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.
+
+    Usage errors exit 128, which makes `git bisect run` stop instead of calling the commit bad.
+    """
+    from abbisect.ab import trial_spec
+    from abbisect.trialcache import TrialCache, machine_key
+
+    try:
+        rec, _ = load_recipe(_recipe_arg(recipe))
+        cache = cache_root(cache_dir)
+        repo = checkout.open_repo(rec.engine.repo, cache)
+        rev = checkout.resolve(repo, ref)
+    except UserError as exc:
+        click.echo(f"abbisect: error: {exc}", err=True)
+        raise SystemExit(128) from None
+    progress = Reporter()
+    trials = TrialCache(cache, machine_key(), enabled=not no_cache)
+    spec = trial_spec(rec, repo, rev, "check", cache, cache / "checks" / rec.name)
+    result = trials.get(spec)
+    if result is None:
+        from abbisect.trial import run_trial
+
+        result = run_trial(spec, lambda m: progress(f"{rev.short}: {m}"))
+        trials.put(result)
+    outcome = result.verdict.outcome
+    if invert and outcome != "skip":
+        outcome = "good" if outcome == "bad" else "bad"
+    progress(f"{rev.ref} ({rev.short}): {result.verdict.status} → {outcome}"
+             + (" (cached)" if result.cached else "") + f" — {'; '.join(result.verdict.reasons[:2])}")
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), default=str))
+    raise SystemExit(EXIT[outcome])

@@ -1,0 +1,224 @@
+"""Drives a bisection with real trials: both ends first, direction observed, cache, prefetch, saved state.
+
+The search itself (`search.py`) is pure; this module supplies its verdicts from trials and keeps the
+record (`state.json` after every step) that a resumed run replays instead of re-testing.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abbisect import checkout
+from abbisect.ab import trial_spec
+from abbisect.bisect import history
+from abbisect.bisect.search import NEW, OLD, SKIP, SearchResult, SearchState, start
+from abbisect.environment import ensure_env
+from abbisect.errors import UserError
+from abbisect.locks import atomic_write
+from abbisect.recipe import Recipe
+from abbisect.score import resemblance
+from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
+from abbisect.trialcache import TrialCache
+
+Runner = Callable[[TrialSpec, Progress], TrialResult]
+
+
+@dataclass
+class Step:
+    n: int
+    sha: str
+    role: str  # "good end", "bad end", "candidate", "parent"
+    outcome: str  # good | bad | skip (after relative judgement and retries)
+    status: str
+    evidence: str
+    seconds: float
+    cached: bool
+    result: TrialResult | None = field(default=None, repr=False)
+
+    def to_dict(self) -> dict:
+        return {"n": self.n, "sha": self.sha, "role": self.role, "outcome": self.outcome, "status": self.status,
+                "evidence": self.evidence, "seconds": self.seconds, "cached": self.cached}
+
+
+@dataclass
+class BisectRun:
+    recipe: Recipe
+    repo: Path
+    good: checkout.Revision  # as the user named them
+    bad: checkout.Revision
+    old: checkout.Revision  # the ancestor end
+    new: checkout.Revision
+    mode: str = ""  # "regression" | "fix" | "no-change" | "untestable-end"
+    message: str = ""
+    steps: list[Step] = field(default_factory=list)
+    result: SearchResult | None = None
+    found_parent: str | None = None
+    launches: int = 0
+    builds: int = 0
+    wall_s: float = 0.0
+    command: str = ""
+
+
+def order_ends(repo: Path, good: checkout.Revision, bad: checkout.Revision) -> tuple[checkout.Revision, checkout.Revision]:
+    """(old, new): the end that is an ancestor of the other is old, whichever name the user gave it."""
+    if good.sha == bad.sha:
+        raise UserError(f"--good {good.ref} and --bad {bad.ref} are the same commit {good.short}")
+    if history.is_ancestor(repo, good.sha, bad.sha):
+        return good, bad
+    if history.is_ancestor(repo, bad.sha, good.sha):
+        return bad, good
+    raise UserError(f"{good.ref} and {bad.ref} are on different branches; pass their merge base "
+                    f"(git merge-base {good.ref} {bad.ref}) as one end")
+
+
+class Driver:
+    def __init__(self, recipe: Recipe, repo: Path, cache: Path, out: Path, trial_cache: TrialCache,
+                 progress: Progress, runner: Runner = run_trial, retries: int = 0, prefetch: int = 2) -> None:
+        self.recipe, self.repo, self.cache, self.out = recipe, repo, cache, out
+        self.trials, self.say, self.runner = trial_cache, progress, runner
+        self.retries, self.prefetch = retries, prefetch
+        self.pool = ThreadPoolExecutor(max_workers=max(prefetch, 1), thread_name_prefix="prefetch")
+        self.prefetched: dict[str, Future] = {}
+        self.results: dict[str, TrialResult] = {}
+        self.launches = 0
+        self.builds = 0
+
+    # -- trials --------------------------------------------------------------------------------------
+    def spec(self, sha: str, label: str) -> TrialSpec:
+        rev = checkout.Revision(label, sha, history.commit_info(self.repo, sha).subject)
+        return trial_spec(self.recipe, self.repo, rev, label, self.cache, self.out / "trials")
+
+    def prefetch_build(self, shas: list[str]) -> None:
+        """Build venvs of the commits that may come next while the current trial's server runs."""
+        if not self.prefetch:
+            return
+        for sha in shas[: self.prefetch]:
+            if sha in self.prefetched or self.trials.get(self.spec(sha, "prefetch")) is not None:
+                continue
+            self.prefetched[sha] = self.pool.submit(self._build, sha)
+
+    def _build(self, sha: str):
+        source = checkout.worktree(self.repo, sha, self.cache)
+        env = ensure_env(source, sha, self.recipe.install, self.recipe.engine.subdir, self.cache,
+                         self.recipe.timeouts.build)
+        if not env.reused:
+            self.builds += 1
+        return env
+
+    def trial(self, sha: str, label: str) -> tuple[TrialResult, bool]:
+        spec = self.spec(sha, label)
+        cached = self.trials.get(spec)
+        if cached is not None:
+            self.say(f"{label} {sha[:10]}: cached verdict {cached.verdict.status}")
+            return cached, True
+        result = self.runner(spec, lambda msg: self.say(f"{label} {sha[:10]}: {msg}"))
+        self.launches += 1 if result.launch else 0
+        self.builds += 0 if (result.env is None or result.env.reused) else 1
+        self.trials.put(result)
+        return result, False
+
+    def judged(self, sha: str, label: str, ends: dict[str, TrialResult] | None) -> tuple[str, TrialResult, bool, str]:
+        """The trial's outcome, confirmed by retries and (if asked) by which end its outputs resemble."""
+        result, cached = self.trial(sha, label)
+        outcome, evidence = result.verdict.outcome, "; ".join(result.verdict.reasons[:2])
+        if ends and "differs_from_good" in self.recipe.verdict.bad_if and outcome != "skip" and result.outputs:
+            r = resemblance([o.text for o in result.outputs], [o.text for o in ends["good"].outputs],
+                            [o.text for o in ends["bad"].outputs])
+            if r.closer_to in ("good", "bad"):
+                outcome, evidence = r.closer_to, f"outputs resemble the {r.closer_to} end: {r.evidence}"
+        for n in range(self.retries):
+            again = self.runner(self.spec(sha, f"{label} retry {n + 1}"), lambda m: self.say(f"{label} retry: {m}"))
+            self.launches += 1 if again.launch else 0
+            if again.verdict.outcome != result.verdict.outcome:
+                return "skip", result, cached, (f"flaky: {result.verdict.status} then {again.verdict.status} "
+                                                f"on retry {n + 1}")
+        self.results[sha] = result
+        return outcome, result, cached, evidence
+
+    # -- the search ----------------------------------------------------------------------------------
+    def run(self, run: BisectRun, replay: list[dict] | None = None) -> BisectRun:
+        t0 = time.monotonic()
+        recorded = {s["sha"]: s for s in (replay or [])}
+        graph = history.candidate_graph(self.repo, run.new.sha, [run.old.sha], self.recipe.bisect.first_parent,
+                                        self.recipe.bisect.pathspec or None)
+        state = start(graph, run.new.sha, [run.old.sha])
+        self.say(f"{len(state.remaining())} candidate commits between {run.old.ref} and {run.new.ref}; "
+                 f"roughly {state.steps_left() + 1} steps after the two ends")
+        self.prefetch_build([s for s in (state.next_commit(), *state.lookahead()) if s])
+
+        ends: dict[str, TrialResult] = {}
+        for rev, role in ((run.old, "old end"), (run.new, "new end")):
+            step = self._step(run, rev.sha, role, None, recorded)
+            ends[role] = step.result
+        o, n = run.steps[0].outcome, run.steps[1].outcome
+        if "skip" in (o, n):
+            bad_end = run.steps[0] if o == "skip" else run.steps[1]
+            run.mode, run.message = "untestable-end", (f"the {bad_end.role} ({bad_end.sha[:10]}) is untestable: "
+                                                       f"{bad_end.status} — {bad_end.evidence}")
+            return self._finish(run, t0)
+        if o == n:
+            run.mode, run.message = "no-change", (f"both ends are {o} ({run.steps[0].status} / {run.steps[1].status}):"
+                                                  " nothing to bisect — check the recipe's verdict rules or the refs")
+            return self._finish(run, t0)
+        run.mode = "regression" if o == "good" else "fix"
+        named_good_is_old = run.good.sha == run.old.sha
+        if (o == "good") != named_good_is_old:
+            self.say(f"--good {run.good.ref} is actually {'bad' if named_good_is_old else 'good'} and --bad "
+                     f"{run.bad.ref} is {'good' if named_good_is_old else 'bad'}: searching for the commit that "
+                     f"{'fixed' if run.mode == 'fix' else 'broke'} it")
+        good_end = ends["old end"] if o == "good" else ends["new end"]
+        bad_end = ends["new end"] if o == "good" else ends["old end"]
+        rel = {"good": good_end, "bad": bad_end}
+        term = {o: OLD, n: NEW}
+        while (sha := state.next_commit()) is not None:
+            self.prefetch_build(list(state.lookahead()))
+            self.say(f"step {len(run.steps) - 1}: {len(state.remaining())} left, roughly {state.steps_left()} "
+                     f"more after this one")
+            step = self._step(run, sha, "candidate", rel, recorded)
+            state = state.record(sha, term.get(step.outcome, SKIP))
+            self._save(run, state)
+        run.result = state.result()
+        if run.result.first_new:
+            parents = graph.parents.get(run.result.first_new) or (run.old.sha,)
+            run.found_parent = next((p for p in parents if p in self.results), parents[0])
+            if run.found_parent not in self.results:
+                run.found_parent = run.old.sha
+        return self._finish(run, t0)
+
+    def _step(self, run: BisectRun, sha: str, role: str, ends, recorded: dict) -> Step:
+        t = time.monotonic()
+        if sha in recorded and role == "candidate":
+            r = recorded[sha]
+            result, cached = self.trial(sha, role)
+            step = Step(len(run.steps), sha, role, r["outcome"], r["status"], r["evidence"], 0.0, True, result)
+            self.results[sha] = result
+        else:
+            outcome, result, cached, evidence = self.judged(sha, role, ends)
+            step = Step(len(run.steps), sha, role, outcome, result.verdict.status, evidence,
+                        round(time.monotonic() - t, 2), cached, result)
+        run.steps.append(step)
+        self.say(f"{role} {sha[:10]}: [bold]{step.outcome}[/bold] ({step.status}) {step.evidence[:100]}")
+        return step
+
+    def _save(self, run: BisectRun, state: SearchState) -> None:
+        atomic_write(self.out / "state.json", json.dumps({
+            "command": run.command, "good": run.good.ref, "bad": run.bad.ref,
+            "steps": [s.to_dict() for s in run.steps], "remaining": state.remaining()}, indent=1))
+
+    def _finish(self, run: BisectRun, t0: float) -> BisectRun:
+        self.pool.shutdown(wait=True, cancel_futures=True)
+        run.launches, run.builds = self.launches, self.builds
+        run.wall_s = round(time.monotonic() - t0, 2)
+        return run
+
+
+def load_replay(out: Path) -> list[dict]:
+    state = out / "state.json"
+    if not state.is_file():
+        raise UserError(f"--resume {out}: no state.json there (give the folder an interrupted bisect printed)")
+    return json.loads(state.read_text())["steps"]

@@ -1,0 +1,74 @@
+"""Never pay twice: trial results cached by (sha, recipe fingerprint, environment fingerprint)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+from abbisect.environment import plan_env
+from abbisect.locks import atomic_write
+from abbisect.recipe import Recipe
+from abbisect.trial import TrialResult, TrialSpec
+
+# Outcomes that say something about the commit; an infrastructure failure may pass on a retry.
+CACHEABLE = {"ok", "degenerate", "wrong_answer", "warned", "crashed_at_startup", "build_failed", "flag_rejected",
+             "timeout"}
+
+
+def machine_key() -> str:
+    """The host and stack the trials run on: the GPU fingerprint when one is known, else the platform."""
+    try:
+        from abbisect.gpu.fingerprint import collect
+
+        return collect().key
+    except Exception:  # the fingerprint is an optimisation of the key, never a reason to fail
+        return hashlib.sha256(f"{platform.platform()} {sys.version}".encode()).hexdigest()[:12]
+
+
+def trial_key(spec: TrialSpec, machine: str) -> str:
+    recipe = Recipe.model_validate(spec.recipe)
+    source = Path(spec.cache_dir) / "worktrees" / spec.sha  # only used for naming, never touched
+    env_key, _ = plan_env(source, spec.sha, recipe.install, recipe.engine.subdir, Path(spec.cache_dir))
+    blob = json.dumps([spec.sha, recipe.fingerprint(), env_key, machine])
+    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+
+
+class TrialCache:
+    def __init__(self, cache_dir: Path, machine: str, enabled: bool = True) -> None:
+        self.root = cache_dir / "trials"
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.machine = machine
+        self.enabled = enabled
+
+    def get(self, spec: TrialSpec) -> TrialResult | None:
+        if not self.enabled:
+            return None
+        path = self.root / f"{trial_key(spec, self.machine)}.json"
+        if not path.is_file():
+            return None
+        result = TrialResult.from_dict(json.loads(path.read_text()))
+        return replace(result, spec=replace(result.spec, side=spec.side, ref=spec.ref), cached=True)
+
+    def runner(self, run=None):
+        """A trial runner that answers from the cache and stores what it runs."""
+        from abbisect.trial import run_trial
+
+        def cached_run(spec: TrialSpec, progress) -> TrialResult:
+            hit = self.get(spec)
+            if hit is not None:
+                progress(f"cached result from an earlier run: {hit.verdict.status}")
+                return hit
+            result = (run or run_trial)(spec, progress)
+            self.put(result)
+            return result
+
+        return cached_run
+
+    def put(self, result: TrialResult) -> None:
+        if result.verdict.status in CACHEABLE:
+            path = self.root / f"{trial_key(result.spec, self.machine)}.json"
+            atomic_write(path, json.dumps(result.to_dict(), default=str))
