@@ -228,13 +228,22 @@ def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a mapping of keys at the top level")
     try:
-        return Recipe.model_validate(data)
+        recipe = Recipe.model_validate(data)
     except ValidationError as exc:
         errors = exc.errors()
         # A union (model: str | mapping) reports every branch; keep the branch the input was meant for.
         meant = [e for e in errors if not (e["type"].endswith("_type") and isinstance(e.get("input"), dict | list))]
         errors = meant or errors
         raise UserError(f"{source}: {_describe(errors[0])}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""))
+    if recipe.probe is not None:
+        from abbisect.gpu.probe import ProbeConfig
+
+        try:
+            ProbeConfig.model_validate(recipe.probe)
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            raise UserError(f"{source}: {_describe({**err, 'loc': ('probe', *err['loc'])})}") from None
+    return recipe
 
 
 def load_recipe(path: str | Path) -> tuple[Recipe, Path]:

@@ -157,6 +157,10 @@ def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         ev = _evidence(recipe, env, None, (), (), (), (), None)
         return _result(spec, env, None, (), (), (), (), None, judge(ev, recipe.verdict), timings, t0)
 
+    extras: dict = {"fingerprint": _fingerprint(env.python, recipe, spec)}
+    if recipe.probe is not None:
+        return _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say)
+
     model = resolve_model(recipe, cache, say)
     mod = adapter(recipe.engine.kind)
     host = "127.0.0.1"
@@ -165,6 +169,8 @@ def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     log_path = out / "server.log"
     if log_path.exists():
         log_path.unlink()
+    if recipe.gpus is not None:
+        extras["gpu_before"] = _gpu_idle(recipe.gpus, say).to_dict()
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
     server = launch.start(plan, server_env(recipe, plan.env, env.path), log_path, source, f"http://{host}:{port}")
@@ -182,6 +188,8 @@ def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         say("teardown")
         teardown = launch.stop(server, recipe.timeouts.teardown)
         timings["teardown"] = teardown.seconds
+        if recipe.gpus is not None:
+            extras["gpu_after"] = _gpu_released(recipe.gpus, extras.get("gpu_before"), say).to_dict()
 
     say("score")
     ts = time.monotonic()
@@ -197,15 +205,61 @@ def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     ev = _evidence(recipe, env, info, outputs, analyses, answers, signatures, exc)
     verdict = judge(ev, recipe.verdict)
     timings["score"] = round(time.monotonic() - ts, 4)
-    return _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0)
+    return _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0, extras)
 
 
-def _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0) -> TrialResult:
+def _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0,
+            extras=None) -> TrialResult:
     timings["total"] = round(time.monotonic() - t0, 3)
-    spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "teardown"))
+    spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "teardown", "probe"))
     timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
     return TrialResult(spec, env, info, tuple(outputs), tuple(analyses), tuple(answers), tuple(signatures),
-                       exc, verdict, timings)
+                       exc, verdict, timings, extras or {})
+
+
+def _fingerprint(python: str, recipe: Recipe, spec: TrialSpec) -> dict:
+    """The side's own venv described (torch, triton, engine version) plus the GPU it sees."""
+    from abbisect.gpu.fingerprint import collect
+
+    fp = collect(python, extra={"engine": recipe.engine.kind, "engine_sha": spec.sha}, timeout_s=120)
+    return {**fp.to_dict(), "key": fp.key}
+
+
+def _gpu_idle(gpus: list[int], say: Progress):
+    """Same-GPU hygiene: the pinned GPU must be free before a side starts (waits for the previous one)."""
+    from abbisect.gpu.hygiene import check_idle, describe, wait_released
+
+    rep = check_idle(gpus)
+    if rep.busy:
+        say(f"GPU busy before launch, waiting: {describe(rep)}")
+        rep = wait_released(gpus, timeout_s=120)
+    say(f"GPU before launch: {describe(rep)}")
+    return rep
+
+
+def _gpu_released(gpus: list[int], before: dict | None, say: Progress):
+    from abbisect.gpu.hygiene import describe, wait_released
+
+    rep = wait_released(gpus, timeout_s=60, baseline=(before or {}).get("used_mib") or None)
+    say(f"GPU after teardown: {describe(rep)}")
+    return rep
+
+
+def _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say) -> TrialResult:
+    """A kernel probe replaces the server: compile (and where a GPU is, launch) the kernel per config."""
+    from abbisect.gpu.probe import load_probe, probe_status, probe_verdict, run_probe
+
+    config = load_probe(recipe.probe)
+    say(f"probe: {config.kernel} over {', '.join(config.targets)}")
+    tp = time.monotonic()
+    result = run_probe(config, env.python, source, out)
+    timings["probe"] = round(time.monotonic() - tp, 3)
+    extras["probe"] = result.to_dict()
+    outcome = probe_status(result, config)
+    _, evidence = probe_verdict(result, config)
+    status = {"good": "ok", "bad": "does_not_fit", "skip": "infra_error"}[outcome]
+    verdict = Verdict(status, outcome, tuple(evidence) or ("every probed configuration fits its targets",))
+    return _result(spec, env, None, (), (), (), (), None, verdict, timings, t0, extras)
 
 
 def _evidence(recipe: Recipe, env: EnvResult, info: LaunchInfo | None, outputs, analyses, answers, signatures,

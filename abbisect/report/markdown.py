@@ -114,12 +114,33 @@ def facts_block(a: TrialResult, b: TrialResult) -> str:
 
 
 def fingerprint_block(a: TrialResult, b: TrialResult) -> str:
+    from abbisect.gpu.fingerprint import Fingerprint, render_sides
+
     fa, fb = a.extras.get("fingerprint"), b.extras.get("fingerprint")
-    if not (fa or fb):
+    if not (fa and fb):
         return ""
-    keys = sorted({k for f in (fa, fb) if f for k in f if not isinstance(f[k], dict | list)})
-    rows = [[k, cell(str((fa or {}).get(k, "—")), 40), cell(str((fb or {}).get(k, "—")), 40)] for k in keys]
-    return details("Environment fingerprint of each side's venv", table(["", "A", "B"], rows))
+    sides = {"A": Fingerprint.from_dict({k: v for k, v in fa.items() if k != "key"}),
+             "B": Fingerprint.from_dict({k: v for k, v in fb.items() if k != "key"})}
+    return details("Environment fingerprint of each side's venv", render_sides(sides))
+
+
+def gpu_block(a: TrialResult, b: TrialResult) -> str:
+    rows = []
+    for label, r in (("A", a), ("B", b)):
+        for when in ("gpu_before", "gpu_after"):
+            rep = r.extras.get(when)
+            if rep:
+                state = "skipped: " + rep["notice"] if rep["skipped"] else ("BUSY" if rep["busy"] else "idle")
+                rows.append([label, when.removeprefix("gpu_"), state, ", ".join(map(str, rep["pids"])) or "—",
+                             ", ".join(map(str, rep["used_mib"])) or "—", f"{rep['waited_s']:.1f} s"])
+    return table(["side", "when", "GPU", "PIDs", "used MiB", "waited"], rows) if rows else ""
+
+
+def probe_block(label: str, r: TrialResult) -> str:
+    from abbisect.gpu.probe import ProbeResult, render_probe_markdown
+
+    data = r.extras.get("probe")
+    return f"#### {label}: kernel probe\n\n{render_probe_markdown(ProbeResult.from_dict(data))}" if data else ""
 
 
 def render_ab(ab) -> str:
@@ -141,6 +162,11 @@ def render_ab(ab) -> str:
                   f"disappeared in B: {', '.join(f'`{s}`' for s in diff.get('disappeared', [])) or 'none'}.", ""]
     if a.outputs or b.outputs:
         lines += ["### Outputs", "", outputs_table(a, b, ab.divergences), ""]
+    probes = [p for p in (probe_block("A", a), probe_block("B", b)) if p]
+    lines += [x for p in probes for x in (p, "")]
+    gpu = gpu_block(a, b)
+    if gpu:
+        lines += ["### Same-GPU hygiene", "", gpu, ""]
     lines += ["### Evidence", "", evidence_block("A", a), "", evidence_block("B", b), "",
               "### Engine's own record of its flags", "", facts_block(a, b), ""]
     if a.outputs:
@@ -151,7 +177,7 @@ def render_ab(ab) -> str:
     if fp:
         lines += [fp, ""]
     timing = table(["", "A", "B"], [[k, _secs(a.timings.get(k)), _secs(b.timings.get(k))]
-                                    for k in ("checkout", "build", "ready", "query", "teardown", "score", "overhead", "total")])
+                                    for k in ("checkout", "build", "ready", "query", "probe", "teardown", "score", "overhead", "total")])
     lines += [details("Timings", timing), "",
               details("Reproduce", fence(ab.command, "sh") + f"\n\nabbisect {ab.version}, started {ab.started}"), ""]
     return "\n".join(lines)
