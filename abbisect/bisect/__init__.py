@@ -1,0 +1,1 @@
+"""Bisection: a pure search (`search`) over candidates read from git (`history`)."""
