@@ -99,7 +99,9 @@ def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cac
     start = time.monotonic()
     with file_lock(cache / "envs" / f"{key}.lock"):
         if _healthy(root) is None:
-            return EnvResult(True, key, str(ctx.venv), ctx.python, True, 0.0, str(log), shown)
+            # Time spent here is waiting for a concurrent (background) build of the same venv.
+            waited = round(time.monotonic() - start, 3)
+            return EnvResult(True, key, str(ctx.venv), ctx.python, True, waited, str(log), shown)
         if root.exists():
             shutil.rmtree(root)
         root.mkdir(parents=True)
