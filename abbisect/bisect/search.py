@@ -11,6 +11,7 @@ that picked other (equally good) midpoints could end with a different candidate 
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -30,9 +31,10 @@ class Graph:
     parents: sha -> parents inside the graph (parents outside the range are dropped).
     order:   topological, oldest first.
     walk:    git's own list order, oldest first (the reverse of `git rev-list` for the range); git
-             breaks ties between equally good midpoints by it.  Equal to `order` unless given.
-    treesame: commits that stay in the graph but never count or get tested (with a pathspec, the
-             tip when it does not touch the paths: git keeps it as the "new" end but never names it).
+             breaks ties between equally good midpoints by it.  Defaults to the order of `parents`.
+             Need not be topological (committer dates can be skewed); `order` always is.
+    treesame: with a pathspec, commits that do not touch the paths (the tip may be one): git walks
+             through them but never counts, tests or names them.
     """
 
     parents: Mapping[str, tuple[str, ...]]
@@ -98,8 +100,6 @@ def _bits(index: Mapping[str, int], shas: Iterable[str]) -> int:
 
 def _stable_topo(parents: Mapping[str, tuple[str, ...]], walk: tuple[str, ...]) -> tuple[str, ...]:
     """Topological order (parents first) that keeps `walk` order wherever the graph allows it."""
-    import heapq
-
     pos = {sha: i for i, sha in enumerate(walk)}
     children: dict[str, list[str]] = {sha: [] for sha in walk}
     waiting = {sha: len(ps) for sha, ps in parents.items()}
@@ -127,7 +127,8 @@ class SearchResult:
 
     outcome: "found" (first_new is set), "ambiguous" (only skipped commits are left: the first new
     commit is one of `candidates`, like git's "could be any of"), "untestable" (nothing left that
-    may be tested: with a pathspec, the change is outside the paths), or "running".
+    may be tested: with a pathspec, the change is outside the paths; `candidates` holds the known-new
+    end), or "running" (`candidates`: every commit still possible).
     """
 
     outcome: Outcome
@@ -138,6 +139,7 @@ class SearchResult:
 
     @property
     def tested(self) -> int:
+        """How many verdicts were recorded (skips included)."""
         return len(self.verdicts)
 
 
@@ -154,28 +156,31 @@ class SearchState:
     def __post_init__(self) -> None:
         if self.new not in self.graph:
             raise ValueError(f"new commit {self.new} is not in the graph")
-        if self.new in self._old_closure:
+        if self._is_old(self.new):
             raise ValueError(f"new commit {self.new} is an ancestor of an old commit")
 
     # -- range -----------------------------------------------------------------------------------
 
     @cached_property
-    def _old_closure(self) -> frozenset[str]:
+    def _old_bits(self) -> int:
+        """Every commit of the graph known old: the old ones and their ancestors."""
         bits = 0
         for sha in self.olds:
-            if sha in self.graph:
+            if sha in self.graph:  # the starting old ends are usually just outside the graph
                 bits |= self.graph._ancestors[sha]
-        return frozenset(self.graph._unbits(bits))
+        return bits
+
+    def _is_old(self, sha: str) -> bool:
+        return bool(self._old_bits >> self.graph._index[sha] & 1)
 
     @cached_property
     def _range_bits(self) -> int:
-        g = self.graph
-        old_bits = _bits(g._index, self._old_closure)
-        return g._ancestors[self.new] & ~old_bits
+        return self.graph._ancestors[self.new] & ~self._old_bits
 
     def remaining(self) -> list[str]:
-        """Commits that may still be the first new one (skipped ones included), in topological order."""
-        return self.graph._unbits(self._range_bits)
+        """Commits that may still be the first new one (skipped ones and `new` included), in
+        topological order.  Treesame commits are left out: git never names them."""
+        return self.graph._unbits(self._range_bits & ~self.graph._treesame_bits)
 
     @cached_property
     def _counted(self) -> int:
@@ -305,7 +310,7 @@ class SearchState:
             raise ValueError(f"{sha} is not a candidate commit")
         history = (*self.verdicts, (sha, verdict))
         if verdict == NEW:
-            if sha in self._old_closure:
+            if self._is_old(sha):
                 raise ValueError(f"{sha} cannot be new: it is an ancestor of an old commit")
             in_range = self._range_bits >> self.graph._index[sha] & 1
             # A new commit outside the range (a sibling of the known-new one) narrows nothing.
@@ -318,7 +323,7 @@ class SearchState:
 
     def result(self) -> SearchResult:
         pick = self._pick
-        left = [sha for sha in self.remaining() if sha != self.new and sha not in self.graph.treesame]
+        left = [sha for sha in self.remaining() if sha != self.new]
         if pick is not None and pick != self.new:
             return SearchResult("running", None, tuple(self.remaining()), self.steps_left(), self.verdicts)
         if pick == self.new and not left:
