@@ -96,14 +96,13 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
         click.echo(json.dumps(ab.to_dict(), default=str))
 
 
-def _register_optional() -> None:
-    for module, name in (("abbisect.scan", "scan"), ("abbisect.envcmd", "env"), ("abbisect.bisect.cli", "bisect"),
-                         ("abbisect.bisect.cli", "check")):
-        try:
-            mod = __import__(module, fromlist=[name])
-        except ImportError:
-            continue
-        main.add_command(getattr(mod, name))
+def _register() -> None:
+    from abbisect.bisect.cli import bisect, check
+    from abbisect.envcmd import env
+    from abbisect.scan import scan
+
+    for command in (bisect, check, scan, env):
+        main.add_command(command)
 
 
-_register_optional()
+_register()

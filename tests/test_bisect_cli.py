@@ -15,8 +15,15 @@ from pathlib import Path
 
 import pytest
 
-from abbisect.demo.history import Commit, _git, apply_change, build_history, commit
+from abbisect.demo.history import Commit, _git, build_history, commit
 from conftest import abbisect, toy_recipe, write_recipe
+
+
+def merge(repo: Path, branch: str, message: str, n: int) -> str:
+    date = f"@{1_767_225_600 + 3600 * n} +0000"
+    _git(repo, "merge", "-q", "--no-ff", branch, "-m", message,
+         env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+    return _git(repo, "rev-parse", "HEAD")
 
 
 @pytest.fixture(scope="module")
@@ -32,10 +39,7 @@ def merge_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     shas["f2"] = commit(repo, Commit("f2 quant dispatch for linear layers only", "break_scale"), n := n + 1)
     _git(repo, "checkout", "-q", "main")
     shas["c2"] = commit(repo, Commit("c2 housekeeping"), n := n + 1)
-    _git(repo, "merge", "-q", "--no-ff", "feature", "-m", "Merge pull request #7 from dev/feature",
-         env={"GIT_AUTHOR_DATE": f"@{1_767_225_600 + 3600 * (n := n + 1)} +0000",
-              "GIT_COMMITTER_DATE": f"@{1_767_225_600 + 3600 * n} +0000"})
-    shas["M1"] = _git(repo, "rev-parse", "HEAD")
+    shas["M1"] = merge(repo, "feature", "Merge pull request #7 from dev/feature", n := n + 1)
     shas["c5"] = commit(repo, Commit("c5 housekeeping", tag="broken-release"), n := n + 1)
     shas["c6"] = commit(repo, Commit("c6 break packaging", "break_install"), n := n + 1)
     shas["c7"] = commit(repo, Commit("c7 repair packaging", "fix_install"), n := n + 1)
@@ -43,10 +47,7 @@ def merge_repo(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     shas["x1"] = commit(repo, Commit("x1 route lm_head through the quantised method", "fix_scale"), n := n + 1)
     _git(repo, "checkout", "-q", "main")
     shas["c8"] = commit(repo, Commit("c8 housekeeping"), n := n + 1)
-    _git(repo, "merge", "-q", "--no-ff", "fix", "-m", "Merge pull request #9 from dev/fix",
-         env={"GIT_AUTHOR_DATE": f"@{1_767_225_600 + 3600 * (n := n + 1)} +0000",
-              "GIT_COMMITTER_DATE": f"@{1_767_225_600 + 3600 * n} +0000"})
-    shas["M2"] = _git(repo, "rev-parse", "HEAD")
+    shas["M2"] = merge(repo, "fix", "Merge pull request #9 from dev/fix", n := n + 1)
     shas["tip"] = commit(repo, Commit("tip housekeeping", tag="tip"), n := n + 1)
     return repo, shas
 
