@@ -42,6 +42,7 @@ class Engine(_Strict):
 class Install(_Strict):
     strategy: Literal["editable", "command", "precompiled", "wheel", "overlay"] = "editable"
     python: str | None = None
+    system_site_packages: bool = False
     extras: list[str] = []
     pins: list[str] = []
     find_links: list[str] = []

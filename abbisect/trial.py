@@ -247,9 +247,9 @@ def _gpu_released(gpus: list[int], before: dict | None, say: Progress):
 
 def _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say) -> TrialResult:
     """A kernel probe replaces the server: compile (and where a GPU is, launch) the kernel per config."""
-    from abbisect.gpu.probe import load_probe, probe_status, probe_verdict, run_probe
+    from abbisect.gpu.probe import ProbeConfig, probe_status, probe_verdict, run_probe
 
-    config = load_probe(recipe.probe)
+    config = ProbeConfig.model_validate(recipe.probe)  # already validated with the recipe
     say(f"probe: {config.kernel} over {', '.join(config.targets)}")
     tp = time.monotonic()
     result = run_probe(config, env.python, source, out)

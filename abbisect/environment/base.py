@@ -70,7 +70,11 @@ def python_version(install: Install) -> str:
 
 
 def venv_step(ctx: BuildContext) -> Step:
-    return Step((ctx.uv, "venv", "--quiet", "--python", python_version(ctx.install), str(ctx.venv)), "create venv")
+    # --system-site-packages: reuse what the base interpreter has (e.g. a container's CUDA torch, triton).
+    inherit = ("--system-site-packages",) if ctx.install.system_site_packages else ()
+    # Without an explicit version, the interpreter running abbisect (uv might otherwise pick another one).
+    python = ctx.install.python or sys.executable
+    return Step((ctx.uv, "venv", "--quiet", *inherit, "--python", python, str(ctx.venv)), "create venv")
 
 
 PIP_CONFIG = "pip-config"

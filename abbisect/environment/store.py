@@ -65,7 +65,8 @@ def _load_optional_strategies() -> None:
 
 def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Path) -> tuple[BuildContext, str]:
     probe = BuildContext(source, sha, install, Path("/nonexistent"), cache, subdir)
-    inputs = {"strategy": install.strategy, "python": python_version(install), **_strategy(install).key_inputs(probe)}
+    inputs = {"strategy": install.strategy, "python": python_version(install),
+              "system_site_packages": install.system_site_packages, **_strategy(install).key_inputs(probe)}
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
     root = cache / "envs" / key
     return BuildContext(source, sha, install, root / "venv", cache, subdir), key

@@ -1,0 +1,110 @@
+"""A kernel probe as a trial: A/B and bisect a Triton tile change through the CLI, no GPU needed."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from abbisect.demo.history import _git
+from conftest import abbisect, write_recipe
+
+pytestmark = pytest.mark.skipif(
+    importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None,
+    reason="the probe cross-compiles with triton and drives the launcher with CPU torch: "
+           "pip install 'triton==3.6.0' torch (the test extra has both)")
+
+KERNEL = '''
+import triton
+import triton.language as tl
+
+STAGES = 2
+BLOCK_K = 64
+
+
+@triton.jit
+def matmul_kernel(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_ak, stride_bk, stride_bn, stride_cm,
+                  stride_cn, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr):
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_m[:, None] * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_n[None, :] * stride_bn
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        acc += tl.dot(a, b)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+    c_ptrs = c_ptr + offs_m[:, None] * stride_cm + offs_n[None, :] * stride_cn
+    tl.store(c_ptrs, acc.to(tl.float16), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+def matmul(a, b, c):
+    M, K = a.shape
+    N = b.shape[1]
+    grid = (triton.cdiv(M, 128), triton.cdiv(N, 128), 1)
+    matmul_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0),
+                        c.stride(1), BLOCK_M=128, BLOCK_N=128, BLOCK_K=BLOCK_K, num_warps=4, num_stages=STAGES)
+'''
+
+
+@pytest.fixture(scope="module")
+def kernel_repo(tmp_path_factory) -> tuple[Path, list[str]]:
+    """v1 fits sm_120; "tune" moves to 3 stages of 128-wide K tiles (131,072 B on sm_120); later commits keep it."""
+    repo = tmp_path_factory.mktemp("kernels") / "engine"
+    repo.mkdir()
+    _git(repo, "init", "-q", "-b", "main")
+    shas = []
+    steps = [("v1: tiled GEMM", KERNEL, "v1"), ("docs", None, None),
+             ("Tune matmul: 3 stages, BLOCK_K=128", KERNEL.replace("STAGES = 2", "STAGES = 3")
+              .replace("BLOCK_K = 64", "BLOCK_K = 128"), None), ("more docs", None, None), ("tidy", None, "v2")]
+    for n, (msg, text, tag) in enumerate(steps):
+        if text is not None:
+            (repo / "gemm_kernel.py").write_text(text)
+        (repo / "NOTES.txt").write_text(f"{n}\n")
+        _git(repo, "add", "-A")
+        date = f"@{1_767_225_600 + 3600 * n} +0000"
+        _git(repo, "commit", "-q", "-m", msg, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
+        if tag:
+            _git(repo, "tag", tag)
+        shas.append(_git(repo, "rev-parse", "HEAD"))
+    return repo, shas
+
+
+def probe_recipe(repo: Path) -> dict:
+    t = {"tensor": [512, 512], "dtype": "float16"}
+    return {
+        "name": "gemm-smem",
+        "engine": {"kind": "command", "repo": str(repo)},
+        # the venv sees this interpreter's triton and CPU torch; the command checks that it really does
+        "install": {"strategy": "command", "system_site_packages": True,
+                    "commands": ["{python} -c 'import triton, torch'"]},
+        "probe": {"file": "gemm_kernel.py", "kernel": "matmul_kernel", "launcher": "matmul", "args": [t, t, t],
+                  "targets": ["sm_90", "sm_120"], "mode": "compile", "bad_if": {"not_fits": ["sm_120"]}},
+        "sides": {"a": "v1", "b": "v2"},
+    }
+
+
+def test_probe_ab_and_bisect(tmp_path, kernel_repo, cache_dir):
+    repo, shas = kernel_repo
+    recipe = write_recipe(tmp_path / "r.yaml", probe_recipe(repo))
+    proc = abbisect("run", str(recipe), "-o", str(tmp_path / "ab"), "--json", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["a"]["verdict"]["status"] == "ok" and res["b"]["verdict"]["status"] == "does_not_fit"
+    assert any("131,072" in r and "101,376" in r for r in res["b"]["verdict"]["reasons"])
+    rows = {(r["target"]): r["shared_bytes"] for r in res["b"]["extras"]["probe"]["rows"]}
+    assert rows == {"sm_90": 196608, "sm_120": 131072}
+    report = (tmp_path / "ab" / "report.md").read_text()
+    assert "kernel probe" in report and "131,072" in report
+
+    proc = abbisect("bisect", str(recipe), "--good", "v1", "--bad", "v2", "-o", str(tmp_path / "bis"), "--json",
+                    cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["first_new"] == shas[2]
