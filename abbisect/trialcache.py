@@ -20,13 +20,25 @@ CACHEABLE = {"ok", "degenerate", "wrong_answer", "warned", "crashed_at_startup",
 
 
 def machine_key() -> str:
-    """The host and stack the trials run on: the GPU fingerprint when one is known, else the platform."""
-    try:
-        from abbisect.gpu.fingerprint import collect
+    """The host a trial runs on: platform, Python, and the GPUs and driver NVML reports (if any).
 
-        return collect().key
-    except Exception:  # the fingerprint is an optimisation of the key, never a reason to fail
-        return hashlib.sha256(f"{platform.platform()} {sys.version}".encode()).hexdigest()[:12]
+    The software stack a side runs with (torch, triton, engine) is in its venv, hence in the env key;
+    NVML answers in milliseconds where importing torch to ask would take seconds on every command.
+    """
+    parts = [platform.machine(), platform.system(), sys.version.split()[0]]
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            parts.append(str(pynvml.nvmlSystemGetDriverVersion()))
+            for i in range(pynvml.nvmlDeviceGetCount()):
+                parts.append(str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))))
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:  # no NVML here: a CPU machine, keyed by its platform alone
+        parts.append("no-nvml")
+    return hashlib.sha256(" ".join(parts).encode()).hexdigest()[:12]
 
 
 def trial_key(spec: TrialSpec, machine: str) -> str:
