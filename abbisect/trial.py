@@ -18,8 +18,18 @@ from abbisect.engines import adapter
 from abbisect.environment import EnvResult, ensure_env
 from abbisect.query import Completion, query_all
 from abbisect.recipe import Recipe
-from abbisect.score import (AnswerCheck, OutputAnalysis, SignatureMatch, Thresholds, analyze, check_answer,
-                            first_exception, load_catalogue, scan_text, severity_at_least)
+from abbisect.score import (
+    AnswerCheck,
+    OutputAnalysis,
+    SignatureMatch,
+    Thresholds,
+    analyze,
+    check_answer,
+    first_exception,
+    load_catalogue,
+    scan_text,
+    severity_at_least,
+)
 from abbisect.verdict import Evidence, Verdict, judge
 
 Progress = Callable[[str], None]
@@ -186,6 +196,8 @@ def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
             timings["query"] = round(time.monotonic() - tq, 3)
     finally:
         say("teardown")
+        # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
+        scored_bytes = log_path.stat().st_size if log_path.exists() else 0
         teardown = launch.stop(server, recipe.timeouts.teardown)
         timings["teardown"] = teardown.seconds
         if recipe.gpus is not None:
@@ -194,11 +206,12 @@ def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     say("score")
     ts = time.monotonic()
     log_text = log_path.read_text(errors="replace")
-    signatures = tuple(scan_text(log_text, catalogue))
+    scored = log_path.read_bytes()[:scored_bytes].decode(errors="replace")
+    signatures = tuple(scan_text(scored, catalogue))
     thresholds = Thresholds.from_overrides(recipe.scoring.thresholds or None)
     analyses = tuple(analyze(o.text, thresholds) for o in outputs)
     answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, p in zip(outputs, recipe.prompts))
-    exc = first_exception(log_text)
+    exc = first_exception(scored)
     info = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
                       str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), asdict(teardown),
                       mod.facts(log_text))

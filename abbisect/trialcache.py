@@ -36,7 +36,7 @@ def machine_key() -> str:
                 parts.append(str(pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))))
         finally:
             pynvml.nvmlShutdown()
-    except Exception:  # no NVML here: a CPU machine, keyed by its platform alone
+    except Exception:  # noqa: BLE001 -- no NVML here: a CPU machine, keyed by its platform alone
         parts.append("no-nvml")
     return hashlib.sha256(" ".join(parts).encode()).hexdigest()[:12]
 

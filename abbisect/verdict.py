@@ -81,9 +81,7 @@ def judge(ev: Evidence, rules: Verdicts) -> Verdict:
     rule = _RULE_OF.get(status)
     if rule in rules.skip_if:
         outcome = "skip"
-    elif status == "warned" and ev.bad_signatures:
-        outcome = "bad"
-    elif rule in rules.bad_if:
+    elif status == "warned" and ev.bad_signatures or rule in rules.bad_if:
         outcome = "bad"
     else:
         outcome = "good"

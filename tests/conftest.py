@@ -67,5 +67,5 @@ def write_recipe(path: Path, recipe: dict) -> Path:
 def abbisect(*args: str, cwd: Path, cache: Path, timeout: float = 600, env: dict | None = None):
     """Run the real CLI in a subprocess, as a user would."""
     full_env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache), **(env or {})}
-    return subprocess.run([sys.executable, "-m", "abbisect", *args], cwd=cwd, capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "abbisect", *args], check=False, cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env)

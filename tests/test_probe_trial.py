@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import abbisect, write_recipe
 
 from abbisect.demo.history import _git
-from conftest import abbisect, write_recipe
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None,

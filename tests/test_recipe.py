@@ -6,9 +6,9 @@ import re
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
 
 from abbisect.recipe import Recipe
-from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
 
 
 def refuse(tmp_path, cache_dir, recipe: dict | str, *needles: str):

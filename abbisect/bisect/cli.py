@@ -73,7 +73,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
         driver.pool.shutdown(wait=False, cancel_futures=True)
         click.echo(f"\nabbisect: interrupted; resume with:\n  {resume_cmd}", err=True)
         raise
-    reproduce = [cmd, f"# the same search driven by git itself:",
+    reproduce = [cmd, "# the same search driven by git itself:",
                  f"git -C {shlex.quote(str(repo))} bisect start --term-old={'bad' if run.mode == 'fix' else 'good'} "
                  f"--term-new={'good' if run.mode == 'fix' else 'bad'}"
                  + (" --first-parent" if options.first_parent else "") + f" {new.sha} {old.sha}",

@@ -60,8 +60,8 @@ def render_bisect(run: BisectRun, reproduce: list[str]) -> str:
              + (", first-parent walk" if run.recipe.bisect.first_parent else "") + ".", "",
              f"### {headline(run)}", ""]
     lines += found_block(run)
-    lines += [f"{len(run.steps)} trials, {run.launches} server launches, {run.builds} venv builds, "
-              f"{run.wall_s:.1f} s wall time.", ""]
+    lines += [(f"{len(run.steps)} trials, {run.launches} server launches, {run.builds} venv builds, "
+              f"{run.wall_s:.1f} s wall time."), ""]
     by_sha = {s.sha: s for s in run.steps}
     if run.result and run.result.first_new and run.found_parent in by_sha:
         parent, found = by_sha[run.found_parent].result, by_sha[run.result.first_new].result

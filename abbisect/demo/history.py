@@ -26,8 +26,8 @@ CHANGES: dict[str, tuple[str, str, str]] = {
     "break_install": ("pyproject.toml", "[project]\n", "[project\n"),
     "fix_install": ("pyproject.toml", "[project\n", "[project]\n"),
     "crash_at_start": ("toyengine/server.py", "    # abbisect-demo: startup\n",
-                       "    # abbisect-demo: startup\n"
-                       '    raise RuntimeError("CUDA error: an illegal memory access was encountered")\n'),
+                       ("    # abbisect-demo: startup\n"
+                       '    raise RuntimeError("CUDA error: an illegal memory access was encountered")\n')),
     "fix_crash": ("toyengine/server.py",
                   '    raise RuntimeError("CUDA error: an illegal memory access was encountered")\n', ""),
     "hang_at_start": ("toyengine/server.py", 'os.environ.get("TOYENGINE_LOAD_SECONDS", "0.1")', '"3600"'),
@@ -115,5 +115,5 @@ def ensure_demo_repo(dest: Path) -> Path:
 
 
 def _has_tag(repo: Path, tag: str) -> bool:
-    return subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", f"refs/tags/{tag}"],
+    return subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", f"refs/tags/{tag}"], check=False,
                           capture_output=True).returncode == 0

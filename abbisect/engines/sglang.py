@@ -23,7 +23,7 @@ def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -
 
 def facts(log_text: str) -> dict[str, object]:
     facts: dict[str, object] = {}
-    if m := re.search(r"server_args=ServerArgs\((.*?)\)\s*$", log_text, re.M):
+    if m := re.search(r"server_args=ServerArgs\((.*?)\)\s*$", log_text, re.MULTILINE):
         facts["server_args"] = m.group(1)
     if m := re.search(r"sglang(?: version)?[ =:]+v?(\d+\.\d+\.\d+\S*)", log_text):
         facts["version"] = m.group(1)

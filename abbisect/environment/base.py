@@ -6,6 +6,7 @@ import functools
 import os
 import re
 import shlex
+import site
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -69,12 +70,29 @@ def python_version(install: Install) -> str:
     return install.python or f"{sys.version_info.major}.{sys.version_info.minor}"
 
 
-def venv_step(ctx: BuildContext) -> Step:
+def _venv_step(ctx: BuildContext) -> Step:
     # --system-site-packages: reuse what the base interpreter has (e.g. a container's CUDA torch, triton).
     inherit = ("--system-site-packages",) if ctx.install.system_site_packages else ()
     # Without an explicit version, the interpreter running abbisect (uv might otherwise pick another one).
     python = ctx.install.python or sys.executable
     return Step((ctx.uv, "venv", "--quiet", *inherit, "--python", python, str(ctx.venv)), "create venv")
+
+
+def _inherit_steps(ctx: BuildContext) -> list[Step]:
+    """When abbisect itself runs in a venv (a container's /opt/.../.venv with CUDA torch), uv's
+    --system-site-packages reaches only that venv's base interpreter; a .pth file adds the venv's own
+    site-packages too, so `system_site_packages` means "what the interpreter running abbisect sees"."""
+    if not ctx.install.system_site_packages or ctx.install.python or sys.prefix == sys.base_prefix:
+        return []
+    paths = [p for p in site.getsitepackages() if os.path.isdir(p)]
+    code = ("import pathlib, sys, sysconfig; pathlib.Path(sysconfig.get_paths()['purelib'], "
+            "'_abbisect_inherit.pth').write_text('\\n'.join(sys.argv[1:]) + '\\n')")
+    return [Step((ctx.python, "-c", code, *paths), "inherit the running interpreter's packages")]
+
+
+def venv_steps(ctx: BuildContext) -> list[Step]:
+    """The start of every strategy: an empty venv (seeing the base interpreter's packages if asked)."""
+    return [_venv_step(ctx), *_inherit_steps(ctx)]
 
 
 PIP_CONFIG = "pip-config"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from abbisect.environment.base import BuildContext, Step, fill, post_steps, python_version, venv_step
+from abbisect.environment.base import BuildContext, Step, fill, post_steps, python_version, venv_steps
 
 name = "command"
 
@@ -17,4 +17,4 @@ def steps(ctx: BuildContext) -> list[Step]:
     env = {**ctx.install.env, "VIRTUAL_ENV": str(ctx.venv)}
     user = [Step(("bash", "-c", fill(cmd, values)), f"command {n + 1}", env, shell=True)
             for n, cmd in enumerate(ctx.install.commands)]
-    return [venv_step(ctx), *user, *post_steps(ctx)]
+    return [*venv_steps(ctx), *user, *post_steps(ctx)]

@@ -12,7 +12,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from abbisect.environment.base import BuildContext, Step, pip_install, post_steps, python_version, venv_step
+from abbisect.environment.base import BuildContext, Step, pip_install, post_steps, python_version, venv_steps
 
 name = "editable"
 
@@ -52,7 +52,7 @@ def steps(ctx: BuildContext) -> list[Step]:
     target = str(ctx.package_dir)
     if ctx.install.extras:
         target += f"[{','.join(ctx.install.extras)}]"
-    out = [venv_step(ctx)]
+    out = venv_steps(ctx)
     if ctx.install.read_pins:
         heavy = read_heavy_pins(ctx.package_dir)
         if heavy:

@@ -18,7 +18,7 @@ from abbisect.environment.base import (
     pip_install,
     post_steps,
     python_version,
-    venv_step,
+    venv_steps,
 )
 
 name = "overlay"
@@ -81,7 +81,7 @@ def key_inputs(ctx: BuildContext) -> dict[str, object]:
 
 
 def steps(ctx: BuildContext) -> list[Step]:
-    return [venv_step(ctx),
+    return [*venv_steps(ctx),
             pip_install(ctx, requirement(ctx), *ctx.install.pins, desc="install the compiled base",
                         env=dict(ctx.install.env)),
             Step((ctx.python, "-c", OVERLAY, str(ctx.package_dir)), "overlay the commit's Python source"),

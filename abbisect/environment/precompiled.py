@@ -17,7 +17,7 @@ from abbisect.environment.base import (
     pip_install,
     post_steps,
     python_version,
-    venv_step,
+    venv_steps,
 )
 
 name = "precompiled"
@@ -45,7 +45,7 @@ def steps(ctx: BuildContext) -> list[Step]:
     target = str(ctx.package_dir)
     if ctx.install.extras:
         target += f"[{','.join(ctx.install.extras)}]"
-    return [venv_step(ctx),
+    return [*venv_steps(ctx),
             pip_install(ctx, "-e", target, *ctx.install.pins, desc="install checkout with precompiled libraries",
                         env=build_env(ctx)),
             *post_steps(ctx)]

@@ -84,7 +84,7 @@ def _healthy(root: Path) -> str | None:
     py = root / "venv" / "bin" / "python"
     if not py.exists():
         return "interpreter missing"
-    if subprocess.run([str(py), "-c", "pass"], capture_output=True).returncode != 0:
+    if subprocess.run([str(py), "-c", "pass"], check=False, capture_output=True).returncode != 0:
         return "interpreter does not start"
     return None
 
@@ -126,7 +126,7 @@ def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, 
             fh.flush()
             left = deadline - time.monotonic()
             try:
-                rc = subprocess.run(step.argv, stdout=fh, stderr=subprocess.STDOUT, env={**base_env, **step.env},
+                rc = subprocess.run(step.argv, check=False, stdout=fh, stderr=subprocess.STDOUT, env={**base_env, **step.env},
                                     cwd=ctx.source, timeout=max(left, 1), stdin=subprocess.DEVNULL).returncode
             except subprocess.TimeoutExpired:
                 fh.write(f"\n[abbisect] build timed out after {timeout:.0f} s\n")

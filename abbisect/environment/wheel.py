@@ -14,7 +14,7 @@ from abbisect.environment.base import (
     pip_install,
     post_steps,
     python_version,
-    venv_step,
+    venv_steps,
 )
 
 name = "wheel"
@@ -34,7 +34,7 @@ def key_inputs(ctx: BuildContext) -> dict[str, object]:
 
 
 def steps(ctx: BuildContext) -> list[Step]:
-    return [venv_step(ctx),
+    return [*venv_steps(ctx),
             pip_install(ctx, requirement(ctx), *ctx.install.pins, desc="install the published build",
                         env=dict(ctx.install.env)),
             *post_steps(ctx)]

@@ -85,8 +85,8 @@ def evidence_block(label: str, r: TrialResult) -> str:
     if r.launch and r.launch.status != "ready":
         parts += ["", details(f"{label}: server log tail", fence("\n".join(r.launch.log_tail)))]
     if r.first_exception:
-        parts += ["", f"First exception in the log (root cause), line {r.first_exception[0]}: "
-                      f"`{cell(r.first_exception[1], 200)}`"]
+        parts += ["", (f"First exception in the log (root cause), line {r.first_exception[0]}: "
+                      f"`{cell(r.first_exception[1], 200)}`")]
     if r.signatures:
         sig_rows = [[f"`{s.id}`", s.severity, str(s.line_no), cell(", ".join(s.groups), 40), cell(s.meaning, 80)]
                     for s in r.signatures]
@@ -99,8 +99,8 @@ def evidence_block(label: str, r: TrialResult) -> str:
 def full_outputs(label: str, r: TrialResult) -> str:
     body = []
     for o, an in zip(r.outputs, r.analyses):
-        body += [f"**{cell(o.prompt, 80)}** — {an.label}: {an.reason} "
-                 f"(finish={o.finish_reason}, tokens={o.completion_tokens}, {o.latency_s:.2f} s)", fence(o.error or o.text)]
+        body += [(f"**{cell(o.prompt, 80)}** — {an.label}: {an.reason} "
+                 f"(finish={o.finish_reason}, tokens={o.completion_tokens}, {o.latency_s:.2f} s)"), fence(o.error or o.text)]
     return details(f"{label}: full outputs", "\n\n".join(body) or "no outputs")
 
 
@@ -153,13 +153,13 @@ def render_ab(ab) -> str:
     else:
         lines += ["⚠ The launch commands differ between sides:", fence(f"A: {ab.launch_a}\nB: {ab.launch_b}", "sh")]
     sampling = ab.recipe["sampling"]
-    lines += ["", f"Sampling: temperature {sampling['temperature']}, max_tokens {sampling['max_tokens']}, "
-                  f"seed {sampling['seed']}, API `{ab.recipe['api']}`.", "", "### Summary", "",
+    lines += ["", (f"Sampling: temperature {sampling['temperature']}, max_tokens {sampling['max_tokens']}, "
+                  f"seed {sampling['seed']}, API `{ab.recipe['api']}`."), "", "### Summary", "",
               summary_table([("A", a), ("B", b)]), ""]
     diff = ab.signature_diff
     if diff.get("appeared") or diff.get("disappeared"):
-        lines += [f"Log signatures appeared in B: {', '.join(f'`{s}`' for s in diff.get('appeared', [])) or 'none'}; "
-                  f"disappeared in B: {', '.join(f'`{s}`' for s in diff.get('disappeared', [])) or 'none'}.", ""]
+        lines += [(f"Log signatures appeared in B: {', '.join(f'`{s}`' for s in diff.get('appeared', [])) or 'none'}; "
+                  f"disappeared in B: {', '.join(f'`{s}`' for s in diff.get('disappeared', [])) or 'none'}."), ""]
     if a.outputs or b.outputs:
         lines += ["### Outputs", "", outputs_table(a, b, ab.divergences), ""]
     probes = [p for p in (probe_block("A", a), probe_block("B", b)) if p]
