@@ -6,6 +6,8 @@ import json
 import shlex
 import signal
 import sys
+import time
+import traceback
 from pathlib import Path
 
 import click
@@ -43,6 +45,15 @@ class Main(click.Group):
         except UserError as exc:
             click.echo(f"abbisect: error: {exc}", err=True)
             ctx.exit(2)
+        except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt, SystemExit):
+            raise
+        except Exception as exc:  # noqa: BLE001 -- a bug of ours: one line here, the traceback in a file
+            log = cache_root(None) / "crash.log"
+            with log.open("a") as fh:
+                fh.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {_invocation()}\n")
+                fh.write(traceback.format_exc())
+            click.echo(f"abbisect: internal error: {type(exc).__name__}: {exc} (traceback in {log})", err=True)
+            ctx.exit(1)
 
 
 @click.group(cls=Main)

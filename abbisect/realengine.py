@@ -20,10 +20,9 @@ import shutil
 import subprocess
 import sys
 import zipfile
-from dataclasses import dataclass
 from pathlib import Path
 
-from abbisect.demo.history import _git
+from abbisect.demo.history import Commit, _git, commit
 from abbisect.errors import UserError
 from abbisect.locks import file_lock
 
@@ -75,13 +74,6 @@ CHANGES: dict[str, list[tuple[str, str, str, int]]] = {
     "break_row_scale": [(LOGITS, _GUARD_OK, _GUARD_BAD, 1)],
     "fix_row_scale": [(LOGITS, _GUARD_BAD, _GUARD_OK, 1)],
 }
-
-
-@dataclass(frozen=True)
-class Commit:
-    message: str
-    change: str | None = None  # a key of CHANGES; None = a housekeeping line in CHANGES.md
-    tag: str | None = None
 
 
 def default_history(n_before: int = 15, n_between: int = 10, n_after: int = 4) -> list[Commit]:
@@ -145,17 +137,7 @@ def build_history(repo: Path, wheel: Path, commits: list[Commit]) -> list[str]:
             if member.startswith("vllm/") and not member.endswith((".so", "/")):
                 zf.extract(member, repo)
     (repo / "CHANGES.md").write_text("# Changes on top of vLLM 0.32.0\n")
-    shas = []
-    for n, c in enumerate(commits):
-        if n > 0:
-            apply_change(repo, c.change, n)
-        _git(repo, "add", "-A")
-        date = f"@{1_767_225_600 + 3600 * n} +0000"
-        _git(repo, "commit", "-q", "-m", c.message, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
-        if c.tag:
-            _git(repo, "tag", c.tag)
-        shas.append(_git(repo, "rev-parse", "HEAD"))
-    return shas
+    return [commit(repo, c, n, apply=apply_change) for n, c in enumerate(commits)]
 
 
 def ensure_vllm_cpu_repo(cache: Path) -> Path:

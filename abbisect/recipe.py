@@ -139,18 +139,19 @@ class Verdicts(_Strict):
     @field_validator("bad_if")
     @classmethod
     def _bad(cls, v: list[str]) -> list[str]:
-        for rule in v:
-            if rule not in BAD_RULES:
-                raise ValueError(f"unknown rule {rule!r}; valid: {', '.join(BAD_RULES)}")
-        return v
+        return _known_rules(v, BAD_RULES)
 
     @field_validator("skip_if")
     @classmethod
     def _skip(cls, v: list[str]) -> list[str]:
-        for rule in v:
-            if rule not in SKIP_RULES:
-                raise ValueError(f"unknown rule {rule!r}; valid: {', '.join(SKIP_RULES)}")
-        return v
+        return _known_rules(v, SKIP_RULES)
+
+
+def _known_rules(rules: list[str], valid: tuple[str, ...]) -> list[str]:
+    for rule in rules:
+        if rule not in valid:
+            raise ValueError(f"unknown rule {rule!r}; valid: {', '.join(valid)}")
+    return rules
 
 
 class BisectOptions(_Strict):
@@ -229,6 +230,13 @@ def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
         meant = [e for e in errors if not (e["type"].endswith("_type") and isinstance(e.get("input"), dict | list))]
         errors = meant or errors
         raise UserError(f"{source}: {_describe(errors[0])}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""))
+    if recipe.scoring.thresholds:
+        from abbisect.score import Thresholds
+
+        try:
+            Thresholds.from_overrides(recipe.scoring.thresholds)
+        except ValueError as exc:
+            raise UserError(f"{source}: 'scoring.thresholds': {exc}") from None
     if recipe.probe is not None:
         from abbisect.gpu.probe import ProbeConfig
 

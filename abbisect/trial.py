@@ -189,6 +189,10 @@ def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         ready = launch.wait_ready(server, plan, recipe.timeouts.ready)
         timings["ready"] = round(time.monotonic() - t_launch, 3)
         if ready.status == "ready":
+            if recipe.gpus is not None:  # evidence that the check sees this side's own server on the GPU
+                from abbisect.gpu.hygiene import check_idle
+
+                extras["gpu_during"] = check_idle(recipe.gpus).to_dict()
             say(f"query: {len(recipe.prompts)} prompt(s)")
             tq = time.monotonic()
             outputs = tuple(query_all(server.base_url, recipe.api, list(recipe.prompts), recipe.sampling,
@@ -297,3 +301,22 @@ def _evidence(recipe: Recipe, env: EnvResult, info: LaunchInfo | None, outputs, 
                                  if severity_at_least(s.severity, warn) and s.id != "flag_rejected"),
         bad_signatures=tuple(f"{s.id} (line {s.line_no})" for s in signatures if s.id in named),
     )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m abbisect.trial SPEC.json`: run one trial anywhere abbisect is installed; JSON out.
+
+    This is the seam for executors that place trials elsewhere (another GPU of the host, a cluster).
+    """
+    import json
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    spec = TrialSpec.from_dict(json.loads(Path(args[0]).read_text()))
+    result = run_trial(spec, lambda msg: print(f"[{spec.side} {spec.sha[:10]}] {msg}", file=sys.stderr))
+    print(json.dumps(result.to_dict(), default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

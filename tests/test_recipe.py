@@ -105,3 +105,13 @@ def test_every_key_is_documented():
 def test_shipped_recipe_validates(name, tmp_path, cache_dir):
     proc = abbisect("run", str(Path(REPO_ROOT / "recipes" / name)), "--dry-run", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_unknown_threshold(tmp_path, engine_repo, cache_dir):
+    refuse(tmp_path, cache_dir, toy_recipe(engine_repo, scoring={"thresholds": {"min_repeatz": 3}}),
+           "'scoring.thresholds'", "min_repeatz", "min_repeats")
+
+
+def test_bad_probe_section(tmp_path, engine_repo, cache_dir):
+    recipe = toy_recipe(engine_repo, probe={"file": "k.py", "kernel": "k", "grid": [1], "targets": ["sm_999"]})
+    refuse(tmp_path, cache_dir, recipe, "sm_999")

@@ -153,3 +153,13 @@ def test_killed_run_leaves_no_server(tmp_path, engine_repo, cache_dir, sig):
     assert proc.returncode != 0
     time.sleep(0.2)
     assert not [p for p in servers if Path(f"/proc/{p}").exists()], "a server process survived"
+
+
+def test_gpu_hygiene_is_skipped_with_a_notice_without_nvml(tmp_path, engine_repo, cache_dir):
+    res, out = run_ab(tmp_path, engine_repo, cache_dir, "fixed", "fixed", gpus=[0])
+    for side in ("a", "b"):
+        extras = res[side]["extras"]
+        if not extras["gpu_before"]["skipped"]:
+            pytest.skip("this machine has NVML: the hygiene check runs for real (tests/test_gpu_hygiene.py)")
+        assert extras["gpu_before"]["notice"] and extras["gpu_after"]["skipped"]
+    assert "Same-GPU hygiene" in (out / "report.md").read_text()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -72,10 +73,11 @@ def init_repo(repo: Path) -> None:
     (repo / "CHANGES.txt").write_text("toyengine changes\n")
 
 
-def commit(repo: Path, c: Commit, n: int) -> str:
-    """Apply one change and commit it with a fixed, increasing date (reproducible shas)."""
+def commit(repo: Path, c: Commit, n: int, apply: Callable[[Path, str | None, int], None] | None = None) -> str:
+    """Apply one change (with `apply`, default: the toy engine's) and commit it with a fixed, increasing
+    date, so the shas are the same on every machine."""
     if n > 0:
-        apply_change(repo, c.change, n)
+        (apply or apply_change)(repo, c.change, n)
     _git(repo, "add", "-A")
     date = f"@{1_767_225_600 + 3600 * n} +0000"
     _git(repo, "commit", "-q", "-m", c.message, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})

@@ -127,7 +127,7 @@ def fingerprint_block(a: TrialResult, b: TrialResult) -> str:
 def gpu_block(a: TrialResult, b: TrialResult) -> str:
     rows = []
     for label, r in (("A", a), ("B", b)):
-        for when in ("gpu_before", "gpu_after"):
+        for when in ("gpu_before", "gpu_during", "gpu_after"):
             rep = r.extras.get(when)
             if rep:
                 state = "skipped: " + rep["notice"] if rep["skipped"] else ("BUSY" if rep["busy"] else "idle")
