@@ -334,20 +334,32 @@ def prefix_sensibleness(prefix: str) -> tuple[float, list[str]]:
 
 def text_metrics(text: str) -> dict[str, float]:
     """Repetition and garbage statistics; all are cheap enough to compute for every output."""
-    raw = text.encode("utf-8", "surrogatepass")
     words = text.split()
-    nw = len(words)
-    m: dict[str, float] = {"n_chars": float(len(text)), "n_words": float(nw)}
+    m = _basic_metrics(text, len(words))
+    m.update(_ngram_metrics(words))
+    return m
+
+
+def _basic_metrics(text: str, n_words: int) -> dict[str, float]:
+    raw = text.encode("utf-8", "surrogatepass")
+    m: dict[str, float] = {"n_chars": float(len(text)), "n_words": float(n_words)}
     # Level 1 is several times faster than the default and ranks repetitiveness the same way.
     m["compression_ratio"] = round(len(raw) / len(zlib.compress(raw, 1)), 4) if raw else 0.0
-    m["distinct_1"] = round(len(set(words)) / nw, 4) if nw else 0.0
-    m["distinct_2"] = round(len(set(pairwise(words))) / (nw - 1), 4) if nw > 1 else 0.0
+    m["garbage_fraction"] = round(_garbage_chars(text, raw) / len(text), 4) if text else 0.0
+    return m
+
+
+def _ngram_metrics(words: list[str]) -> dict[str, float]:
+    """distinct-1/2 and seq-rep-4: the costliest statistics (sets of n-grams), so `analyze` asks for
+    them only when no exact loop has already decided the label."""
+    nw = len(words)
+    m = {"distinct_1": round(len(set(words)) / nw, 4) if nw else 0.0,
+         "distinct_2": round(len(set(pairwise(words))) / (nw - 1), 4) if nw > 1 else 0.0}
     # seq-rep-4: the share of 4-grams that already occurred earlier in the output.
     n4 = nw - 3
     m["seq_rep_4"] = (
         round(1 - len(set(zip(words, words[1:], words[2:], words[3:]))) / n4, 4) if n4 > 0 else 0.0
     )
-    m["garbage_fraction"] = round(_garbage_chars(text, raw) / len(text), 4) if text else 0.0
     return m
 
 
@@ -387,7 +399,8 @@ def analyze(
 ) -> OutputAnalysis:
     """Label one output healthy / late_loop / degenerate, with a one-line reason and the evidence."""
     th = thresholds or Thresholds()
-    metrics = text_metrics(text)
+    words = text.split()
+    metrics = _basic_metrics(text, len(words))
     if not text.strip():
         what = "empty output" if not text else f"whitespace-only output ({len(text)} chars)"
         return OutputAnalysis("degenerate", what, (what,), metrics, None)
@@ -448,6 +461,7 @@ def analyze(
         # the healthy model had started to loop when the token limit (or a stop) cut it off.
         phrase = _loop_phrase(loop)
         return OutputAnalysis("late_loop", f"ends by repeating itself: {phrase}", (phrase,), metrics, loop)
+    metrics.update(_ngram_metrics(words))
     if metrics["seq_rep_4"] >= th.max_seq_rep_4 and metrics["n_words"] >= th.approx_min_words:
         reason = (
             f"repetitive without an exact loop: {metrics['seq_rep_4']:.0%} of 4-word sequences repeat "
