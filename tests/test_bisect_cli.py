@@ -173,3 +173,28 @@ def test_interrupted_bisect_resumes(tmp_path, merge_repo, cache_dir):
     assert res["first_new"] == shas["f2"]
     replayed = [s for s in res["steps"][2:done_before] if s["cached"]]
     assert len(replayed) == done_before - 2
+
+
+def test_any_change_in_output_is_the_signal(tmp_path, cache_dir):
+    """bad_if: [differs_from_good] finds a commit that changes answers without breaking anything."""
+    repo = tmp_path / "engine"
+    shas = build_history(repo, [Commit("v1", tag="v1"), Commit("docs"), Commit("Reword the corpus", "reword_corpus"),
+                                Commit("tidy"), Commit("more", tag="v2")])
+    proc, _ = bisect(tmp_path, repo, cache_dir, "--good", "v1", "--bad", "v2",
+                       recipe_overrides={"verdict": {"bad_if": ["differs_from_good"]}})
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["mode"] == "regression" and res["first_new"] == shas[2]
+    ends = {s["role"]: s for s in res["steps"][:2]}
+    assert ends["new end"]["outcome"] == "bad" and "differ" in ends["new end"]["evidence"]
+    assert all(s["status"] == "ok" for s in res["steps"])  # nothing is broken: only the answers changed
+
+
+def test_retries_confirm_each_verdict(tmp_path, merge_repo, cache_dir):
+    repo, shas = merge_repo
+    proc, _ = bisect(tmp_path, repo, cache_dir, "--good", "v1", "--bad", "broken-release", "--first-parent",
+                     "--retries", "1", "--no-cache")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["first_new"] == shas["M1"]
+    assert res["launches"] == 2 * len(res["steps"])  # every trial ran twice and agreed

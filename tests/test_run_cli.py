@@ -163,3 +163,9 @@ def test_gpu_hygiene_is_skipped_with_a_notice_without_nvml(tmp_path, engine_repo
             pytest.skip("this machine has NVML: the hygiene check runs for real (tests/test_gpu_hygiene.py)")
         assert extras["gpu_before"]["notice"] and extras["gpu_after"]["skipped"]
     assert "Same-GPU hygiene" in (out / "report.md").read_text()
+
+
+def test_completions_api(tmp_path, engine_repo, cache_dir):
+    res, _ = run_ab(tmp_path, engine_repo, cache_dir, "broken", "fixed", api="completions")
+    assert res["a"]["verdict"]["status"] == "degenerate" and res["b"]["verdict"]["status"] == "ok"
+    assert res["b"]["outputs"][0]["finish_reason"] == "stop" and res["b"]["outputs"][0]["completion_tokens"] > 3

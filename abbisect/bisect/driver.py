@@ -155,6 +155,8 @@ class Driver:
         for rev, role in ((run.old, "old end"), (run.new, "new end")):
             step = self._step(run, rev.sha, role, None, recorded)
             ends[role] = step.result
+        if "differs_from_good" in self.recipe.verdict.bad_if:
+            self._judge_ends_by_change(run)
         o, n = run.steps[0].outcome, run.steps[1].outcome
         if "skip" in (o, n):
             bad_end = run.steps[0] if o == "skip" else run.steps[1]
@@ -189,6 +191,19 @@ class Driver:
             if run.found_parent not in self.results:
                 run.found_parent = run.old.sha
         return self._finish(run, t0)
+
+    def _judge_ends_by_change(self, run: BisectRun) -> None:
+        """"Any change in output is the signal": the named good end is good by definition, the other end
+        is bad exactly when some output differs from it (temperature 0 makes outputs comparable)."""
+        good_step, other = ((run.steps[0], run.steps[1]) if run.steps[0].sha == run.good.sha
+                            else (run.steps[1], run.steps[0]))
+        if "skip" in (good_step.outcome, other.outcome):
+            return
+        changed = [o.prompt_id for o, g in zip(other.result.outputs, good_step.result.outputs) if o.text != g.text]
+        good_step.outcome, good_step.evidence = "good", "the named good end (reference outputs)"
+        other.outcome = "bad" if changed else "good"
+        other.evidence = (f"outputs differ from the good end on {', '.join(changed)}" if changed
+                          else "outputs identical to the good end")
 
     def _step(self, run: BisectRun, sha: str, role: str, ends, recorded: dict) -> Step:
         t = time.monotonic()

@@ -74,10 +74,12 @@ def render_bisect(run: BisectRun, reproduce: list[str]) -> str:
         lines += ["### Skipped (untestable) commits", ""]
         lines += [f"- `{s.sha[:10]}`: {s.status} — {cell(s.evidence, 150)}" for s in skipped]
         lines += [""]
-    fp = next((s.result.extras.get("fingerprint") for s in run.steps if s.result and s.result.extras.get("fingerprint")),
-              None)
-    if fp:
-        lines += [details("Environment fingerprint", fence(str(fp))), ""]
+    fps = {s.role: s.result.extras["fingerprint"] for s in run.steps[:2] if s.result and s.result.extras.get("fingerprint")}
+    if fps:
+        from abbisect.gpu.fingerprint import Fingerprint, render_sides
+
+        sides = {role: Fingerprint.from_dict({k: v for k, v in fp.items() if k != "key"}) for role, fp in fps.items()}
+        lines += [details("Environment fingerprint of the two ends' venvs", render_sides(sides)), ""]
     lines += [details("Reproduce", fence("\n".join(reproduce), "sh") + f"\n\nabbisect {__version__}"), ""]
     return "\n".join(lines)
 

@@ -34,6 +34,8 @@ CHANGES: dict[str, tuple[str, str, str]] = {
     "hang_at_start": ("toyengine/server.py", 'os.environ.get("TOYENGINE_LOAD_SECONDS", "0.1")', '"3600"'),
     "fix_hang": ("toyengine/server.py", '"3600"', 'os.environ.get("TOYENGINE_LOAD_SECONDS", "0.1")'),
     "rename_seed_flag": ("toyengine/server.py", 'p.add_argument("--seed"', 'p.add_argument("--random-seed"'),
+    # A harmless-looking data edit that changes what the model says (not degenerate, just different).
+    "reword_corpus": ("toyengine/model.py", "a city known for art", "a city famous for art"),
 }
 
 
