@@ -7,6 +7,7 @@ record (`state.json` after every step) that a resumed run replays instead of re-
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -87,6 +88,7 @@ class Driver:
         self.results: dict[str, TrialResult] = {}
         self.launches = 0
         self.builds = 0
+        self.count_lock = threading.Lock()
 
     # -- trials --------------------------------------------------------------------------------------
     def spec(self, sha: str, label: str) -> TrialSpec:
@@ -107,7 +109,8 @@ class Driver:
         env = ensure_env(source, sha, self.recipe.install, self.recipe.engine.subdir, self.cache,
                          self.recipe.timeouts.build)
         if not env.reused:
-            self.builds += 1
+            with self.count_lock:  # background threads count builds too
+                self.builds += 1
         return env
 
     def trial(self, sha: str, label: str) -> tuple[TrialResult, bool]:
