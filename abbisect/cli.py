@@ -53,7 +53,8 @@ class Main(click.Group):
                 fh.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {_invocation()}\n")
                 fh.write(traceback.format_exc())
             click.echo(f"abbisect: internal error: {type(exc).__name__}: {exc} (traceback in {log})", err=True)
-            ctx.exit(1)
+            # Under `git bisect run`, 1 would call the commit bad; 128 stops the bisection instead.
+            ctx.exit(128 if ctx.invoked_subcommand == "check" else 1)
 
 
 @click.group(cls=Main)

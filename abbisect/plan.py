@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from abbisect import checkout
@@ -30,6 +31,7 @@ def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Path) -> str:
         lines.append(f"side {side}: {ref} → {sha} {subject}".rstrip())
         source = Path(f"<worktree of {ref}>")
         key, steps = plan_env(source, sha, recipe.install, recipe.engine.subdir, cache)
+        key = key if re.fullmatch(r"[0-9a-f]{40}", sha) else "known once the sha is"
         lines.append(f"  install ({recipe.install.strategy}, env key {key}):")
         lines += [f"    $ {s.display()}" for s in steps]
     model = recipe.model if isinstance(recipe.model, str) or recipe.model is None else (
