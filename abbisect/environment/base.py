@@ -120,6 +120,12 @@ def pip_config_find_links() -> tuple[str, ...]:
     return tuple(os.path.expanduser(x) for x in found.split() if x)
 
 
+def checkout_target(ctx: BuildContext) -> str:
+    """The commit's package for `pip install -e`, with its extras: `<worktree>/python[all]`."""
+    extras = f"[{','.join(ctx.install.extras)}]" if ctx.install.extras else ""
+    return f"{ctx.package_dir}{extras}"
+
+
 def index_args(install: Install) -> list[str]:
     args: list[str] = []
     for fl in install.find_links:

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-from abbisect.environment.base import BuildContext, Step, fill, post_steps, python_version, venv_steps
+from abbisect.environment.base import BuildContext, Step, fill, post_steps, venv_steps
 
 name = "command"
 
 
 def key_inputs(ctx: BuildContext) -> dict[str, object]:
-    return {"sha": ctx.sha, "commands": ctx.install.commands, "python": python_version(ctx.install),
-            "env": ctx.install.env}
+    return {"sha": ctx.sha}
 
 
 def steps(ctx: BuildContext) -> list[Step]:

@@ -12,7 +12,7 @@ import re
 import tomllib
 from pathlib import Path
 
-from abbisect.environment.base import BuildContext, Step, pip_install, post_steps, python_version, venv_steps
+from abbisect.environment.base import BuildContext, Step, checkout_target, pip_install, post_steps, venv_steps
 
 name = "editable"
 
@@ -38,24 +38,17 @@ def read_heavy_pins(package_dir: Path) -> list[str] | None:
 
 
 def key_inputs(ctx: BuildContext) -> dict[str, object]:
-    i = ctx.install
-    inputs: dict[str, object] = {
-        "sha": ctx.sha, "subdir": ctx.install_subdir, "extras": sorted(i.extras), "pins": list(i.pins),
-        "python": python_version(i), "find_links": i.find_links, "index": [i.index_url, *i.extra_index_urls],
-        "env": i.env, "remove": i.remove, "shims": i.dist_shims}
-    if i.read_pins:
+    inputs: dict[str, object] = {"sha": ctx.sha}
+    if ctx.install.read_pins:
         inputs["heavy"] = read_heavy_pins(ctx.package_dir)
     return inputs
 
 
 def steps(ctx: BuildContext) -> list[Step]:
-    target = str(ctx.package_dir)
-    if ctx.install.extras:
-        target += f"[{','.join(ctx.install.extras)}]"
     out = venv_steps(ctx)
     if ctx.install.read_pins:
         heavy = read_heavy_pins(ctx.package_dir)
         if heavy:
             out.append(pip_install(ctx, *heavy, desc="install the commit's heavy pins", env=dict(ctx.install.env)))
-    out.append(pip_install(ctx, "-e", target, *ctx.install.pins, desc="install checkout", env=dict(ctx.install.env)))
+    out.append(pip_install(ctx, "-e", checkout_target(ctx), *ctx.install.pins, desc="install checkout", env=dict(ctx.install.env)))
     return [*out, *post_steps(ctx)]

@@ -14,10 +14,8 @@ from pathlib import Path
 from abbisect.environment.base import (
     BuildContext,
     Step,
-    index_args,
     pip_install,
     post_steps,
-    python_version,
     venv_steps,
 )
 
@@ -74,10 +72,7 @@ def _wheel_digest(path: str) -> str:
 
 
 def key_inputs(ctx: BuildContext) -> dict[str, object]:
-    i = ctx.install
-    return {"sha": ctx.sha, "subdir": ctx.install_subdir, "base": _wheel_digest(requirement(ctx)),
-            "pins": list(i.pins), "python": python_version(i), "index": index_args(i), "env": i.env,
-            "remove": i.remove, "shims": i.dist_shims}
+    return {"sha": ctx.sha, "base": _wheel_digest(requirement(ctx))}
 
 
 def steps(ctx: BuildContext) -> list[Step]:

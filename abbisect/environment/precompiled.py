@@ -13,10 +13,9 @@ import re
 from abbisect.environment.base import (
     BuildContext,
     Step,
-    index_args,
+    checkout_target,
     pip_install,
     post_steps,
-    python_version,
     venv_steps,
 )
 
@@ -35,17 +34,11 @@ def build_env(ctx: BuildContext) -> dict[str, str]:
 
 
 def key_inputs(ctx: BuildContext) -> dict[str, object]:
-    i = ctx.install
-    return {"sha": ctx.sha, "subdir": ctx.install_subdir, "extras": sorted(i.extras), "pins": list(i.pins),
-            "python": python_version(i), "wheel": i.wheel, "index": index_args(i), "env": i.env,
-            "remove": i.remove, "shims": i.dist_shims}
+    return {"sha": ctx.sha}
 
 
 def steps(ctx: BuildContext) -> list[Step]:
-    target = str(ctx.package_dir)
-    if ctx.install.extras:
-        target += f"[{','.join(ctx.install.extras)}]"
     return [*venv_steps(ctx),
-            pip_install(ctx, "-e", target, *ctx.install.pins, desc="install checkout with precompiled libraries",
+            pip_install(ctx, "-e", checkout_target(ctx), *ctx.install.pins, desc="install checkout with precompiled libraries",
                         env=build_env(ctx)),
             *post_steps(ctx)]

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import ModuleType
 
 from abbisect.environment import command, editable
-from abbisect.environment.base import BuildContext, Step, python_version
+from abbisect.environment.base import BuildContext, Step, index_args, python_version
 from abbisect.locks import atomic_write, file_lock
 from abbisect.recipe import Install
 
@@ -65,8 +65,10 @@ def _load_optional_strategies() -> None:
 
 def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Path) -> tuple[BuildContext, str]:
     probe = BuildContext(source, sha, install, Path("/nonexistent"), cache, subdir)
-    inputs = {"strategy": install.strategy, "python": python_version(install),
-              "system_site_packages": install.system_site_packages, **_strategy(install).key_inputs(probe)}
+    # Every install setting shapes the venv; the strategy adds what it derives (the sha when the commit's
+    # source is installed, the heavy pins it read, the digest of a base wheel).
+    inputs = {"install": install.model_dump(mode="json"), "python": python_version(install),
+              "index": index_args(install), "subdir": subdir, **_strategy(install).key_inputs(probe)}
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
     root = cache / "envs" / key
     return BuildContext(source, sha, install, root / "venv", cache, subdir), key

@@ -10,10 +10,8 @@ from abbisect.environment.base import (
     BuildContext,
     Step,
     fill,
-    index_args,
     pip_install,
     post_steps,
-    python_version,
     venv_steps,
 )
 
@@ -28,9 +26,7 @@ def requirement(ctx: BuildContext) -> str:
 
 
 def key_inputs(ctx: BuildContext) -> dict[str, object]:
-    i = ctx.install
-    return {"requirement": requirement(ctx), "pins": list(i.pins), "python": python_version(i),
-            "index": index_args(i), "env": i.env, "remove": i.remove, "shims": i.dist_shims}
+    return {"requirement": requirement(ctx)}  # not the sha: commits sharing a published build share a venv
 
 
 def steps(ctx: BuildContext) -> list[Step]:
