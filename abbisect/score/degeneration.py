@@ -39,6 +39,10 @@ class Thresholds:
     collapse_unit_chars: int = 4
     #: Repeats of a single word needed to call a one-word loop a collapse.
     collapse_min_repeats: int = 8
+    #: A short output that is mostly one tiny unit ("CÃÃÃÃÃÃÃÃ…", 24 chars from 48 tokens of a broken head)
+    #: is a collapse even below ``min_loop_chars``, once the unit repeats ``collapse_min_repeats`` times and
+    #: covers this fraction of the output; a markdown rule ("--------") inside an answer covers far less.
+    collapse_min_coverage: float = 0.5
     #: Fraction of characters that are replacement characters, control bytes or mojibake above which
     #: the output is garbage.
     garbage_max: float = 0.05
@@ -419,6 +423,15 @@ def analyze(
         metrics["loop_onset_char"] = float(loop.onset_char)
         metrics["loop_period_chars"] = float(loop.period_chars)
         metrics["loop_repeats"] = float(loop.repeats)
+    if (
+        loop is not None
+        and loop.period_chars <= th.collapse_unit_chars
+        and loop.repeats >= th.collapse_min_repeats
+        and loop.coverage >= th.collapse_min_coverage
+        and loop.period_chars * loop.repeats < th.min_loop_chars  # longer ones are judged below
+    ):
+        phrase = _loop_phrase(loop)
+        return OutputAnalysis("degenerate", f"collapse: {phrase}", (phrase,), metrics, loop)
     significant = (
         loop is not None
         and loop.repeats >= th.min_repeats
