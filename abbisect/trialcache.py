@@ -6,13 +6,16 @@ import hashlib
 import json
 import platform
 import sys
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
 from abbisect.environment import plan_env
 from abbisect.locks import atomic_write
 from abbisect.recipe import Recipe
-from abbisect.trial import TrialResult, TrialSpec
+from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
+
+Runner = Callable[[TrialSpec, Progress], TrialResult]
 
 # Outcomes that say something about the commit; an infrastructure failure may pass on a retry.
 CACHEABLE = {"ok", "degenerate", "wrong_answer", "warned", "crashed_at_startup", "build_failed", "flag_rejected",
@@ -65,20 +68,15 @@ class TrialCache:
         result = TrialResult.from_dict(json.loads(path.read_text()))
         return replace(result, spec=replace(result.spec, side=spec.side, ref=spec.ref), cached=True)
 
-    def runner(self, run=None):
-        """A trial runner that answers from the cache and stores what it runs."""
-        from abbisect.trial import run_trial
-
-        def cached_run(spec: TrialSpec, progress) -> TrialResult:
-            hit = self.get(spec)
-            if hit is not None:
-                progress(f"cached result from an earlier run: {hit.verdict.status}")
-                return hit
-            result = (run or run_trial)(spec, progress)
-            self.put(result)
-            return result
-
-        return cached_run
+    def fetch(self, spec: TrialSpec, progress: Progress, run: Runner = run_trial) -> TrialResult:
+        """The cached result (marked `cached`), else run the trial and keep its result."""
+        hit = self.get(spec)
+        if hit is not None:
+            progress(f"cached result from an earlier run: {hit.verdict.status}")
+            return hit
+        result = run(spec, progress)
+        self.put(result)
+        return result
 
     def put(self, result: TrialResult) -> None:
         if result.verdict.status in CACHEABLE:

@@ -13,16 +13,9 @@ from abbisect import checkout
 from abbisect.errors import UserError
 from abbisect.paths import cache_root
 from abbisect.progress import Reporter
-from abbisect.recipe import load_recipe
+from abbisect.recipe import load_recipe, recipe_path
 
 EXIT = {"good": 0, "bad": 1, "skip": 125}
-
-
-def _recipe_arg(recipe: str | None) -> Path:
-    path = Path(recipe or "abbisect.yaml")
-    if recipe is None and not path.is_file():
-        raise UserError("no RECIPE given and no abbisect.yaml in this folder (pass the recipe's path)")
-    return path
 
 
 @click.command()
@@ -50,7 +43,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
 
     if not (good and bad):
         raise UserError("give both ends: --good REF --bad REF (or --old/--new)")
-    rec, _ = load_recipe(_recipe_arg(recipe))
+    rec, _ = load_recipe(recipe_path(recipe))
     options = rec.bisect.model_copy(update={k: v for k, v in {
         "first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None}.items() if v is not None})
     rec = rec.model_copy(update={"bisect": options})
@@ -80,7 +73,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
                  f"git -C {shlex.quote(str(repo))} bisect run abbisect check {shlex.quote(str(Path(recipe or 'abbisect.yaml').resolve()))}"
                  + (" --invert" if run.mode == "fix" else "")]
     results = [(s.role, s.result) for s in run.steps if s.result is not None]
-    write_results(out, render_bisect(run, reproduce), bisect_json(run), results, report_name="bisect.md")
+    write_results(out, render_bisect(run, reproduce), bisect_json(run), results, names=("bisect.md", "bisect.json"))
     from abbisect.bisect.report import headline
 
     progress(headline(run).replace("`", ""))
@@ -107,7 +100,7 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
     from abbisect.trialcache import TrialCache, machine_key
 
     try:
-        rec, _ = load_recipe(_recipe_arg(recipe))
+        rec, _ = load_recipe(recipe_path(recipe))
         cache = cache_root(cache_dir)
         repo = checkout.open_repo(rec.engine.repo, cache)
         rev = checkout.resolve(repo, ref)
@@ -117,12 +110,7 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
     progress = Reporter()
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     spec = trial_spec(rec, repo, rev, "check", cache, cache / "checks" / rec.name)
-    result = trials.get(spec)
-    if result is None:
-        from abbisect.trial import run_trial
-
-        result = run_trial(spec, lambda m: progress(f"{rev.short}: {m}"))
-        trials.put(result)
+    result = trials.fetch(spec, lambda m: progress(f"{rev.short}: {m}"))
     outcome = result.verdict.outcome
     if invert and outcome != "skip":
         outcome = "good" if outcome == "bad" else "bad"

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,9 +23,7 @@ from abbisect.locks import atomic_write
 from abbisect.recipe import Recipe
 from abbisect.score import resemblance
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
-from abbisect.trialcache import TrialCache
-
-Runner = Callable[[TrialSpec, Progress], TrialResult]
+from abbisect.trialcache import Runner, TrialCache
 
 
 @dataclass
@@ -114,16 +111,12 @@ class Driver:
         return env
 
     def trial(self, sha: str, label: str) -> tuple[TrialResult, bool]:
-        spec = self.spec(sha, label)
-        cached = self.trials.get(spec)
-        if cached is not None:
-            self.say(f"{label} {sha[:10]}: cached verdict {cached.verdict.status}")
-            return cached, True
-        result = self.runner(spec, lambda msg: self.say(f"{label} {sha[:10]}: {msg}"))
-        self.launches += 1 if result.launch else 0
-        self.builds += 0 if (result.env is None or result.env.reused) else 1
-        self.trials.put(result)
-        return result, False
+        result = self.trials.fetch(self.spec(sha, label), lambda msg: self.say(f"{label} {sha[:10]}: {msg}"),
+                                   self.runner)
+        if not result.cached:
+            self.launches += 1 if result.launch else 0
+            self.builds += 0 if (result.env is None or result.env.reused) else 1
+        return result, result.cached
 
     def judged(self, sha: str, label: str, ends: dict[str, TrialResult] | None) -> tuple[str, TrialResult, bool, str]:
         """The trial's outcome, confirmed by retries and (if asked) by which end its outputs resemble."""

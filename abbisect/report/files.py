@@ -55,9 +55,9 @@ def copy_build_logs(out: Path, results: list[tuple[str, TrialResult]]) -> None:
 
 
 def write_results(out: Path, markdown: str, data: dict, results: list[tuple[str, TrialResult]],
-                  report_name: str = "report.md") -> None:
+                  names: tuple[str, str] = ("report.md", "results.json")) -> None:
+    """The report, its data as JSON, outputs.csv, and each trial's build log beside its server log."""
     copy_build_logs(out, results)
-    (out / report_name).write_text(markdown)
-    (out / report_name.replace(".md", ".json") if report_name != "report.md" else out / "results.json").write_text(
-        json.dumps(data, indent=2, default=str))
+    (out / names[0]).write_text(markdown)
+    (out / names[1]).write_text(json.dumps(data, indent=2, default=str))
     outputs_frame(results).to_csv(out / "outputs.csv", index=False)
