@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import uv
 
 from abbisect.errors import UserError
 from abbisect.locks import atomic_write, file_lock
+from abbisect.proc import scrubbed_env
 from abbisect.recipe import PackagedModel
 
 Progress = Callable[[str], None]
@@ -163,7 +163,7 @@ def converter_python(cache: Path, log: Path) -> str:
 
 
 def _run(argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-    base = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    base = scrubbed_env()
     with log.open("a") as fh:
         fh.write(f"$ {' '.join(argv[:3])} …\n" if "-c" in argv else f"$ {' '.join(argv)}\n")
         fh.flush()

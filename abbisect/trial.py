@@ -16,6 +16,7 @@ from pathlib import Path
 from abbisect import checkout, launch
 from abbisect.engines import adapter
 from abbisect.environment import EnvResult, ensure_env
+from abbisect.proc import scrubbed_env
 from abbisect.query import Completion, query_all
 from abbisect.recipe import Recipe
 from abbisect.score import (
@@ -127,7 +128,7 @@ class TrialResult:
 
 
 def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    env = scrubbed_env()
     env.update({"VIRTUAL_ENV": venv, "PATH": f"{venv}/bin{os.pathsep}{env.get('PATH', '')}",
                 "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     if recipe.gpus is not None:

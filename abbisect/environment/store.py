@@ -19,6 +19,7 @@ from types import ModuleType
 from abbisect.environment import command, editable
 from abbisect.environment.base import BuildContext, Step, index_args, python_version
 from abbisect.locks import atomic_write, file_lock
+from abbisect.proc import scrubbed_env
 from abbisect.recipe import Install
 
 STRATEGIES: dict[str, ModuleType] = {m.name: m for m in (editable, command)}
@@ -118,7 +119,7 @@ def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cac
 
 def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, on_step) -> str | None:
     deadline = time.monotonic() + timeout
-    base_env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+    base_env = scrubbed_env()
     base_env["PATH"] = f"{ctx.venv / 'bin'}{os.pathsep}{base_env.get('PATH', '')}"
     with log.open("a") as fh:
         for step in steps:
