@@ -7,6 +7,12 @@ import time
 from rich.console import Console
 
 
+class Status(str):
+    """A transient status update of a long wait (build, lock, server start): shown as a live line with the
+    elapsed time on a terminal and as throttled plain lines otherwise. Emit with `progress(Status("…"))`
+    through the same `Progress` callable as ordinary messages."""
+
+
 class Reporter:
     def __init__(self, quiet: bool = False) -> None:
         self.console = Console(stderr=True, highlight=False)
