@@ -13,6 +13,7 @@ from pathlib import Path
 
 import git
 
+from abbisect.cache import hold, release, remove_if_unused
 from abbisect.errors import UserError
 from abbisect.locks import file_lock
 from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
@@ -75,11 +76,19 @@ def resolve(repo: Path, ref: str) -> Revision:
     return Revision(ref=ref, sha=commit.hexsha, subject=commit.summary if isinstance(commit.summary, str) else "")
 
 
-def worktree(repo: Path, sha: str, cache: Path) -> Path:
-    """A detached worktree of `sha`, shared by every trial of that commit."""
-    root = cache / "worktrees" / _key(str(repo.resolve()))
-    dest = root / sha
-    with file_lock(root / f"{sha}.lock"):
+def worktree(repo: Path, sha: str, cache: Path, sparse: tuple[str, ...] = ()) -> Path:
+    """A detached worktree of `sha`, shared by every trial of that commit (and held while this process runs).
+
+    With `sparse` folders (the recipe's engine.sparse) and a repository abbisect owns (a clone or built-in
+    history in the cache), only those folders and the top-level files are checked out (git's cone-mode
+    sparse checkout): SGLang builds from `python/` (+ `rust/` since its Rust extensions), a fraction of the
+    tree. A user's own checkout always gets a full worktree: a sparse one would switch on
+    `extensions.worktreeConfig` in their repository's config.
+    """
+    dest = worktree_path(repo, sha, cache, sparse)
+    lean = dest.name != sha
+    hold(dest)
+    with file_lock(dest.parent / f"{dest.name}.lock"):
         if (dest / ".git").exists():
             try:
                 if git.Repo(dest).head.commit.hexsha == sha:
@@ -90,5 +99,30 @@ def worktree(repo: Path, sha: str, cache: Path) -> Path:
         if dest.exists():  # half-made or stale: it is ours, in the cache, so it can go
             shutil.rmtree(dest)
         r.git.worktree("prune")
-        r.git.worktree("add", "--detach", "--force", str(dest), sha)
+        if lean:
+            r.git.worktree("add", "--detach", "--no-checkout", "--force", str(dest), sha)
+            w = git.Repo(dest)
+            w.git.sparse_checkout("set", "--cone", *sparse)
+            w.git.reset("-q", "--hard", sha)
+        else:
+            r.git.worktree("add", "--detach", "--force", str(dest), sha)
     return dest
+
+
+def worktree_path(repo: Path, sha: str, cache: Path, sparse: tuple[str, ...] = ()) -> Path:
+    """Where `worktree` puts (or has put) the checkout of `sha`."""
+    root = cache / "worktrees" / _key(str(repo.resolve()))
+    return root / (f"{sha}@{_key(' '.join(sorted(sparse)))}" if sparse and _owned(repo, cache) else sha)
+
+
+def discard(repo: Path, dest: Path) -> bool:
+    """Remove a worktree this process no longer needs, unless another process uses it; True if removed."""
+    release(dest)
+    removed = remove_if_unused(dest)
+    if removed:
+        git.Repo(repo).git.worktree("prune")
+    return removed
+
+
+def _owned(repo: Path, cache: Path) -> bool:
+    return repo.resolve().is_relative_to(cache.resolve())

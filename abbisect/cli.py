@@ -74,19 +74,20 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
         dry_run: bool, no_cache: bool, as_json: bool) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
     from abbisect.ab import resolve_sides, run_ab
+    from abbisect.cache import open_cache
     from abbisect.plan import render_plan
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.markdown import render_ab
 
     rec, _ = load_recipe(recipe_path(recipe, DEFAULT_RECIPE))
     refs = _sides(rec, ref_a, ref_b)
-    cache = cache_root(cache_dir)
     if dry_run:
-        click.echo(render_plan(rec, refs, cache))
+        click.echo(render_plan(rec, refs, cache_root(cache_dir)))
         return
+    progress = Reporter()
+    cache = open_cache(cache_dir, progress)
     repo, revs = resolve_sides(rec, refs, cache)
     out = new_output_dir(rec.name, output)
-    progress = Reporter()
     progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
     from abbisect.trialcache import TrialCache, machine_key
 
@@ -101,10 +102,11 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
 
 def _register() -> None:
     from abbisect.bisect.cli import bisect, check
+    from abbisect.cachecmd import cache
     from abbisect.envcmd import env
     from abbisect.scan import scan
 
-    for command in (bisect, check, scan, env):
+    for command in (bisect, check, scan, env, cache):
         main.add_command(command)
 
 

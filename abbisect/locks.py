@@ -9,12 +9,25 @@ from contextlib import contextmanager
 from pathlib import Path
 
 
+def locked_open(path: Path, how: int) -> int:
+    """Open and flock `path`; returns the descriptor. Lock files may be removed by `abbisect cache gc`
+    while someone waits on them: a lock taken on a file that is no longer at `path` is taken again."""
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, how)
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
 @contextmanager
 def file_lock(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    fd = locked_open(path, fcntl.LOCK_EX)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
         yield
     finally:
         fcntl.flock(fd, fcntl.LOCK_UN)

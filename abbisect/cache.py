@@ -1,0 +1,276 @@
+"""The cache's disk budget: what each kind of entry costs, which entries are in use, and LRU eviction.
+
+Entries (one folder or file each) by kind:
+    worktrees  worktrees/<repo-key>/<sha>      a commit's checkout
+    venvs      envs/<key>                      a built venv (+ build.log, complete.json)
+    models     models/<name>                   converted checkpoints and the converter venv
+    trials     trials/<key>.json (+ folder)    cached trial results and their logs
+    clones     repos/<key>, builtin/<name>, demo-engine, wheels/<file>   repositories and base wheels
+
+Every entry has a sibling `<entry>.lock` (held exclusively while it is created) and `<entry>.use`
+(held shared by every process that uses it; flock locks die with their process, so a killed abbisect
+never pins an entry). Eviction takes both exclusively without waiting and skips what it cannot take:
+nothing in use is ever removed. The mtime of the `.use` file is the entry's last use.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from abbisect.errors import UserError
+from abbisect.locks import locked_open
+
+# kind -> (top-level folder, whether entries sit one level deeper, under a per-repository folder)
+LAYOUT: dict[str, tuple[tuple[str, int], ...]] = {
+    "worktrees": (("worktrees", 2),),
+    "venvs": (("envs", 1),),
+    "models": (("models", 1),),
+    "trials": (("trials", 1),),
+    "clones": (("repos", 1), ("builtin", 1), ("wheels", 1), ("demo-engine", 0)),
+}
+# What automatic eviction may take: cheap to rebuild from what stays (clones, models, trial results).
+EVICTABLE = ("worktrees", "venvs")
+BUDGET_ENV = "ABBISECT_CACHE_MAX_SIZE"
+_SIDECARS = (".lock", ".use")
+
+# Descriptors of the `.use` locks this process holds, kept open until it exits (or releases them).
+_HELD: dict[Path, int] = {}
+
+
+@dataclass(frozen=True)
+class Entry:
+    kind: str
+    path: Path
+    size: int  # bytes on disk, each inode counted once across the cache
+    last_used: float  # epoch seconds
+
+    @property
+    def name(self) -> str:
+        return str(self.path)
+
+
+def parse_size(text: str) -> int:
+    """'50G', '500M', '2T', '1024' (bytes) → bytes."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)i?B?\s*", text, re.IGNORECASE)
+    if not m:
+        raise UserError(f"size {text!r}: give a number with an optional unit, e.g. 50G, 500M, 2T")
+    return int(float(m.group(1)) * 1024 ** " KMGT".index(m.group(2).upper() or " "))
+
+
+def parse_age(text: str) -> float:
+    """'14d', '12h', '30m' → seconds."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([dhm])\s*", text)
+    if not m:
+        raise UserError(f"age {text!r}: give a number and a unit d, h or m, e.g. 14d")
+    return float(m.group(1)) * {"d": 86400, "h": 3600, "m": 60}[m.group(2)]
+
+
+def human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024:
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return f"{n:.1f} TiB"
+
+
+# -- use and last-use marks -------------------------------------------------------------------------
+
+def sidecar(entry: Path, suffix: str) -> Path:
+    return entry.with_name(entry.name + suffix)
+
+
+def hold(entry: Path) -> None:
+    """Mark `entry` as used by this process until it exits, and stamp its last use."""
+    entry = Path(entry)
+    if entry in _HELD:
+        os.utime(sidecar(entry, ".use"))
+        return
+    mark = sidecar(entry, ".use")
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    _HELD[entry] = locked_open(mark, fcntl.LOCK_SH)  # waits only while an eviction of this entry runs
+    os.utime(mark)
+
+
+def release(entry: Path) -> None:
+    fd = _HELD.pop(Path(entry), None)
+    if fd is not None:
+        os.close(fd)
+
+
+def _try_exclusive(path: Path) -> int | None:
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove_if_unused(entry: Path) -> bool:
+    """Remove `entry` (and its sidecars) unless another holder or a builder has it; True when removed."""
+    fds = []
+    try:
+        for suffix in _SIDECARS:
+            fd = _try_exclusive(sidecar(entry, suffix))
+            if fd is None:
+                return False
+            fds.append(fd)
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry, ignore_errors=True)
+        elif entry.exists() or entry.is_symlink():
+            entry.unlink()
+        for suffix in _SIDECARS:
+            sidecar(entry, suffix).unlink(missing_ok=True)
+        return True
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+# -- listing -----------------------------------------------------------------------------------------
+
+def _entries(root: Path, kind: str) -> Iterator[Path]:
+    for top, depth in LAYOUT[kind]:
+        base = root / top
+        if depth == 0:
+            if base.exists():
+                yield base
+            continue
+        if not base.is_dir():
+            continue
+        parents = [base] if depth == 1 else [p for p in base.iterdir() if p.is_dir()]
+        for parent in parents:
+            for p in parent.iterdir():
+                if p.name.startswith(".") or p.name.endswith(_SIDECARS):
+                    continue
+                yield p
+
+
+def _size(path: Path, seen: set[tuple[int, int]]) -> int:
+    total = 0
+    stack = [path]
+    while stack:
+        p = stack.pop()
+        try:
+            st = p.lstat()
+        except OSError:
+            continue
+        if (st.st_dev, st.st_ino) not in seen:
+            seen.add((st.st_dev, st.st_ino))
+            total += st.st_blocks * 512
+        if p.is_dir() and not p.is_symlink():
+            try:
+                stack.extend(p.iterdir())
+            except OSError:
+                pass
+    return total
+
+
+def _last_used(path: Path) -> float:
+    for candidate in (sidecar(path, ".use"), path):
+        try:
+            return candidate.stat().st_mtime
+        except OSError:
+            continue
+    return 0.0
+
+
+def entries(root: Path) -> list[Entry]:
+    """Every entry of the cache with its size (hard links counted once) and last use, oldest first."""
+    seen: set[tuple[int, int]] = set()
+    found = [Entry(kind, p, _size(p, seen), _last_used(p)) for kind in LAYOUT for p in _entries(root, kind)]
+    return sorted(found, key=lambda e: e.last_used)
+
+
+@dataclass(frozen=True)
+class GcPlan:
+    remove: tuple[Entry, ...]
+    kept_in_use: tuple[Entry, ...]
+    total_before: int
+
+    @property
+    def freed(self) -> int:
+        return sum(e.size for e in self.remove)
+
+
+def select(found: list[Entry], max_size: int | None, older_than: float | None, now: float,
+           kinds: tuple[str, ...] = EVICTABLE) -> list[Entry]:
+    """Pure LRU choice: entries of `kinds` unused for longer than `older_than`, then the least recently
+    used ones until the whole cache fits `max_size`."""
+    total = sum(e.size for e in found)
+    chosen: list[Entry] = []
+    for e in sorted(found, key=lambda e: e.last_used):
+        if e.kind not in kinds:
+            continue
+        stale = older_than is not None and now - e.last_used > older_than
+        over = max_size is not None and total > max_size
+        if stale or over:
+            chosen.append(e)
+            total -= e.size
+    return chosen
+
+
+def gc(root: Path, max_size: int | None, older_than: float | None, dry_run: bool = False,
+       kinds: tuple[str, ...] = EVICTABLE) -> GcPlan:
+    found = entries(root)
+    chosen = select(found, max_size, older_than, time.time(), kinds)
+    removed, busy = [], []
+    owners: set[Path] = set()
+    for e in chosen:
+        owner = _worktree_owner(e.path) if e.kind == "worktrees" else None
+        if dry_run or remove_if_unused(e.path):
+            removed.append(e)
+            owners |= {owner} if owner and not dry_run else set()
+        else:
+            busy.append(e)
+    for gitdir in owners:  # the repository forgets the worktrees that are gone
+        subprocess.run(["git", f"--git-dir={gitdir}", "worktree", "prune"], check=False, capture_output=True)
+    return GcPlan(tuple(removed), tuple(busy), sum(e.size for e in found))
+
+
+def _worktree_owner(tree: Path) -> Path | None:
+    """The git directory of the repository a worktree belongs to (its `.git` file names it)."""
+    try:
+        text = (tree / ".git").read_text()
+    except OSError:
+        return None
+    admin = Path(text.removeprefix("gitdir:").strip())  # <gitdir>/worktrees/<name>
+    return admin.parent.parent if admin.parent.name == "worktrees" else None
+
+
+def budget() -> int | None:
+    value = os.environ.get(BUDGET_ENV)
+    return parse_size(value) if value else None
+
+
+def enforce_budget(root: Path, say=None) -> GcPlan | None:
+    """Automatic LRU eviction of worktrees and venvs when the cache exceeds $ABBISECT_CACHE_MAX_SIZE."""
+    limit = budget()
+    if limit is None:
+        return None
+    plan = gc(root, limit, None)
+    if plan.remove and say:
+        say(f"cache over its budget of {human(limit)}: removed {len(plan.remove)} least recently used "
+            f"worktree(s)/venv(s), {human(plan.freed)} freed")
+    return plan
+
+
+def open_cache(override: str | Path | None, say=None) -> Path:
+    """The cache folder of a command that runs trials, with its disk budget enforced first."""
+    from abbisect.paths import cache_root
+
+    root = cache_root(override)
+    enforce_budget(root, say)
+    return root
