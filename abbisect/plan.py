@@ -7,17 +7,59 @@ from pathlib import Path
 
 from abbisect import checkout
 from abbisect.engines import adapter
-from abbisect.environment import plan_env
+from abbisect.environment.base import Step
+from abbisect.environment.store import EnvPlan, env_plan
 from abbisect.recipe import DEMO_REPO, Recipe
 
 
-def _revision(recipe: Recipe, ref: str, cache: Path) -> tuple[str, str]:
-    """(sha, subject) when the repository is here; remote ones are resolved at run time, not cloned now."""
+def env_plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path) -> EnvPlan:
+    """The environment a trial of `sha` will build, planned from the commit's own tree.
+
+    `repo` is any git directory that holds the commit (the engine's repository, the cache's clone, or the
+    commit's worktree): files are read with `git show`, so the plan equals the build's.
+    """
+    worktree = cache / "worktrees" / checkout._key(str(repo.resolve())) / sha  # where checkout.worktree puts it
+    return env_plan(worktree, sha, recipe.install, recipe.engine.subdir, cache, git_dir=repo)
+
+
+def plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path) -> tuple[str, list[Step]]:
+    """(env key, build steps) of a trial of `sha`, as `run` and `bisect` will build it."""
+    plan = env_plan_for(recipe, repo, sha, cache)
+    return plan.key, list(plan.steps)
+
+
+def _local_repo(recipe: Recipe, cache: Path) -> tuple[Path | None, str]:
+    """The engine's repository if it is here; a URL is never cloned for a plan, but an earlier clone in the
+    cache is used as it is (not fetched)."""
     repo = recipe.engine.repo
     if repo != DEMO_REPO and checkout._URL.match(repo):
-        return "resolved at run time (remote repository)", ""
-    rev = checkout.resolve(checkout.open_repo(repo, cache), ref)
-    return rev.sha, rev.subject
+        clone = cache / "repos" / checkout._key(repo)
+        return (clone, " (the cache's clone, not fetched now)") if clone.is_dir() else (None, "")
+    return checkout.open_repo(repo, cache), ""
+
+
+def _revision(recipe: Recipe, ref: str, cache: Path) -> tuple[Path | None, str, str]:
+    """(repository, sha, subject) when the repository is here; remote ones are resolved at run time."""
+    repo, note = _local_repo(recipe, cache)
+    if repo is None:
+        return None, "resolved at run time (remote repository)", ""
+    rev = checkout.resolve(repo, ref)
+    return repo, rev.sha, rev.subject + note
+
+
+def render_env(recipe: Recipe, repo: Path | None, sha: str, ref: str, cache: Path) -> list[str]:
+    """The install section of a plan, indented under its side."""
+    if repo is None:
+        plan = env_plan(Path(f"<worktree of {ref}>"), sha, recipe.install, recipe.engine.subdir, cache)
+    else:
+        plan = env_plan_for(recipe, repo, sha, cache)
+    key = plan.key if re.fullmatch(r"[0-9a-f]{40}", sha) else "known once the sha is"
+    lines = [f"  install ({recipe.install.strategy}, env key {key}):"]
+    lines += [f"    {k}: {v}" for k, v in plan.facts.items()]
+    if plan.blocker:
+        lines.append(f"    untestable here: {plan.blocker}")
+    lines += [f"    $ {s.display()}" for s in plan.steps]
+    return lines
 
 
 def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Path) -> str:
@@ -27,13 +69,9 @@ def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Path) -> str:
     lines.append(f"engine: {recipe.engine.kind} from {recipe.engine.repo}"
                  + (f" (subdir {recipe.engine.subdir})" if recipe.engine.subdir else ""))
     for side, ref in zip("AB", refs):
-        sha, subject = _revision(recipe, ref, cache)
+        repo, sha, subject = _revision(recipe, ref, cache)
         lines.append(f"side {side}: {ref} → {sha} {subject}".rstrip())
-        source = Path(f"<worktree of {ref}>")
-        key, steps = plan_env(source, sha, recipe.install, recipe.engine.subdir, cache)
-        key = key if re.fullmatch(r"[0-9a-f]{40}", sha) else "known once the sha is"
-        lines.append(f"  install ({recipe.install.strategy}, env key {key}):")
-        lines += [f"    $ {s.display()}" for s in steps]
+        lines += render_env(recipe, repo, sha, ref, cache)
     model = recipe.model if isinstance(recipe.model, str) or recipe.model is None else (
         f"{recipe.model.file} from package {recipe.model.package} (converted once, cached)")
     if recipe.probe is not None:

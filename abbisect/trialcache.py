@@ -10,8 +10,8 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from abbisect.environment import plan_env
 from abbisect.locks import atomic_write
+from abbisect.plan import plan_for
 from abbisect.recipe import Recipe
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 
@@ -46,8 +46,8 @@ def machine_key() -> str:
 
 def trial_key(spec: TrialSpec, machine: str) -> str:
     recipe = Recipe.model_validate(spec.recipe)
-    source = Path(spec.cache_dir) / "worktrees" / spec.sha  # only used for naming, never touched
-    env_key, _ = plan_env(source, spec.sha, recipe.install, recipe.engine.subdir, Path(spec.cache_dir))
+    # The env key as the build will compute it, from the commit's own tree in the repository.
+    env_key, _ = plan_for(recipe, Path(spec.repo), spec.sha, Path(spec.cache_dir))
     blob = json.dumps([spec.sha, recipe.fingerprint(), env_key, machine])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

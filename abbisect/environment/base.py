@@ -9,12 +9,14 @@ import shlex
 import site
 import subprocess
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 import uv
 
+from abbisect.environment.tree import CommitTree
 from abbisect.recipe import Install
 
 
@@ -54,6 +56,16 @@ class BuildContext:
         return self.source / (self.install_subdir or "")
 
     install_subdir: str | None = None
+    git_dir: Path | None = None  # where the commit's files are read from, when not from `source` (a plan)
+
+    @property
+    def tree(self) -> CommitTree:
+        """The commit's files, read the same way for a plan and a build (see tree.py)."""
+        return CommitTree(self.git_dir or self.source, self.sha)
+
+    def read_package(self, rel: str) -> str | None:
+        """A file of the package being installed (under the recipe's subdir) in this commit."""
+        return self.tree.read(f"{self.install_subdir or ''}/{rel}")
 
 
 class Strategy(Protocol):
@@ -126,20 +138,24 @@ def checkout_target(ctx: BuildContext) -> str:
     return f"{ctx.package_dir}{extras}"
 
 
-def index_args(install: Install) -> list[str]:
+def index_args(install: Install, ctx: BuildContext | None = None) -> list[str]:
+    """uv's index options; with a commit, `{sha}`, `{short}`, `{version}` in them are filled in."""
+    def f(text: str) -> str:
+        return fill(text, commit_values(ctx)) if ctx is not None else text
+
     args: list[str] = []
     for fl in install.find_links:
-        for link in pip_config_find_links() if fl == PIP_CONFIG else (os.path.expanduser(fl),):
+        for link in pip_config_find_links() if fl == PIP_CONFIG else (os.path.expanduser(f(fl)),):
             args += ["--find-links", link]
     if install.index_url:
-        args += ["--index-url", install.index_url]
+        args += ["--index-url", f(install.index_url)]
     for url in install.extra_index_urls:
-        args += ["--extra-index-url", url]
+        args += ["--extra-index-url", f(url)]
     return args
 
 
 def pip_install(ctx: BuildContext, *requirements: str, desc: str, env: dict[str, str] | None = None) -> Step:
-    argv = (ctx.uv, "pip", "install", "--python", ctx.python, *index_args(ctx.install), *requirements)
+    argv = (ctx.uv, "pip", "install", "--python", ctx.python, *index_args(ctx.install, ctx), *requirements)
     return Step(argv, desc, env or {})
 
 
@@ -167,6 +183,84 @@ d.mkdir(exist_ok=True)
 """
 
 
-def fill(template: str, values: dict[str, str]) -> str:
-    """Replace {name} placeholders we know, leaving shell syntax such as ${HOME} alone."""
-    return re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), template)
+Value = str | Callable[[str | None], str | None]
+
+
+def fill(template: str, values: dict[str, Value]) -> str:
+    """Replace {name} and {name:arg} placeholders we know, leaving shell syntax such as ${HOME} alone.
+
+    A value may be a function of the argument: `{short:9}` asks for nine characters of the sha.
+    """
+    def one(m: re.Match[str]) -> str:
+        name, arg = m.group(1), m.group(2)
+        value = values.get(name)
+        if callable(value):
+            got = value(arg)
+        else:
+            got = value if arg is None else None
+        return m.group(0) if got is None else got
+
+    return re.sub(r"\{(\w+)(?::(\w+))?\}", one, template)
+
+
+def commit_values(ctx: BuildContext) -> dict[str, Value]:
+    """Placeholders of per-commit templates: {sha}, {short} (git's abbreviation) or {short:N}, {version}."""
+    def short(arg: str | None) -> str | None:
+        if arg is None:
+            return ctx.tree.short()
+        return ctx.tree.short(int(arg)) if arg.isdigit() and 4 <= int(arg) <= 40 else None
+
+    def version(_arg: str | None) -> str | None:
+        if (stated := package_version(ctx)) is not None:
+            return stated
+        return scm_version(ctx) if ctx.tree.describe() else None
+
+    return {"sha": ctx.sha, "short": short, "version": version}
+
+
+def package_version(ctx: BuildContext) -> str | None:
+    """The package's version as the commit states it: pyproject's static version, else a literal
+    `__version__` in its version module; None when only setuptools-scm knows (see scm_version)."""
+    data = read_toml(ctx.read_package("pyproject.toml"))
+    project = data.get("project", {})
+    if isinstance(project.get("version"), str):
+        return project["version"]
+    name = str(project.get("name", "")).replace("-", "_")
+    for rel in (f"{name}/version.py", f"{name}/_version.py") if name else ():
+        found = re.search(r"""^__version__\s*=\s*["']([^"']+)["']""", ctx.read_package(rel) or "", re.MULTILINE)
+        if found:
+            return found.group(1)
+    return None
+
+
+def read_toml(text: str | None) -> dict:
+    import tomllib
+
+    try:
+        return tomllib.loads(text) if text else {}
+    except tomllib.TOMLDecodeError:
+        return {}
+
+
+def scm_version(ctx: BuildContext) -> str:
+    """A version for setuptools-scm when the repository has no usable tag for this commit.
+
+    From `git describe --tags` as setuptools-scm's default scheme would write it (next patch release,
+    .devN+g<hash>), else the commit's own stated version, else 0.0.0.dev0 with the sha.
+    """
+    from packaging.version import InvalidVersion, Version
+
+    described = ctx.tree.describe()
+    found = re.fullmatch(r"v?(.+)-(\d+)-g([0-9a-f]+)", described or "")
+    if found:
+        tag, distance, sha = found.group(1), int(found.group(2)), found.group(3)
+        try:
+            release = Version(tag)
+        except InvalidVersion:
+            release = None
+        if release is not None and distance == 0:
+            return str(release)
+        if release is not None and not release.is_prerelease and not release.is_postrelease and release.local is None:
+            bumped = ".".join(map(str, (*release.release[:-1], release.release[-1] + 1)))
+            return f"{bumped}.dev{distance}+g{sha}"
+    return package_version(ctx) or f"0.0.0.dev0+g{ctx.sha[:9]}"

@@ -3,52 +3,193 @@
 With install.read_pins the engine's heavy pins (compiled kernels, torch) are read from the commit's own
 pyproject.toml and installed first, as a step of their own; they go into the key as `heavy`, so commits
 whose pins match share the heavy part (one uv cache entry, hardlinked) and the report can say which pins
-changed between two commits.
+changed between two commits. The CUDA major those pins are built for (cu12, cu13) is a key of the venv.
+
+The build itself changes by era, and is read from the same pyproject.toml (see build_needs): a package
+whose build-system requires setuptools-rust compiles Rust (needs cargo) unless its setup.py reads a
+`*_BUILD_RUST_EXTS` switch, which is then set to `none`; a version from setuptools-scm gets a pretended
+version, because a clone without the release tags would otherwise build 0.0.0.dev0.
 """
 
 from __future__ import annotations
 
 import re
-import tomllib
+import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from abbisect.environment.base import BuildContext, Step, checkout_target, pip_install, post_steps, venv_steps
+from packaging.requirements import InvalidRequirement, Requirement
+
+from abbisect.environment.base import (
+    BuildContext,
+    Step,
+    checkout_target,
+    pip_install,
+    post_steps,
+    read_toml,
+    scm_version,
+    venv_steps,
+)
 
 name = "editable"
 
-# The compiled dependencies SGLang asserts at start (assert_pkg_version); vLLM's are in requirements/*.txt.
-HEAVY = ("sgl-kernel", "sglang-kernel", "flashinfer-python", "flashinfer-cubin", "torch")
+# Compiled or CUDA-built distributions, by name: a rule, so packages an engine starts pinning tomorrow
+# are covered too. torch and its family, triton, anything with "kernel" in its name (sgl-kernel,
+# sglang-kernel, quack-kernels, humming-kernels), flashinfer and flash-attn, DeepGEMM / DeepEP builds,
+# CUDA's own wheels (cuda-*, nvidia-*, cupy), tilelang, xformers, TVM's FFI.
+HEAVY_NAME = re.compile(r"^(torch.*|triton.*|xformers|tilelang|.*kernel.*|flashinfer.*|flash-attn.*|flash-mla.*"
+                        r"|.*deep-gemm.*|.*deep-ep.*|cuda-.*|nvidia-.*|cupy.*|.*tvm-ffi.*)$")
+CUDA_EXTRA = re.compile(r"^cu(\d\d)\d*$")
 
 
-def _norm(req: str) -> str:
-    return re.split(r"[\s<>=!~;\[@]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+def _canon(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def read_heavy_pins(package_dir: Path) -> list[str] | None:
-    """The commit's pinned heavy requirements, or None when it has no readable pyproject.toml."""
-    try:
-        data = tomllib.loads((package_dir / "pyproject.toml").read_text())
-    except (OSError, tomllib.TOMLDecodeError):
-        return None
+def _requirements(data: dict, extras: tuple[str, ...]) -> list[Requirement]:
+    """The project's dependencies plus the optional groups named by `extras` (following self-references
+    such as `sglang[srt]` inside a group, as pip does)."""
     project = data.get("project", {})
-    reqs = list(project.get("dependencies", []))
-    for group in project.get("optional-dependencies", {}).values():
-        reqs += group
-    return sorted({r.split(";")[0].strip() for r in reqs if _norm(r) in HEAVY and "==" in r})
+    me = _canon(str(project.get("name", "")))
+    groups = project.get("optional-dependencies", {})
+    todo, seen, out = list(extras), set(), []
+    raw = list(project.get("dependencies", []))
+    while True:
+        for text in raw:
+            try:
+                req = Requirement(text.split("#")[0].strip())
+            except InvalidRequirement:
+                continue
+            if _canon(req.name) == me and me:
+                todo += sorted(req.extras)
+            else:
+                out.append(req)
+        todo = [g for g in todo if g not in seen]
+        if not todo:
+            return out
+        group = todo.pop(0)
+        seen.add(group)
+        raw = list(groups.get(group, []))
+
+
+def is_heavy(req: Requirement) -> bool:
+    """An exact pin of a compiled or CUDA package (by name, or by a CUDA extra such as [cu13])."""
+    exact = any(s.operator in ("==", "===") and "*" not in s.version for s in req.specifier)
+    cuda_extra = any(CUDA_EXTRA.match(e) for e in req.extras)
+    return exact and (bool(HEAVY_NAME.match(_canon(req.name))) or cuda_extra)
+
+
+def heavy_pins(data: dict, extras: tuple[str, ...] = ()) -> list[str]:
+    return sorted({str(r) for r in _requirements(data, extras) if is_heavy(r)})
+
+
+def read_heavy_pins(package_dir: Path, extras: tuple[str, ...] = ()) -> list[str] | None:
+    """The pinned heavy requirements of the pyproject.toml in `package_dir`, or None without one."""
+    try:
+        text = (package_dir / "pyproject.toml").read_text()
+    except OSError:
+        return None
+    data = read_toml(text)
+    return heavy_pins(data, extras) if data else None
+
+
+def cuda_variant(data: dict, extras: tuple[str, ...] = ()) -> str | None:
+    """The CUDA major the commit's requirements are built for — `cu12`, `cu13` — or None when they do not
+    say. Evidence: a CUDA extra (flashinfer_python[cu13]), a local version (torch==2.9.1+cu128), a
+    -cu12/-cu13 name (nvidia-cublas-cu12), or the floor of cuda-python (>=13.0)."""
+    majors: set[str] = set()
+    for req in _requirements(data, extras):
+        for e in req.extras:
+            if m := CUDA_EXTRA.match(e):
+                majors.add(m.group(1))
+        for spec in req.specifier:
+            if m := re.search(r"\+cu(\d\d)\d", spec.version):
+                majors.add(m.group(1))
+            if _canon(req.name) in ("cuda-python", "cuda-bindings") and spec.operator in (">=", "==", "~="):
+                majors.add(spec.version.split(".")[0])
+        if m := re.search(r"-cu(\d\d)$", _canon(req.name)):
+            majors.add(m.group(1))
+    majors = {m for m in majors if m in ("11", "12", "13", "14")}
+    return f"cu{max(majors)}" if majors else None
+
+
+@dataclass(frozen=True)
+class BuildNeeds:
+    """What building the commit's package needs, read from its own files."""
+
+    env: dict[str, str] = field(default_factory=dict)  # set for the build (switches, pretended version)
+    rust: bool = False
+    blocker: str | None = None  # why this commit cannot be built here (the trial is untestable)
+
+
+def build_needs(ctx: BuildContext) -> BuildNeeds:
+    data = read_toml(ctx.read_package("pyproject.toml"))
+    if not data:
+        return BuildNeeds()
+    requires = [_canon(r.split(";")[0]) for r in data.get("build-system", {}).get("requires", [])]
+    env: dict[str, str] = {}
+    rust = any(r.startswith("setuptools-rust") for r in requires) or "setuptools-rust" in data.get("tool", {})
+    blocker = None
+    if rust:
+        switches = set(re.findall(r"\b([A-Z][A-Z0-9_]*_BUILD_RUST_EXTS)\b",
+                                  (ctx.read_package("setup.py") or "") + (ctx.read_package("pyproject.toml") or "")))
+        for var in sorted(switches):
+            env[var] = ctx.install.env.get(var, "none")
+        if not switches and shutil.which("cargo") is None:
+            where = f"{ctx.install_subdir}/pyproject.toml" if ctx.install_subdir else "pyproject.toml"
+            blocker = (f"needs cargo: {where} of {ctx.sha[:12]} builds Rust extensions (setuptools-rust) and "
+                       "its build has no switch to skip them; install a Rust toolchain to test it")
+    project = data.get("project", {})
+    scm = any(r.startswith("setuptools-scm") for r in requires) and "version" in project.get("dynamic", [])
+    if scm and project.get("name"):
+        var = "SETUPTOOLS_SCM_PRETEND_VERSION_FOR_" + re.sub(r"[-_.]+", "_", str(project["name"])).upper()
+        env[var] = ctx.install.env.get(var) or scm_version(ctx)
+    return BuildNeeds(env, rust, blocker)
+
+
+def _data(ctx: BuildContext) -> dict:
+    return read_toml(ctx.read_package("pyproject.toml"))
+
+
+def _heavy(ctx: BuildContext) -> list[str] | None:
+    data = _data(ctx)
+    return heavy_pins(data, tuple(ctx.install.extras)) if data else None
 
 
 def key_inputs(ctx: BuildContext) -> dict[str, object]:
     inputs: dict[str, object] = {"sha": ctx.sha}
     if ctx.install.read_pins:
-        inputs["heavy"] = read_heavy_pins(ctx.package_dir)
+        inputs["heavy"] = _heavy(ctx)
+        inputs["cuda"] = cuda_variant(_data(ctx), tuple(ctx.install.extras))
+    needs = build_needs(ctx)
+    if needs.env or needs.rust:
+        # cargo's presence decides between a build and "needs cargo": a machine that gains cargo rebuilds.
+        inputs["build"] = {"env": needs.env, "cargo": needs.rust and shutil.which("cargo") is not None}
     return inputs
+
+
+def facts(ctx: BuildContext) -> dict[str, str]:
+    """What the report shows about this venv besides its steps."""
+    out: dict[str, str] = {}
+    if ctx.install.read_pins:
+        out["cuda"] = cuda_variant(_data(ctx), tuple(ctx.install.extras)) or "not stated by the pins"
+    needs = build_needs(ctx)
+    if needs.rust:
+        out["rust"] = ("skipped (" + ", ".join(f"{k}=none" for k in needs.env if k.endswith("_BUILD_RUST_EXTS")) + ")"
+                       if any(k.endswith("_BUILD_RUST_EXTS") for k in needs.env) else "built with cargo")
+    return out
+
+
+def blocker(ctx: BuildContext) -> str | None:
+    return build_needs(ctx).blocker
 
 
 def steps(ctx: BuildContext) -> list[Step]:
     out = venv_steps(ctx)
     if ctx.install.read_pins:
-        heavy = read_heavy_pins(ctx.package_dir)
+        heavy = _heavy(ctx)
         if heavy:
             out.append(pip_install(ctx, *heavy, desc="install the commit's heavy pins", env=dict(ctx.install.env)))
-    out.append(pip_install(ctx, "-e", checkout_target(ctx), *ctx.install.pins, desc="install checkout", env=dict(ctx.install.env)))
+    env = {**build_needs(ctx).env, **ctx.install.env}
+    out.append(pip_install(ctx, "-e", checkout_target(ctx), *ctx.install.pins, desc="install checkout", env=env))
     return [*out, *post_steps(ctx)]

@@ -12,7 +12,7 @@ import os
 import shutil
 import subprocess
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import ModuleType
 
@@ -42,13 +42,26 @@ class EnvResult:
     log: str
     steps: tuple[str, ...]
     error: str | None = None
+    # What the strategy derived for this commit, for the report: the CUDA variant (cu12/cu13, cu129),
+    # the compiled wheel used and whose commit it is, a Rust build skipped, …
+    facts: dict[str, str] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: dict) -> EnvResult:
-        return cls(**{**d, "steps": tuple(d["steps"])})
+        return cls(**{**d, "steps": tuple(d["steps"]), "facts": dict(d.get("facts") or {})})
+
+
+@dataclass(frozen=True)
+class EnvPlan:
+    """A build as planned: the same for `--dry-run`, the trial cache's key and the real build."""
+
+    key: str
+    steps: tuple[Step, ...]
+    facts: dict[str, str]
+    blocker: str | None  # set when this commit cannot be built here: the trial is untestable, with this reason
 
 
 def _strategy(install: Install) -> ModuleType:
@@ -57,7 +70,7 @@ def _strategy(install: Install) -> ModuleType:
 
 
 def _load_optional_strategies() -> None:
-    for name in ("precompiled", "wheel", "overlay"):
+    for name in ("precompiled", "wheel", "overlay", "vllm_wheels"):
         if name not in STRATEGIES:
             try:
                 register(__import__(f"abbisect.environment.{name}", fromlist=["name"]))
@@ -65,20 +78,33 @@ def _load_optional_strategies() -> None:
                 pass
 
 
-def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Path) -> tuple[BuildContext, str]:
-    probe = BuildContext(source, sha, install, Path("/nonexistent"), cache, subdir)
+def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+             git_dir: Path | None = None) -> tuple[BuildContext, str]:
+    probe = BuildContext(source, sha, install, Path("/nonexistent"), cache, subdir, git_dir)
     # Every install setting shapes the venv; the strategy adds what it derives (the sha when the commit's
     # source is installed, the heavy pins it read, the digest of a base wheel).
     inputs = {"install": install.model_dump(mode="json"), "python": python_version(install),
-              "index": index_args(install), "subdir": subdir, **_strategy(install).key_inputs(probe)}
+              "index": index_args(install, probe), "subdir": subdir, **_strategy(install).key_inputs(probe)}
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
     root = cache / "envs" / key
-    return BuildContext(source, sha, install, root / "venv", cache, subdir), key
+    return BuildContext(source, sha, install, root / "venv", cache, subdir, git_dir), key
 
 
 def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path) -> tuple[str, list[Step]]:
-    ctx, key = _context(source, sha, install, subdir, cache)
-    return key, _strategy(install).steps(ctx)
+    plan = env_plan(source, sha, install, subdir, cache)
+    return plan.key, list(plan.steps)
+
+
+def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+             git_dir: Path | None = None) -> EnvPlan:
+    """The build of `sha` in the worktree `source`, without building anything. The commit's files are
+    read from `git_dir` when given (any git directory that holds the commit: see tree.py), else from
+    `source` itself."""
+    ctx, key = _context(source, sha, install, subdir, cache, git_dir)
+    strategy = _strategy(install)
+    blocker = getattr(strategy, "blocker", lambda _c: None)(ctx)
+    facts = getattr(strategy, "facts", lambda _c: {})(ctx)
+    return EnvPlan(key, tuple(strategy.steps(ctx)), facts, blocker)
 
 
 def needs_source(install: Install) -> bool:
@@ -103,17 +129,21 @@ def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cac
                timeout: float, on_step=None) -> EnvResult:
     """Reuse or build the venv for this commit; a failed build is returned, never raised."""
     ctx, key = _context(source, sha, install, subdir, cache)
+    plan = env_plan(source, sha, install, subdir, cache)
     root = ctx.venv.parent
     log = root / "build.log"
-    steps = _strategy(install).steps(ctx)
+    steps = list(plan.steps)
     shown = tuple(s.display() for s in steps)
+    if plan.blocker:  # untestable here, by the commit's own build: nothing to build, nothing to keep
+        return EnvResult(False, key, str(ctx.venv), ctx.python, False, 0.0, str(log), shown, plan.blocker,
+                         plan.facts)
     start = time.monotonic()
     hold(root)  # in use by this process: `abbisect cache gc` leaves it alone
     with file_lock(cache / "envs" / f"{key}.lock"):
         if _healthy(root) is None:
             # Time spent here is waiting for a concurrent (background) build of the same venv.
             waited = round(time.monotonic() - start, 3)
-            return EnvResult(True, key, str(ctx.venv), ctx.python, True, waited, str(log), shown)
+            return EnvResult(True, key, str(ctx.venv), ctx.python, True, waited, str(log), shown, None, plan.facts)
         if root.exists():
             shutil.rmtree(root)
         root.mkdir(parents=True)
@@ -122,7 +152,8 @@ def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cac
         if error is None:
             atomic_write(root / MARKER, json.dumps({"key": key, "sha": sha, "seconds": seconds,
                                                     "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
-        return EnvResult(error is None, key, str(ctx.venv), ctx.python, False, seconds, str(log), shown, error)
+        return EnvResult(error is None, key, str(ctx.venv), ctx.python, False, seconds, str(log), shown, error,
+                         plan.facts)
 
 
 def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, on_step) -> str | None:
