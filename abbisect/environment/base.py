@@ -18,6 +18,7 @@ import uv
 
 from abbisect.environment.tree import CommitTree
 from abbisect.recipe import Install
+from abbisect.redact import mask_env
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class Step:
     shell: bool = False
 
     def display(self) -> str:
-        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env.items())
+        # Shown in build logs and plans: secret-looking values and ${VAR} references masked (abbisect/redact.py).
+        prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in mask_env(self.env).items())
         cmd = self.argv[-1] if self.shell else shlex.join(self.argv)
         return f"{prefix} {cmd}".strip()
 

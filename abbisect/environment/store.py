@@ -22,6 +22,7 @@ from abbisect.environment.base import BuildContext, Step, index_args, python_ver
 from abbisect.locks import atomic_write, file_lock
 from abbisect.proc import scrubbed_env
 from abbisect.recipe import Install
+from abbisect.redact import expand_env
 
 STRATEGIES: dict[str, ModuleType] = {m.name: m for m in (editable, command)}
 MARKER = "complete.json"
@@ -168,7 +169,8 @@ def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, 
             fh.flush()
             left = deadline - time.monotonic()
             try:
-                rc = subprocess.run(step.argv, check=False, stdout=fh, stderr=subprocess.STDOUT, env={**base_env, **step.env},
+                env = {**base_env, **expand_env(step.env, base_env)}  # ${VAR} references read only now
+                rc = subprocess.run(step.argv, check=False, stdout=fh, stderr=subprocess.STDOUT, env=env,
                                     cwd=ctx.source, timeout=max(left, 1), stdin=subprocess.DEVNULL).returncode
             except subprocess.TimeoutExpired:
                 fh.write(f"\n[abbisect] build timed out after {timeout:.0f} s\n")

@@ -10,24 +10,44 @@ from pathlib import Path
 import pandas as pd
 
 from abbisect.errors import UserError
+from abbisect.redact import Redactor
 from abbisect.trial import TrialResult
+from abbisect.trialcache import scrub_file
 
 
 def new_output_dir(recipe_name: str, output: str | None) -> Path:
-    """A fresh folder; an existing non-empty --output is refused so no earlier result is overwritten."""
+    """A fresh folder owned by this run: created atomically (mkdir without exist_ok), so two processes that
+    race for the same stamp get two folders; an existing non-empty --output, or a file, is refused."""
     if output:
         out = Path(output)
-        if out.exists() and any(out.iterdir()):
-            raise UserError(f"--output {out} exists and is not empty (choose a new folder; nothing was overwritten)")
-    else:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        out = Path("results") / recipe_name / stamp
-        n = 1
-        while out.exists():
-            n += 1
-            out = Path("results") / recipe_name / f"{stamp}-{n}"
-    out.mkdir(parents=True, exist_ok=True)
-    return out.resolve()
+        if out.exists() and not out.is_dir():
+            raise UserError(f"--output {out} is a file, not a folder (choose a new folder; nothing was overwritten)")
+        if out.is_dir():
+            if any(out.iterdir()):
+                raise UserError(f"--output {out} exists and is not empty (choose a new folder; nothing was overwritten)")
+            return out.resolve()
+        try:
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.mkdir()
+        except FileExistsError:
+            raise UserError(f"--output {out} was just created by another process (choose a new folder)") from None
+        except (NotADirectoryError, FileNotFoundError):
+            raise UserError(f"--output {out}: a parent of it is a file, not a folder") from None
+        return out.resolve()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    parent = Path("results") / recipe_name
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except (NotADirectoryError, FileExistsError):
+        raise UserError(f"{parent} is a file, not a folder (move it, or pass --output DIR)") from None
+    for n in range(1, 1000):
+        out = parent / (stamp if n == 1 else f"{stamp}-{n}")
+        try:
+            out.mkdir()
+        except FileExistsError:
+            continue
+        return out.resolve()
+    raise UserError(f"no free result folder under {parent} for {stamp} (pass --output DIR)")
 
 
 def outputs_frame(results: list[tuple[str, TrialResult]]) -> pd.DataFrame:
@@ -46,18 +66,31 @@ def outputs_frame(results: list[tuple[str, TrialResult]]) -> pd.DataFrame:
                                        "verdict"])
 
 
-def copy_build_logs(out: Path, results: list[tuple[str, TrialResult]]) -> None:
+def copy_build_logs(out: Path, results: list[tuple[str, TrialResult]], redactor: Redactor | None = None) -> None:
+    """Each trial's build log beside its server log, secrets masked; a cached trial brought its own."""
     for _, r in results:
-        if r.env and Path(r.env.log).is_file():
-            dest = Path(r.spec.out_dir)
-            dest.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(r.env.log, dest / "build.log")
+        dest = Path(r.spec.out_dir) / "build.log"
+        if r.env and Path(r.env.log).is_file() and not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(r.env.log, dest)
 
 
 def write_results(out: Path, markdown: str, data: dict, results: list[tuple[str, TrialResult]],
-                  names: tuple[str, str] = ("report.md", "results.json")) -> None:
-    """The report, its data as JSON, outputs.csv, and each trial's build log beside its server log."""
-    copy_build_logs(out, results)
-    (out / names[0]).write_text(markdown)
-    (out / names[1]).write_text(json.dumps(data, indent=2, default=str))
-    outputs_frame(results).to_csv(out / "outputs.csv", index=False)
+                  names: tuple[str, str] = ("report.md", "results.json"), redactor: Redactor | None = None) -> None:
+    """The report, its data as JSON, outputs.csv, and each trial's build log beside its server log.
+
+    Everything is written through `redactor`, and every file already in `out` (server and build logs,
+    retries' folders) is scrubbed of the recipe's secrets before this returns.
+    """
+    red = redactor or Redactor()
+    copy_build_logs(out, results, red)
+    (out / names[0]).write_text(red.text(markdown))
+    (out / names[1]).write_text(json.dumps(red.data(data), indent=2, default=str))
+    frame = outputs_frame(results)
+    if red:
+        frame = frame.map(lambda v: red.text(v) if isinstance(v, str) else v)
+    frame.to_csv(out / "outputs.csv", index=False)
+    if red:
+        for path in out.rglob("*"):
+            if path.is_file() and path.name not in (names[0], names[1], "outputs.csv"):
+                scrub_file(path, red)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from abbisect.trial import TrialResult
 
@@ -44,6 +45,7 @@ def side_summary(r: TrialResult) -> dict[str, str]:
     serious = sorted({s.id for s in r.signatures if s.severity in ("warning", "error", "fatal")})
     build = "failed" if r.env and not r.env.ok else ("reused" if r.env and r.env.reused else _secs(r.timings.get("build")))
     return {
+        "result": cached_note(r, short=True),
         "build": build,
         "ready": _secs(r.launch.ready_s) if r.launch and r.launch.status == "ready" else (
             r.launch.status if r.launch else "—"),
@@ -53,6 +55,19 @@ def side_summary(r: TrialResult) -> dict[str, str]:
         "answers": f"{checked - misses}/{checked} correct" if checked else "—",
         "verdict": f"**{r.verdict.status}**",
     }
+
+
+def cached_note(r: TrialResult, short: bool = False) -> str:
+    """'fresh', or where a cached result came from: the date of the original run and its logs."""
+    if not r.cached:
+        return "fresh"
+    origin = r.extras.get("cache") or {}
+    stored = origin.get("stored", "an earlier run")
+    if short:
+        return f"cached ({stored})"
+    logs = ", ".join(f"`{Path(r.spec.out_dir).name}/{name}`" for name in origin.get("logs", []))
+    return (f"served from the trial cache: the result of a run at {stored}"
+            + (f"; its logs, kept with the cache entry, are copied here: {logs}" if logs else "; no logs were kept"))
 
 
 def summary_table(results: list[tuple[str, TrialResult]]) -> str:
@@ -80,6 +95,8 @@ def outputs_table(a: TrialResult, b: TrialResult, divergences) -> str:
 def evidence_block(label: str, r: TrialResult) -> str:
     parts = [f"**{label} verdict: {r.verdict.status}** ({r.verdict.outcome})", ""]
     parts += [f"- {reason}" for reason in r.verdict.reasons]
+    if r.cached:
+        parts += [f"- {cached_note(r)}"]
     if r.env and not r.env.ok:
         parts += ["", details(f"{label}: build log tail", fence(r.env.error or ""))]
     if r.launch and r.launch.status != "ready":
