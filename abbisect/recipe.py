@@ -43,7 +43,7 @@ class Engine(_Strict):
 
 
 class Install(_Strict):
-    strategy: Literal["editable", "command", "precompiled", "wheel", "overlay"] = "editable"
+    strategy: Literal["editable", "command", "precompiled", "wheel", "overlay", "vllm-wheels"] = "editable"
     python: str | None = None
     system_site_packages: bool = False
     extras: list[str] = []
@@ -60,6 +60,12 @@ class Install(_Strict):
     remove: list[str] = []
     dist_shims: dict[str, str] = {}
     read_pins: bool = False
+    # vllm-wheels: the per-commit wheel index (default vLLM's own), its CUDA variant (cu129, cu130, …;
+    # default: detected from the driver, else the index's default) and whether a commit without a wheel
+    # may borrow the nearest first-parent ancestor's (stated in the result) instead of being untestable
+    wheel_index: str | None = None
+    variant: str | None = Field(None, pattern=r"^[A-Za-z0-9._-]+$")
+    nearest_wheel: bool = False
 
     @model_validator(mode="after")
     def _strategy_needs(self) -> Install:

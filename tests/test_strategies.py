@@ -82,7 +82,7 @@ def test_overlay_keeps_the_wheels_compiled_files_and_takes_the_commits_python(tm
 def test_wheel_strategy_keys_by_requirement_not_by_commit(tmp_path: Path) -> None:
     pkg = Install(strategy="wheel", package="toypkg==1.0")
     assert plan_env(tmp_path, SHA1, pkg, None, tmp_path)[0] == plan_env(tmp_path, SHA2, pkg, None, tmp_path)[0]
-    tpl = Install(strategy="wheel", wheel_url_template="https://wheels.invalid/{sha}/toypkg-{short}.whl")
+    tpl = Install(strategy="wheel", wheel_url_template="https://wheels.invalid/{sha}/toypkg-{short:10}.whl")
     k1, steps1 = plan_env(tmp_path, SHA1, tpl, None, tmp_path)
     k2, _ = plan_env(tmp_path, SHA2, tpl, None, tmp_path)
     assert k1 != k2

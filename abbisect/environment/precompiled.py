@@ -33,6 +33,15 @@ def build_env(ctx: BuildContext) -> dict[str, str]:
     return env
 
 
+def blocker(ctx: BuildContext) -> str | None:
+    """A setup.py older than VLLM_PRECOMPILED_WHEEL_COMMIT would ignore the sha and take the nightly wheel."""
+    setup = ctx.read_package("setup.py")
+    if ctx.install.wheel or setup is None or "VLLM_PRECOMPILED_WHEEL_COMMIT" in setup:
+        return None
+    return (f"setup.py of {ctx.sha[:12]} does not read VLLM_PRECOMPILED_WHEEL_COMMIT (older than vLLM #29838): "
+            "it would build against the nightly wheel; use strategy vllm-wheels")
+
+
 def key_inputs(ctx: BuildContext) -> dict[str, object]:
     return {"sha": ctx.sha}
 
