@@ -11,11 +11,12 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import git
+import git as gitpython
 
 from abbisect.cache import hold, release, remove_if_unused
 from abbisect.errors import UserError
 from abbisect.locks import file_lock
+from abbisect.proc import GitError, git
 from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
@@ -53,27 +54,26 @@ def open_repo(spec: str, cache: Path) -> Path:
         with file_lock(cache / "repos" / f"{_key(spec)}.lock"):
             try:
                 if dest.exists():
-                    git.Repo(dest).git.fetch("origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
+                    git(dest, "fetch", "origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
                 else:
-                    git.Repo.clone_from(spec, dest, bare=True)
-            except git.GitCommandError as exc:
-                raise UserError(f"cannot fetch {spec}: {exc.stderr.strip().splitlines()[-1] if exc.stderr else exc}")
+                    git(dest.parent, "clone", "--quiet", "--bare", spec, str(dest))
+            except GitError as exc:
+                raise UserError(f"cannot fetch {spec}: {exc}") from None
         return dest
     path = Path(spec)
     try:
-        git.Repo(path, search_parent_directories=False)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError):
+        gitpython.Repo(path, search_parent_directories=False)
+    except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
         raise UserError(f"engine.repo {spec} is not a git repository (give a checkout or a git URL)") from None
     return path
 
 
 def resolve(repo: Path, ref: str) -> Revision:
-    r = git.Repo(repo)
     try:
-        commit = r.commit(r.git.rev_parse("--verify", "--end-of-options", f"{ref}^{{commit}}"))
-    except (git.GitCommandError, git.BadName, ValueError):
+        sha = git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").strip()
+    except GitError:
         raise UserError(f"ref {ref!r} not found in {repo} (give a branch, tag or sha that exists there)") from None
-    return Revision(ref=ref, sha=commit.hexsha, subject=commit.summary if isinstance(commit.summary, str) else "")
+    return Revision(ref=ref, sha=sha, subject=git(repo, "show", "-s", "--format=%s", sha).strip())
 
 
 def worktree(repo: Path, sha: str, cache: Path, sparse: tuple[str, ...] = ()) -> Path:
@@ -91,21 +91,19 @@ def worktree(repo: Path, sha: str, cache: Path, sparse: tuple[str, ...] = ()) ->
     with file_lock(dest.parent / f"{dest.name}.lock"):
         if (dest / ".git").exists():
             try:
-                if git.Repo(dest).head.commit.hexsha == sha:
+                if git(dest, "rev-parse", "HEAD").strip() == sha:
                     return dest
-            except (git.InvalidGitRepositoryError, ValueError):
+            except GitError:
                 pass
-        r = git.Repo(repo)
         if dest.exists():  # half-made or stale: it is ours, in the cache, so it can go
             shutil.rmtree(dest)
-        r.git.worktree("prune")
+        git(repo, "worktree", "prune")
         if lean:
-            r.git.worktree("add", "--detach", "--no-checkout", "--force", str(dest), sha)
-            w = git.Repo(dest)
-            w.git.sparse_checkout("set", "--cone", *sparse)
-            w.git.reset("-q", "--hard", sha)
+            git(repo, "worktree", "add", "--detach", "--no-checkout", "--force", str(dest), sha)
+            git(dest, "sparse-checkout", "set", "--cone", *sparse)
+            git(dest, "reset", "-q", "--hard", sha)
         else:
-            r.git.worktree("add", "--detach", "--force", str(dest), sha)
+            git(repo, "worktree", "add", "--detach", "--force", str(dest), sha)
     return dest
 
 
@@ -120,7 +118,7 @@ def discard(repo: Path, dest: Path) -> bool:
     release(dest)
     removed = remove_if_unused(dest)
     if removed:
-        git.Repo(repo).git.worktree("prune")
+        git(repo, "worktree", "prune")
     return removed
 
 

@@ -8,7 +8,9 @@ of the commit's tree. A venv abbisect runs from must not leak into the venv it l
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Mapping
+from pathlib import Path
 
 # Variables of the caller's Python that would redirect the child's imports.
 _PYTHON_VARS = ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")
@@ -32,3 +34,22 @@ def scrubbed_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str]
     env = {k: v for k, v in src.items() if k not in _PYTHON_VARS and not is_git_var(k)}
     env.update(extra or {})
     return env
+
+
+class GitError(RuntimeError):
+    """A git command failed; the message is git's last line of stderr."""
+
+
+def git(repo: str | Path, *args: str) -> str:
+    """`git -C repo args…` with a scrubbed environment; stdout, or GitError with git's own message.
+
+    Plain git rather than GitPython for anything that touches worktrees: once a sparse worktree moved
+    `core.bare` into `config.worktree`, GitPython takes a bare clone for a checkout and runs git one
+    folder too high.
+    """
+    proc = subprocess.run(["git", "-C", str(repo), *args], check=False, capture_output=True, text=True,
+                          env=scrubbed_env())
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        raise GitError(f"git {' '.join(args[:2])} failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
+    return proc.stdout
