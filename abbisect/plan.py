@@ -9,6 +9,7 @@ from abbisect import checkout
 from abbisect.engines import adapter
 from abbisect.environment.base import Step
 from abbisect.environment.store import EnvPlan, env_plan
+from abbisect.errors import InfraError
 from abbisect.recipe import DEMO_REPO, Recipe
 
 
@@ -49,10 +50,13 @@ def _revision(recipe: Recipe, ref: str, cache: Path) -> tuple[Path | None, str, 
 
 def render_env(recipe: Recipe, repo: Path | None, sha: str, ref: str, cache: Path) -> list[str]:
     """The install section of a plan, indented under its side."""
-    if repo is None:
-        plan = env_plan(Path(f"<worktree of {ref}>"), sha, recipe.install, recipe.engine.subdir, cache)
-    else:
-        plan = env_plan_for(recipe, repo, sha, cache)
+    try:
+        if repo is None:
+            plan = env_plan(Path(f"<worktree of {ref}>"), sha, recipe.install, recipe.engine.subdir, cache)
+        else:
+            plan = env_plan_for(recipe, repo, sha, cache)
+    except InfraError as exc:  # e.g. the wheel index cannot be asked from here: the plan says so
+        return [f"  install ({recipe.install.strategy}): cannot be planned from here: {exc}"]
     key = plan.key if re.fullmatch(r"[0-9a-f]{40}", sha) else "known once the sha is"
     lines = [f"  install ({recipe.install.strategy}, env key {key}):"]
     lines += [f"    {k}: {v}" for k, v in plan.facts.items()]

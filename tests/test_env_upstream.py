@@ -234,3 +234,21 @@ def test_sglang_version_from_tags_when_there_are_some(sglang_repo, tmp_path: Pat
     scm = _plan(repo, shas[3], tmp_path / "c")
     assert _checkout_env(scm)["SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG"] == f"0.5.19.dev2+g{shas[3][:7]}"
     assert _checkout_env(_plan(repo, shas[1], tmp_path / "c"))["SETUPTOOLS_SCM_PRETEND_VERSION_FOR_SGLANG"] == "0.5.18"
+
+
+def test_heavy_pins_from_the_commits_own_index_come_first_from_that_index(sglang_repo, tmp_path: Path) -> None:
+    repo, _ = sglang_repo
+    sourced = _pyproject(["setuptools>=61", "setuptools-scm>=8.0"], True, '"torch==2.9.1", "sglang-kernel==0.4.1"') + (
+        '\n[[tool.uv.index]]\nname = "pypi"\nurl = "https://pypi.org/simple"\ndefault = true\n'
+        '\n[[tool.uv.index]]\nname = "torch-cu130"\nurl = "https://download.pytorch.org/whl/cu130"\nexplicit = true\n'
+        '\n[tool.uv.sources]\ntorch = { index = "torch-cu130" }\n'
+        'sglang-kernel = [{ index = "torch-cu130", marker = "sys_platform == \'nonexistent\'" }]\n')
+    sha = commit(repo, Commit("sourced torch"), 9, apply=lambda root, _c, _n: (root / "python" / "pyproject.toml")
+                 .write_text(sourced))
+    plan = _plan(repo, sha, tmp_path / "c")
+    heavy = [s for s in plan.steps if s.desc.startswith("install the commit's heavy pins")]
+    assert [s.desc for s in heavy] == ["install the commit's heavy pins from https://download.pytorch.org/whl/cu130",
+                                       "install the commit's heavy pins"]
+    assert heavy[0].argv[-3:] == ("--extra-index-url", "https://download.pytorch.org/whl/cu130", "torch==2.9.1")
+    assert heavy[1].argv[-1] == "sglang-kernel==0.4.1"  # its source's marker does not hold here
+    assert plan.facts["cuda"] == "cu13"

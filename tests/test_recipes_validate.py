@@ -45,5 +45,5 @@ def test_precompiled_plan_passes_the_full_sha_and_read_pins_installs_heavy_pins_
     out = subprocess.run([*CLI, "run", "--dry-run",
                           str(recipes / "vllm-mla-fp8kv-sm120.yaml"), "--cache-dir", str(cache)],
                          capture_output=True, text=True, timeout=120, check=False)
-    assert "VLLM_USE_PRECOMPILED=1" in out.stdout and "VLLM_PRECOMPILED_WHEEL_COMMIT=" in out.stdout
+    assert "VLLM_USE_PRECOMPILED=1" in out.stdout and "VLLM_PRECOMPILED_WHEEL_LOCATION=" in out.stdout
     assert "--kv-cache-dtype fp8" in out.stdout

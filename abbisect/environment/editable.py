@@ -18,6 +18,7 @@ import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.markers import InvalidMarker, Marker
 from packaging.requirements import InvalidRequirement, Requirement
 
 from abbisect.environment.base import (
@@ -93,10 +94,41 @@ def read_heavy_pins(package_dir: Path, extras: tuple[str, ...] = ()) -> list[str
     return heavy_pins(data, extras) if data else None
 
 
+def sourced_indexes(data: dict) -> dict[str, str]:
+    """Packages the commit takes from a named index of its own (`[tool.uv.sources]` → `[[tool.uv.index]]`,
+    e.g. torch from PyTorch's cu130 index), for this machine's markers; the default index is left out."""
+    uv = data.get("tool", {}).get("uv", {})
+    urls = {i.get("name"): i.get("url") for i in uv.get("index", []) if isinstance(i, dict) and not i.get("default")}
+    out: dict[str, str] = {}
+    for pkg, src in uv.get("sources", {}).items():
+        for entry in src if isinstance(src, list) else [src]:
+            if not isinstance(entry, dict) or entry.get("index") not in urls:
+                continue
+            try:
+                if entry.get("marker") and not Marker(entry["marker"]).evaluate():
+                    continue
+            except InvalidMarker:
+                continue
+            out[_canon(pkg)] = urls[entry["index"]]
+            break
+    return out
+
+
+def heavy_steps_pins(data: dict, extras: tuple[str, ...]) -> list[tuple[str | None, list[str]]]:
+    """The heavy pins grouped by where they come from: each index of the commit's own sources first (so
+    torch is PyTorch's CUDA build the commit asks for, not the default index's), then the rest."""
+    sources = sourced_indexes(data)
+    groups: dict[str | None, list[str]] = {}
+    for pin in heavy_pins(data, extras):
+        groups.setdefault(sources.get(_canon(Requirement(pin).name)), []).append(pin)
+    return sorted(groups.items(), key=lambda kv: kv[0] is None)
+
+
 def cuda_variant(data: dict, extras: tuple[str, ...] = ()) -> str | None:
     """The CUDA major the commit's requirements are built for — `cu12`, `cu13` — or None when they do not
     say. Evidence: a CUDA extra (flashinfer_python[cu13]), a local version (torch==2.9.1+cu128), a
-    -cu12/-cu13 name (nvidia-cublas-cu12), or the floor of cuda-python (>=13.0)."""
+    -cu12/-cu13 name (nvidia-cublas-cu12), the floor of cuda-python (>=13.0), or a package taken from a
+    CUDA index of the commit's own (torch from .../whl/cu130). The highest one wins: the build needs it."""
     majors: set[str] = set()
     for req in _requirements(data, extras):
         for e in req.extras:
@@ -108,6 +140,8 @@ def cuda_variant(data: dict, extras: tuple[str, ...] = ()) -> str | None:
             if _canon(req.name) in ("cuda-python", "cuda-bindings") and spec.operator in (">=", "==", "~="):
                 majors.add(spec.version.split(".")[0])
         if m := re.search(r"-cu(\d\d)$", _canon(req.name)):
+            majors.add(m.group(1))
+        if m := re.search(r"/cu(\d\d)\d*/?$", sourced_indexes(data).get(_canon(req.name), "")):
             majors.add(m.group(1))
     majors = {m for m in majors if m in ("11", "12", "13", "14")}
     return f"cu{max(majors)}" if majors else None
@@ -187,9 +221,10 @@ def blocker(ctx: BuildContext) -> str | None:
 def steps(ctx: BuildContext) -> list[Step]:
     out = venv_steps(ctx)
     if ctx.install.read_pins:
-        heavy = _heavy(ctx)
-        if heavy:
-            out.append(pip_install(ctx, *heavy, desc="install the commit's heavy pins", env=dict(ctx.install.env)))
+        for index, pins in heavy_steps_pins(_data(ctx), tuple(ctx.install.extras)):
+            where = ("--extra-index-url", index) if index else ()
+            out.append(pip_install(ctx, *where, *pins, env=dict(ctx.install.env),
+                                   desc="install the commit's heavy pins" + (f" from {index}" if index else "")))
     env = {**build_needs(ctx).env, **ctx.install.env}
     out.append(pip_install(ctx, "-e", checkout_target(ctx), *ctx.install.pins, desc="install checkout", env=env))
     return [*out, *post_steps(ctx)]

@@ -167,6 +167,8 @@ def _choose(base: str, tree_root: str, sha: str, variant: str | None, explicit: 
 def choose(ctx: BuildContext) -> Choice:
     if not re.fullmatch(r"[0-9a-f]{40}", ctx.sha):  # a plan of a remote repository: the sha comes later
         return Choice(None, _variant(ctx)[0], missing="the sha is known once the repository is fetched")
+    if not _setup_honours_location(ctx):  # untestable whatever the index holds: do not ask it
+        return Choice(None, _variant(ctx)[0], missing="setup.py cannot be given the wheel")
     variant, explicit = _variant(ctx)
     return _choose(_base(ctx), str(ctx.tree.root), ctx.sha, variant, explicit, ctx.install.nearest_wheel)
 
@@ -193,7 +195,9 @@ def facts(ctx: BuildContext) -> dict[str, str]:
 
 
 def blocker(ctx: BuildContext) -> str | None:
-    if re.fullmatch(r"[0-9a-f]{40}", ctx.sha) and not _setup_honours_location(ctx):
+    if not re.fullmatch(r"[0-9a-f]{40}", ctx.sha):
+        return None  # a plan before the sha is known: nothing to say yet
+    if not _setup_honours_location(ctx):
         return (f"setup.py of {ctx.sha[:12]} does not read VLLM_PRECOMPILED_WHEEL_LOCATION (older than vLLM's "
                 "python-only dev setup): its precompiled build would take the nightly wheel")
     return choose(ctx).missing
@@ -201,8 +205,13 @@ def blocker(ctx: BuildContext) -> str | None:
 
 def steps(ctx: BuildContext) -> list[Step]:
     c = choose(ctx)
-    env = {"VLLM_USE_PRECOMPILED": "1",
-           "VLLM_PRECOMPILED_WHEEL_LOCATION": c.wheel.url if c.wheel else "<no wheel: untestable>",
+    if c.wheel:
+        location = c.wheel.url
+    elif re.fullmatch(r"[0-9a-f]{40}", ctx.sha):
+        location = "<no wheel: untestable>"
+    else:
+        location = f"<the wheel listed in {_base(ctx)}/<sha>/{c.variant + '/' if c.variant else ''}vllm/metadata.json>"
+    env = {"VLLM_USE_PRECOMPILED": "1", "VLLM_PRECOMPILED_WHEEL_LOCATION": location,
            **ctx.install.env}
     return [*venv_steps(ctx),
             pip_install(ctx, "-e", checkout_target(ctx), *ctx.install.pins,
