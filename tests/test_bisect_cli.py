@@ -89,7 +89,7 @@ def test_fix_search_when_good_is_actually_bad_skips_unbuildable(tmp_path, merge_
     if shas["c6"] in statuses:  # tested only if the search needed it: then it must be skipped, not bad
         assert statuses[shas["c6"]] == "build_failed"
     md = (out / "bisect.md").read_text()
-    assert "**fix**" in md and "#9" in md and "--term-old=bad" in md
+    assert "**fix**" in md and "#9" in md and "--term-old=broken --term-new=fixed" in md
 
 
 def test_same_verdict_at_both_ends_stops(tmp_path, merge_repo, cache_dir):

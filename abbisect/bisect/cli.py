@@ -38,7 +38,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
     the candidates to commits touching those paths.
     """
     from abbisect.bisect.driver import BisectRun, Driver, load_replay, order_ends
-    from abbisect.bisect.report import bisect_json, render_bisect
+    from abbisect.bisect.report import STOPPED, bisect_json, render_bisect, reproduce_commands
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.trialcache import TrialCache, machine_key
 
@@ -53,12 +53,12 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
     cache = open_cache(cache_dir, progress)
     repo = checkout.open_repo(rec.engine.repo, cache)
     good_rev, bad_rev = checkout.resolve(repo, good), checkout.resolve(repo, bad)
-    old, new = order_ends(repo, good_rev, bad_rev)
+    old, new, bases = order_ends(repo, good_rev, bad_rev)
     replay = load_replay(Path(resume)) if resume else None
     out = Path(resume).resolve() if resume else new_output_dir(rec.name, output)
     cmd = shlex.join(["abbisect", *sys.argv[1:]])
     resume_cmd = f"{cmd} --resume {shlex.quote(str(out))}" if not resume else cmd
-    run = BisectRun(rec, repo, good_rev, bad_rev, old, new, command=cmd)
+    run = BisectRun(rec, repo, good_rev, bad_rev, old, new, command=cmd, merge_bases=bases)
     progress(f"bisect [bold]{rec.name}[/bold]: good={good} ({good_rev.short}) bad={bad} ({bad_rev.short}) → {out}")
     driver = Driver(rec, repo, cache, out, TrialCache(cache, machine_key(), enabled=not no_cache), progress,
                     retries=options.retries, prefetch=options.prefetch)
@@ -68,12 +68,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
         driver.pool.shutdown(wait=False, cancel_futures=True)
         click.echo(f"\nabbisect: interrupted; resume with:\n  {resume_cmd}", err=True)
         raise
-    reproduce = [cmd, "# the same search driven by git itself:",
-                 f"git -C {shlex.quote(str(repo))} bisect start --term-old={'bad' if run.mode == 'fix' else 'good'} "
-                 f"--term-new={'good' if run.mode == 'fix' else 'bad'}"
-                 + (" --first-parent" if options.first_parent else "") + f" {new.sha} {old.sha}",
-                 f"git -C {shlex.quote(str(repo))} bisect run abbisect check {shlex.quote(str(Path(recipe or 'abbisect.yaml').resolve()))}"
-                 + (" --invert" if run.mode == "fix" else "")]
+    reproduce = reproduce_commands(run, cmd, str(Path(recipe_path(recipe)).resolve()))
     results = [(s.role, s.result) for s in run.steps if s.result is not None]
     write_results(out, render_bisect(run, reproduce), bisect_json(run), results, names=("bisect.md", "bisect.json"),
                   redactor=red)
@@ -83,32 +78,49 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
     progress(f"report: {out / 'bisect.md'}")
     if as_json:
         click.echo(json.dumps(red.data(bisect_json(run)), default=str))
-    if run.mode in ("no-change", "untestable-end"):
+    if run.mode in STOPPED:
         raise SystemExit(3)
 
 
 @click.command()
 @click.argument("recipe", required=False)
-@click.argument("ref", required=False, default="HEAD")
+@click.argument("ref", required=False)
 @click.option("--invert", is_flag=True, help="exit 0 for bad and 1 for good (when git's 'old' state is the bad one)")
 @click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
 @click.option("--no-cache", is_flag=True, help="ignore a cached result for this commit")
 @click.option("--json", "as_json", is_flag=True, help="print the trial result as JSON on stdout")
 def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
-    """Judge one commit (default HEAD) and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.
+    """Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.
 
+    Without REF it judges what git is testing: under `git bisect run` (or while a bisect is under way in
+    the recipe's repository) BISECT_HEAD when present (bare repositories, --no-checkout), else HEAD.
     Usage errors exit 128, which makes `git bisect run` stop instead of calling the commit bad.
     """
+    import os
+
     from abbisect.ab import trial_spec
+    from abbisect.bisect.history import bisect_under_way
+    from abbisect.proc import is_git_var
     from abbisect.trialcache import TrialCache, machine_key
 
+    under = bisect_under_way(dict(os.environ), Path.cwd()) if ref is None else None
+    # git bisect run exports GIT_DIR (and more): from here on they must not steer abbisect's own git
+    # calls on the recipe's repository, nor reach a build or a server.
+    for name in [n for n in os.environ if is_git_var(n)]:
+        del os.environ[name]
     try:
         rec, _ = load_recipe(recipe_path(recipe))
         red = Redactor.from_recipe(rec)
         progress = red.guard(Reporter())
         cache = open_cache(cache_dir, progress)
         repo = checkout.open_repo(rec.engine.repo, cache)
-        rev = checkout.resolve(repo, ref)
+        if ref is None and under is None:
+            under = bisect_under_way({}, repo)
+        if under is not None:
+            rev = checkout.resolve(repo, under[1])
+            rev = checkout.Revision("the commit git bisect is testing", rev.sha, rev.subject)
+        else:
+            rev = checkout.resolve(repo, ref or "HEAD")
     except UserError as exc:
         click.echo(f"abbisect: error: {exc}", err=True)
         raise SystemExit(128) from None

@@ -60,18 +60,28 @@ class BisectRun:
     builds: int = 0
     wall_s: float = 0.0
     command: str = ""
+    # Ends on different branches: their merge bases (tested before the search) and what was made of them.
+    merge_bases: tuple[str, ...] = ()
+    ends_note: str = ""
+    excluded: tuple[str, ...] = ()  # further old ends of the searched range (the end sharing the base's verdict)
+    releases: history.Releases | None = None
 
 
-def order_ends(repo: Path, good: checkout.Revision, bad: checkout.Revision) -> tuple[checkout.Revision, checkout.Revision]:
-    """(old, new): the end that is an ancestor of the other is old, whichever name the user gave it."""
+def order_ends(repo: Path, good: checkout.Revision,
+               bad: checkout.Revision) -> tuple[checkout.Revision, checkout.Revision, tuple[str, ...]]:
+    """(old, new, merge bases): the end that is an ancestor of the other is old, whichever name the user
+    gave it, and there are no merge bases to test.  Ends on different branches (a release tag and main)
+    come back as (good, bad, their merge bases): the driver tests the merge base first, as git does."""
     if good.sha == bad.sha:
         raise UserError(f"--good {good.ref} and --bad {bad.ref} are the same commit {good.short}")
     if history.is_ancestor(repo, good.sha, bad.sha):
-        return good, bad
+        return good, bad, ()
     if history.is_ancestor(repo, bad.sha, good.sha):
-        return bad, good
-    raise UserError(f"{good.ref} and {bad.ref} are on different branches; pass their merge base "
-                    f"(git merge-base {good.ref} {bad.ref}) as one end")
+        return bad, good, ()
+    bases = tuple(history.merge_bases(repo, good.sha, bad.sha))
+    if not bases:
+        raise UserError(f"{good.ref} and {bad.ref} share no history (no merge base): nothing to bisect")
+    return good, bad, bases
 
 
 class Driver:
@@ -142,17 +152,22 @@ class Driver:
     def run(self, run: BisectRun, replay: list[dict] | None = None) -> BisectRun:
         t0 = time.monotonic()
         recorded = {s["sha"]: s for s in (replay or [])}
-        graph = history.candidate_graph(self.repo, run.new.sha, [run.old.sha], self.recipe.bisect.first_parent,
-                                        self.recipe.bisect.pathspec or None)
-        state = start(graph, run.new.sha, [run.old.sha])
-        self.say(f"{len(state.remaining())} candidate commits between {run.old.ref} and {run.new.ref}; "
-                 f"roughly {state.steps_left() + 1} steps after the two ends")
-        self.prefetch_build([s for s in (state.next_commit(), *state.lookahead()) if s])
+        if run.merge_bases:
+            roles = ("good end", "bad end")
+            self.say(f"{run.good.ref} and {run.bad.ref} are on different branches (neither contains the other): "
+                     f"after the two ends, testing their merge base {run.merge_bases[0][:10]} first, as git bisect does")
+            self.prefetch_build(list(run.merge_bases))
+        else:
+            roles = ("old end", "new end")
+            graph = history.candidate_graph(self.repo, run.new.sha, [run.old.sha],
+                                            self.recipe.bisect.first_parent, self.recipe.bisect.pathspec or None)
+            state = start(graph, run.new.sha, [run.old.sha])
+            self.say(f"{len(state.remaining())} candidate commits between {run.old.ref} and {run.new.ref}; "
+                     f"roughly {state.steps_left() + 1} steps after the two ends")
+            self.prefetch_build([s for s in (state.next_commit(), *state.lookahead()) if s])
 
-        ends: dict[str, TrialResult] = {}
-        for rev, role in ((run.old, "old end"), (run.new, "new end")):
-            step = self._step(run, rev.sha, role, None, recorded)
-            ends[role] = step.result
+        for rev, role in zip((run.old, run.new), roles, strict=True):
+            self._step(run, rev.sha, role, None, recorded)
         if "differs_from_good" in self.recipe.verdict.bad_if:
             self._judge_ends_by_change(run)
         o, n = run.steps[0].outcome, run.steps[1].outcome
@@ -165,15 +180,23 @@ class Driver:
             run.mode, run.message = "no-change", (f"both ends are {o} ({run.steps[0].status} / {run.steps[1].status}):"
                                                   " nothing to bisect — check the recipe's verdict rules or the refs")
             return self._finish(run, t0)
+        rel = {s.outcome: s.result for s in run.steps[:2]}  # the good and the bad end's results
+        if run.merge_bases:
+            if not self._across_branches(run, rel, recorded):
+                return self._finish(run, t0)
+            graph = history.candidate_graph(self.repo, run.new.sha, [*run.merge_bases, *run.excluded],
+                                            self.recipe.bisect.first_parent, self.recipe.bisect.pathspec or None,
+                                            unrelated_olds=True)
+            state = start(graph, run.new.sha, run.merge_bases)
+            o, n = run.steps[2].outcome, run.steps[1 if run.new.sha == run.bad.sha else 0].outcome
+            self.say(f"{len(state.remaining())} candidate commits between the merge base and {run.new.ref}; "
+                     f"roughly {state.steps_left() + 1} more steps")
         run.mode = "regression" if o == "good" else "fix"
         named_good_is_old = run.good.sha == run.old.sha
-        if (o == "good") != named_good_is_old:
+        if not run.merge_bases and (o == "good") != named_good_is_old:
             self.say(f"--good {run.good.ref} is actually {'bad' if named_good_is_old else 'good'} and --bad "
                      f"{run.bad.ref} is {'good' if named_good_is_old else 'bad'}: searching for the commit that "
                      f"{'fixed' if run.mode == 'fix' else 'broke'} it")
-        good_end = ends["old end"] if o == "good" else ends["new end"]
-        bad_end = ends["new end"] if o == "good" else ends["old end"]
-        rel = {"good": good_end, "bad": bad_end}
         term = {o: OLD, n: NEW}
         while (sha := state.next_commit()) is not None:
             self.prefetch_build(list(state.lookahead()))
@@ -188,7 +211,47 @@ class Driver:
             run.found_parent = next((p for p in parents if p in self.results), parents[0])
             if run.found_parent not in self.results:
                 run.found_parent = run.old.sha
+            try:
+                run.releases = history.releases(self.repo, run.result.first_new)
+            except RuntimeError as exc:  # a report without the releases beats no report
+                self.say(f"could not look up releases and backports: {exc}")
         return self._finish(run, t0)
+
+    def _across_branches(self, run: BisectRun, rel: dict[str, TrialResult], recorded: dict) -> bool:
+        """Ends on different branches: test the merge base(s) and pick the range to search.
+
+        The base shares one end's verdict: the change lies between the base and the other end, which
+        becomes the new end (the shared end's ancestors are old too, as in git).  git only goes on when
+        the base has the good end's verdict; when it has the bad end's, the change is on the good end's
+        branch, and we search there instead of stopping.  A base with neither verdict stops the run.
+        """
+        named = {"good": run.steps[0], "bad": run.steps[1]}
+        tested = [self._step(run, mb, "merge base", rel, recorded) for mb in run.merge_bases]
+        outcomes = {s.outcome for s in tested}
+        base = ", ".join(s.sha[:10] for s in tested)
+        if "skip" in outcomes or len(outcomes) > 1:
+            why = "; ".join(f"{s.sha[:10]}: {s.outcome} ({s.status}) {s.evidence}" for s in tested)
+            run.mode = "untestable-merge-base"
+            run.message = (f"{run.good.ref} and {run.bad.ref} are on different branches and their merge base {base} "
+                           f"has neither end's verdict ({why}): no range can be chosen — test another pair of "
+                           f"ends on one line (e.g. --good <an ancestor of {run.bad.ref}>)")
+            run.ends_note = run.message
+            return False
+        verdict = outcomes.pop()
+        same, other = ("good", "bad") if named["good"].outcome == verdict else ("bad", "good")
+        same_rev, other_rev = (run.good, run.bad) if same == "good" else (run.bad, run.good)
+        subject = history.commit_info(self.repo, tested[0].sha).subject
+        run.old = checkout.Revision(f"merge base of {run.good.ref} and {run.bad.ref}", tested[0].sha, subject)
+        run.new, run.excluded = other_rev, (same_rev.sha,)
+        git_does = ("git bisect does the same" if same == "good" else
+                    f"git bisect would stop here (\"the merge base is bad\"); abbisect searches the {other}-end "
+                    f"side instead")
+        run.ends_note = (f"{run.good.ref} and {run.bad.ref} are on different branches. Their merge base {base} was "
+                         f"tested: {verdict}, like the named {same} end {same_rev.ref}, so the change lies between "
+                         f"the merge base and {other_rev.ref}: searching merge-base..{other_rev.ref} "
+                         f"({git_does}).")
+        self.say(run.ends_note)
+        return True
 
     def _judge_ends_by_change(self, run: BisectRun) -> None:
         """"Any change in output is the signal": the named good end is good by definition, the other end

@@ -55,13 +55,16 @@ def candidate_graph(
     old_refs: list[str] | tuple[str, ...],
     first_parent: bool = False,
     pathspec: list[str] | None = None,
+    unrelated_olds: bool = False,
 ) -> Graph:
     """The commits `git bisect start <new> <old>...` would consider: reachable from new, not from any old.
 
     With `first_parent` only the mainline of new (merges are single steps).  With a pathspec the
     graph is git's own simplified walk (a merge that took one side's version of the paths keeps only
     that parent); commits in it that do not touch the paths are marked `treesame`: git walks through
-    them but never counts or tests them -- and that holds for the tip too.  One difference: git
+    them but never counts or tests them -- and that holds for the tip too.  With `unrelated_olds` an
+    old end need not be an ancestor of new (git's state once their merge base was tested old: every
+    ancestor of each old end is excluded).  One difference: git
     redoes the merge simplification at every step, and a merge that looked like one side at the
     start can become a candidate once that side is known old; we keep the first walk's graph.
     """
@@ -71,7 +74,7 @@ def candidate_graph(
         raise UserError("bisecting needs at least one old commit")
     for ref, old in zip(old_refs, olds, strict=True):
         # git would first ask for its merge bases to be tested; we ask for a proper range instead.
-        if not is_ancestor(repo_path, old, new):
+        if not unrelated_olds and not is_ancestor(repo_path, old, new):
             raise UserError(
                 f"old {ref!r} is not an ancestor of new {new_ref!r}; "
                 f"use their merge base (git merge-base {ref} {new_ref}) as the old end"
@@ -156,3 +159,188 @@ def github_urls(repo_path: PathLike, sha: str, base_sha: str | None = None) -> d
     if base_sha:
         urls["compare"] = f"{base}/compare/{base_sha}...{sha}"
     return urls
+
+
+def merge_bases(repo_path: PathLike, a: str, b: str) -> list[str]:
+    """Every best common ancestor of a and b (`git merge-base --all`), empty when they share none."""
+    proc = subprocess.run(["git", "-C", str(repo_path), "merge-base", "--all", a, b],
+                          capture_output=True, text=True, check=False)
+    if proc.returncode not in (0, 1):
+        raise RuntimeError(f"git merge-base --all {a} {b} failed: {proc.stderr.strip()}")
+    return proc.stdout.split()
+
+
+# -- what git bisect is testing ----------------------------------------------------------------------
+
+
+def _rev(args: list[str], env: dict[str, str] | None = None) -> str | None:
+    proc = subprocess.run(["git", *args], capture_output=True, text=True, check=False, env=env)
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
+
+
+def bisect_under_way(environ: dict[str, str], cwd: PathLike) -> tuple[str, str] | None:
+    """(git directory, commit git is testing) when a `git bisect` is running here, else None.
+
+    `git bisect run` exports GIT_DIR in a bare repository (and may elsewhere); in a non-bare one or a
+    linked worktree the script runs at the top of the working tree.  In a bare repository (or after
+    `--no-checkout`) git moves BISECT_HEAD, not HEAD, so BISECT_HEAD wins when it exists.
+    """
+    from abbisect.proc import scrubbed_env
+
+    git_dir = environ.get("GIT_DIR")
+    if git_dir:
+        where = ["--git-dir", str(Path(cwd, git_dir))]
+    else:
+        where = ["-C", str(cwd)]
+    clean = scrubbed_env(base=environ)
+    found = _rev([*where, "rev-parse", "--absolute-git-dir"], clean)
+    if found is None:
+        return None
+    start = _rev([*where, "rev-parse", "--git-path", "BISECT_START"], clean)
+    if start is None or not Path(cwd, start).is_file() and not Path(found, "BISECT_START").is_file():
+        return None
+    sha = _rev([*where, "rev-parse", "--verify", "-q", "BISECT_HEAD^{commit}"], clean) or \
+        _rev([*where, "rev-parse", "--verify", "-q", "HEAD^{commit}"], clean)
+    return (found, sha) if sha else None
+
+
+# -- the same change elsewhere: backports and releases ------------------------------------------------
+
+_CHERRY = re.compile(r"\(cherry picked from commit ([0-9a-f]{7,40})\)")
+_VERSION_TAG = re.compile(r"^v?(\d+(?:\.\d+)*)(?:[.-]?(a|b|rc|post|dev)\.?(\d+))?$")
+
+
+def cherry_picked_from(message: str) -> list[str]:
+    """The shas a commit message's `(cherry picked from commit …)` trailers name (git cherry-pick -x)."""
+    return _CHERRY.findall(message)
+
+
+def version_key(tag: str) -> tuple | None:
+    """A sort key for a release-looking tag ("v0.5.19", "0.11.2rc1"), None for any other tag."""
+    m = _VERSION_TAG.match(tag)
+    if not m:
+        return None
+    pre = {"dev": -3, "a": -2, "b": -1, "rc": 0, None: 1, "post": 2}[m.group(2)]
+    return (tuple(int(x) for x in m.group(1).split(".")), pre, int(m.group(3) or 0))
+
+
+def first_release(tags: list[str] | tuple[str, ...]) -> str | None:
+    """The lowest release-looking tag among `tags` (those that contain a commit): its first release."""
+    keyed = [(k, t) for t in tags if (k := version_key(t)) is not None]
+    return min(keyed)[1] if keyed else None
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    sha: str
+    subject: str
+    body: str
+
+
+def match_carriers(origins: set[str], pr: int | None, patch_ids: dict[str, str],
+                   found_patch_ids: set[str], entries: list[LogEntry]) -> list[tuple[str, str]]:
+    """(sha, how) for each entry that carries one of `origins`' change: a cherry-pick trailer naming
+    one of them, the same pull-request number in its subject, or the same `git patch-id --stable`.
+
+    Pure: `patch_ids` maps entry shas to their patch ids (those computed), `found_patch_ids` are the
+    origins' own.
+    """
+    out: list[tuple[str, str]] = []
+    for e in entries:
+        if e.sha in origins:
+            continue
+        picked = [s for s in cherry_picked_from(e.body) if any(o.startswith(s) for o in origins)]
+        if picked:
+            out.append((e.sha, f"cherry-pick of {picked[0][:10]}"))
+        elif pr is not None and pr_number(e.subject) == pr and not e.subject.startswith("Revert"):
+            out.append((e.sha, f"same PR #{pr}"))
+        elif patch_ids.get(e.sha) in found_patch_ids:
+            out.append((e.sha, "same patch id"))
+    return out
+
+
+@dataclass(frozen=True)
+class Carrier:
+    sha: str
+    subject: str
+    how: str  # why it counts as the same change
+    branches: tuple[str, ...]
+    first_release: str | None
+
+
+@dataclass(frozen=True)
+class Releases:
+    """Where a found commit's change went: releases containing it and the commits carrying it elsewhere."""
+
+    sha: str
+    pr: int | None
+    first_release: str | None
+    branches: tuple[str, ...]
+    carriers: tuple[Carrier, ...]
+
+    def to_dict(self) -> dict:
+        from dataclasses import asdict
+
+        return asdict(self)
+
+
+def _containing(repo_path: PathLike, sha: str) -> tuple[list[str], list[str]]:
+    """(tags, full branch refnames) that contain sha."""
+    tags = _git(repo_path, "tag", "--contains", sha).split()
+    refs = _git(repo_path, "for-each-ref", "--contains", sha, "--format=%(refname)", "refs/heads", "refs/remotes")
+    return tags, [r for r in refs.split() if not r.endswith("/HEAD")]
+
+
+def rank_branches(names: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Mainlines first, then release branches, then the rest: the order a reader looks for them in."""
+    def rank(name: str) -> tuple[int, str]:
+        base = name.split("/", 1)[1] if name.startswith("origin/") else name
+        return (0 if base in ("main", "master") else 1 if re.match(r"releases?[/-]", base) else 2, name)
+    return tuple(sorted(names, key=rank))
+
+
+def _short(refname: str) -> str:
+    for prefix in ("refs/heads/", "refs/remotes/"):
+        if refname.startswith(prefix):
+            return refname[len(prefix):]
+    return refname
+
+
+def _patch_ids(repo_path: PathLike, shas: list[str], first_parent_diff: bool = False) -> dict[str, str]:
+    """sha -> `git patch-id --stable` of its change (for a merge: against its first parent)."""
+    if not shas:
+        return {}
+    opts = ["--first-parent", "-m"] if first_parent_diff else []
+    diff = subprocess.run(["git", "-C", str(repo_path), "log", "--no-walk=unsorted", "-p", "--format=commit %H",
+                           *opts, *shas], capture_output=True, check=False).stdout
+    out = subprocess.run(["git", "-C", str(repo_path), "patch-id", "--stable"], input=diff,
+                         capture_output=True, check=False).stdout.decode()
+    return {sha: pid for pid, sha in (line.split() for line in out.splitlines() if line.strip())}
+
+
+def releases(repo_path: PathLike, sha: str) -> Releases:
+    """Which releases contain `sha`, and which commits elsewhere (release branches, tags) carry the same
+    change: a merge's change is its pull request's, so the commits it merged count as origins too."""
+    info = commit_info(repo_path, sha)
+    origins = {info.sha}
+    if len(info.parents) > 1:
+        origins |= set(_git(repo_path, "rev-list", f"{info.parents[0]}..{info.sha}").split())
+    tags, branches = _containing(repo_path, sha)
+    # Text search (trailers, PR numbers) over every commit no ancestor of the found one.
+    log = _git(repo_path, "log", "--all", "--format=%H%x00%s%x00%b%x1e", f"^{info.sha}")
+    entries = [LogEntry(*rec.strip("\n").split("\x00", 2)) for rec in log.split("\x1e") if rec.strip()]
+    # Patch ids only for commits off the branches that contain it (the release branches), which is few.
+    off = set(_git(repo_path, "rev-list", "--all", "--not", info.sha, *branches).split())
+    mine = _patch_ids(repo_path, [info.sha], first_parent_diff=True)
+    mine.update(_patch_ids(repo_path, sorted(origins - {info.sha})))
+    theirs = _patch_ids(repo_path, sorted(off))
+    found = match_carriers(origins, info.pr, theirs, set(mine.values()), entries)
+    carriers = []
+    for c_sha, how in found:
+        c_tags, c_branches = _containing(repo_path, c_sha)
+        if is_ancestor(repo_path, info.sha, c_sha):
+            continue  # a descendant on the found commit's own line (a revert, a reapply): not a backport
+        carriers.append(Carrier(c_sha, commit_info(repo_path, c_sha).subject, how,
+                                rank_branches([_short(b) for b in c_branches]), first_release(c_tags)))
+    return Releases(info.sha, info.pr, first_release(tags), rank_branches([_short(b) for b in branches]),
+                    tuple(carriers))

@@ -15,8 +15,60 @@ def relabel(result, label: str):
     return replace(result, spec=replace(result.spec, ref=label, side=label))
 
 
+STOPPED = ("no-change", "untestable-end", "untestable-merge-base")
+
+
+def terms(mode: str) -> tuple[str, str]:
+    """git bisect's (old, new) terms for the search: a fix search's old state is the broken one.
+
+    Not good/bad swapped: git refuses to let "good" mean the new state."""
+    return ("broken", "fixed") if mode == "fix" else ("good", "bad")
+
+
+def reproduce_commands(run: BisectRun, cmd: str, recipe_file: str) -> list[str]:
+    """The commands bisect.md prints: abbisect's own, then the same search driven by `git bisect run`
+    (old ends: the searched range's, merge base included); a test runs every one of them."""
+    import shlex
+
+    repo = shlex.quote(str(run.repo))
+    old_term, new_term = terms(run.mode)
+    olds = " ".join(dict.fromkeys((run.old.sha, *run.excluded)))
+    lines = [cmd, "# the same search driven by git itself:",
+             f"git -C {repo} bisect start --term-old={old_term} --term-new={new_term}"
+             + (" --first-parent" if run.recipe.bisect.first_parent else "") + f" {run.new.sha} {olds}"
+             + (" -- " + " ".join(shlex.quote(p) for p in run.recipe.bisect.pathspec)
+                if run.recipe.bisect.pathspec else ""),
+             f"git -C {repo} bisect run abbisect check {shlex.quote(recipe_file)}"
+             + (" --invert" if run.mode == "fix" else "")]
+    if run.result and run.result.first_new:
+        lines.append(f"git -C {repo} rev-parse refs/bisect/{new_term}  # {run.result.first_new}")
+    lines.append(f"git -C {repo} bisect reset")
+    return lines
+
+
+def releases_block(run: BisectRun) -> list[str]:
+    """Which releases carry the found commit, and its backports (commits elsewhere with the same change)."""
+    rel = run.releases
+    if rel is None:
+        return []
+    word = "fixed" if run.mode == "fix" else "broken"
+    pr = f" (#{rel.pr})" if rel.pr else ""
+    where = f" on {rel.branches[0]}" if rel.branches else ""
+    first = (f"first released in {rel.first_release}" if rel.first_release else "in no release tag yet")
+    also = f"; also on {', '.join(rel.branches[1:4])}" if rel.branches[1:] else ""
+    lines = ["### Releases and backports", "",
+             f"- {word}{where} by `{rel.sha[:10]}`{pr}; {first}{also}."]
+    for c in rel.carriers:
+        cfirst = f"first released in {c.first_release}" if c.first_release else "in no release tag yet"
+        lines.append(f"- backported to {', '.join(c.branches[:3]) or 'no branch'} as `{c.sha[:10]}` "
+                     f"({cell(c.subject, 80)}; {c.how}); {cfirst}.")
+    if not rel.carriers:
+        lines.append("- no backport found (no cherry-pick trailer, PR number or patch id matches on other branches).")
+    return [*lines, ""]
+
+
 def headline(run: BisectRun) -> str:
-    if run.mode in ("no-change", "untestable-end"):
+    if run.mode in STOPPED:
         return f"No bisection: {run.message}"
     res = run.result
     if res is None:
@@ -59,7 +111,11 @@ def render_bisect(run: BisectRun, reproduce: list[str]) -> str:
              f"named good: `{run.good.ref}`, named bad: `{run.bad.ref}`"
              + (", first-parent walk" if run.recipe.bisect.first_parent else "") + ".", "",
              f"### {headline(run)}", ""]
+    if run.merge_bases:
+        lines += ["### Ends", "", run.ends_note or (f"The ends are on different branches; merge base "
+                                                     f"{', '.join(b[:10] for b in run.merge_bases)}."), ""]
     lines += found_block(run)
+    lines += releases_block(run)
     lines += [(f"{len(run.steps)} trials, {run.launches} server launches, {run.builds} venv builds, "
               f"{run.wall_s:.1f} s wall time."), ""]
     by_sha = {s.sha: s for s in run.steps}
@@ -92,4 +148,6 @@ def bisect_json(run: BisectRun) -> dict:
             "candidates": list(res.candidates) if res else [], "found_parent": run.found_parent,
             "commit": asdict(history.commit_info(run.repo, res.first_new)) if res and res.first_new else None,
             "steps": [s.to_dict() for s in run.steps], "launches": run.launches, "builds": run.builds,
-            "wall_s": run.wall_s, "version": __version__}
+            "wall_s": run.wall_s, "version": __version__,
+            "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
+            "releases": run.releases.to_dict() if run.releases else None}

@@ -34,6 +34,10 @@ CHANGES: dict[str, tuple[str, str, str]] = {
     "hang_at_start": ("toyengine/server.py", 'os.environ.get("TOYENGINE_LOAD_SECONDS", "0.1")', '"3600"'),
     "fix_hang": ("toyengine/server.py", '"3600"', 'os.environ.get("TOYENGINE_LOAD_SECONDS", "0.1")'),
     "rename_seed_flag": ("toyengine/server.py", 'p.add_argument("--seed"', 'p.add_argument("--random-seed"'),
+    # An engine that asks git about itself at start (a version probe): fails if it inherits git's GIT_DIR.
+    "git_at_start": ("toyengine/server.py", "    # abbisect-demo: startup\n",
+                     ("    # abbisect-demo: startup\n"
+                      '    __import__("subprocess").run(["git", "rev-parse", "--git-dir"], check=True)\n')),
     # A harmless-looking data edit that changes what the model says (not degenerate, just different).
     "reword_corpus": ("toyengine/model.py", "a city known for art", "a city famous for art"),
 }
@@ -85,6 +89,23 @@ def commit(repo: Path, c: Commit, n: int, apply: Callable[[Path, str | None, int
     _git(repo, "commit", "-q", "-m", c.message, env={"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date})
     if c.tag:
         _git(repo, "tag", c.tag)
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def _dated(n: int) -> dict[str, str]:
+    date = f"@{1_767_225_600 + 3600 * n} +0000"
+    return {"GIT_AUTHOR_DATE": date, "GIT_COMMITTER_DATE": date}
+
+
+def merge(repo: Path, branch: str, message: str, n: int) -> str:
+    """A pull-request merge as GitHub makes it (`--no-ff`, "Merge pull request #N from …")."""
+    _git(repo, "merge", "-q", "--no-ff", branch, "-m", message, env=_dated(n))
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def cherry_pick(repo: Path, sha: str, n: int, mainline: int | None = None) -> str:
+    """A backport as release managers make it: `git cherry-pick -x` (the trailer names the original)."""
+    _git(repo, "cherry-pick", "-x", *(["-m", str(mainline)] if mainline else []), sha, env=_dated(n))
     return _git(repo, "rev-parse", "HEAD")
 
 
