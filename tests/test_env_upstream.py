@@ -202,6 +202,7 @@ def test_sglang_build_by_era(sglang_repo, tmp_path: Path, monkeypatch) -> None:
 
     rust = _plan(repo, shas[2], cache)
     assert rust.blocker and rust.blocker.startswith("needs cargo:")
+    assert rust.facts["rust"] == "needs cargo, not on PATH"
 
     switch = _plan(repo, shas[3], cache)
     assert switch.blocker is None

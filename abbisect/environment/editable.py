@@ -208,9 +208,10 @@ def facts(ctx: BuildContext) -> dict[str, str]:
     if ctx.install.read_pins:
         out["cuda"] = cuda_variant(_data(ctx), tuple(ctx.install.extras)) or "not stated by the pins"
     needs = build_needs(ctx)
+    switches = [f"{k}={v}" for k, v in needs.env.items() if k.endswith("_BUILD_RUST_EXTS")]
     if needs.rust:
-        out["rust"] = ("skipped (" + ", ".join(f"{k}=none" for k in needs.env if k.endswith("_BUILD_RUST_EXTS")) + ")"
-                       if any(k.endswith("_BUILD_RUST_EXTS") for k in needs.env) else "built with cargo")
+        out["rust"] = (f"skipped ({', '.join(switches)})" if switches else
+                       "needs cargo, not on PATH" if needs.blocker else "built with cargo")
     return out
 
 

@@ -43,6 +43,12 @@ def _rev_parse_short(gitdir: Path, sha: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
+@functools.lru_cache(maxsize=1024)
+def _describe(gitdir: Path, sha: str) -> str | None:
+    out = _git(gitdir, "describe", "--tags", "--long", sha)
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
 @dataclass(frozen=True)
 class CommitTree:
     """Files and git facts of one commit. `root` is a git directory (repo, bare clone or worktree) or,
@@ -77,10 +83,7 @@ class CommitTree:
 
     def describe(self) -> str | None:
         """`git describe --tags` of the commit (None without a reachable tag)."""
-        if not self.in_git:
-            return None
-        out = _git(self.root, "describe", "--tags", "--long", self.sha)
-        return out.stdout.strip() if out.returncode == 0 else None
+        return _describe(self.root, self.sha) if self.in_git else None
 
     def first_parents(self, limit: int) -> list[str]:
         """The commit and its first-parent ancestors, nearest first."""
