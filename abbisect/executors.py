@@ -1,0 +1,249 @@
+"""Where trials run: one interface, three places — this process, local slots in parallel, a Ray cluster.
+
+A trial is `TrialSpec` JSON in, `TrialResult` JSON out (`abbisect.trial`), so an executor only decides
+where and on which GPUs: it gives the spec its slot (`recipe.gpus` becomes the slot's GPUs, so the trial
+pins CUDA_VISIBLE_DEVICES and checks same-GPU hygiene on exactly those) and hands back a future.
+A failure of the executor itself (a trial process that dies, a Ray node that is lost) is an
+`infra_error` — untestable, retried or skipped, never recorded as the commit's verdict.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Protocol
+
+from abbisect.errors import UserError
+from abbisect.proc import scrubbed_env
+from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
+from abbisect.verdict import Verdict
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+    gpus: tuple[int, ...] | None  # None: no GPU pinning (a CPU engine)
+
+    def label(self) -> str:
+        return f"slot {self.index}" + (f" (GPU {','.join(map(str, self.gpus))})" if self.gpus is not None else "")
+
+
+def slots_for(gpu_slots: list[list[int]], count: int) -> list[Slot]:
+    """GPU slots when the recipe names them, else `count` slots without GPUs (CPU engines)."""
+    if gpu_slots:
+        return [Slot(i, tuple(g)) for i, g in enumerate(gpu_slots)]
+    return [Slot(i, None) for i in range(max(count, 1))]
+
+
+def parse_gpus(text: str) -> list[list[int]]:
+    """`--gpus 0,1,2,3` (one GPU a slot) or `--gpus 0+1,2+3` (two GPUs a slot, for tensor parallel)."""
+    try:
+        slots = [[int(g) for g in part.split("+")] for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise UserError(f"--gpus {text!r}: give GPU numbers, one slot each (0,1,2,3) or joined by + (0+1,2+3)") from None
+    seen = [g for s in slots for g in s]
+    if not slots or len(seen) != len(set(seen)) or min(seen) < 0:
+        raise UserError(f"--gpus {text!r}: each GPU may belong to one slot only")
+    return slots
+
+
+def on_slot(spec: TrialSpec, slot: Slot) -> TrialSpec:
+    if slot.gpus is None:
+        return spec
+    return replace(spec, recipe={**spec.recipe, "gpus": list(slot.gpus)})
+
+
+def placed(result: TrialResult, executor: str, slot: Slot, started: float) -> TrialResult:
+    """The result with where and when it ran (the timeline of a parallel bisect is drawn from these)."""
+    where = {"executor": executor, "slot": slot.index, "gpus": list(slot.gpus) if slot.gpus else None,
+             "start": round(started, 3), "end": round(time.time(), 3)}
+    return replace(result, extras={**result.extras, "placement": where})
+
+
+def infra_result(spec: TrialSpec, reason: str) -> TrialResult:
+    """The result of a trial that the executor could not carry out (not the commit's fault)."""
+    return TrialResult(spec, None, None, (), (), (), (), None, Verdict("infra_error", "skip", (reason,)),
+                       {}, {"executor_error": reason})
+
+
+class Executor(Protocol):
+    name: str
+    slots: list[Slot]
+
+    def submit(self, spec: TrialSpec, slot: Slot, progress: Progress) -> Future[TrialResult]: ...
+
+    def cancel(self, future: Future[TrialResult]) -> None: ...
+
+    def shutdown(self) -> None: ...
+
+
+class InProcess:
+    """Today's behaviour: trials one after the other, in this process."""
+
+    name = "sequential"
+
+    def __init__(self, slots: list[Slot], runner: Callable[[TrialSpec, Progress], TrialResult] = run_trial):
+        self.slots = slots[:1]
+        self.runner = runner
+
+    def submit(self, spec: TrialSpec, slot: Slot, progress: Progress) -> Future[TrialResult]:
+        future: Future[TrialResult] = Future()
+        started = time.time()
+        future.set_result(placed(self.runner(on_slot(spec, slot), progress), self.name, slot, started))
+        return future
+
+    def cancel(self, future: Future[TrialResult]) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class LocalParallel:
+    """One `python -m abbisect.trial` process a slot, all at once; a cancelled trial's process group is
+    killed (its server goes with it: servers die with their parent)."""
+
+    name = "local"
+
+    def __init__(self, slots: list[Slot]):
+        self.slots = slots
+        self.pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="slot")
+        self.running: dict[Future[TrialResult], dict] = {}
+
+    def submit(self, spec: TrialSpec, slot: Slot, progress: Progress) -> Future[TrialResult]:
+        holder: dict = {}
+        future = self.pool.submit(self._run, on_slot(spec, slot), slot, progress, holder)
+        self.running[future] = holder
+        future.add_done_callback(lambda f: self.running.pop(f, None))
+        return future
+
+    def _run(self, spec: TrialSpec, slot: Slot, progress: Progress, holder: dict) -> TrialResult:
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
+            json.dump(spec.to_dict(), fh)
+        # abbisect itself must be importable in the child even when it runs from a source tree.
+        root = str(Path(__file__).resolve().parent.parent)
+        env = scrubbed_env({"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)})
+        started = time.time()
+        try:
+            proc = subprocess.Popen([sys.executable, "-m", "abbisect.trial", fh.name], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
+                                    start_new_session=True)
+            holder["proc"] = proc
+            # stdout (one JSON line) is read by a thread so a large result never blocks the child
+            out: list[str] = []
+            reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+            reader.start()
+            for line in proc.stderr:  # the trial's progress lines, as they come
+                progress(f"{slot.label()}: {line.rstrip().split('] ', 1)[-1]}")
+            rc = proc.wait()
+            reader.join()
+        finally:
+            os.unlink(fh.name)
+        if holder.get("cancelled"):
+            return infra_result(spec, f"cancelled on {slot.label()}: its verdict was no longer needed")
+        if rc != 0:
+            return infra_result(spec, f"the trial process on {slot.label()} exited with {rc}")
+        try:
+            result = TrialResult.from_dict(json.loads("".join(out).strip().splitlines()[-1]))
+        except (ValueError, IndexError, KeyError, TypeError) as exc:
+            return infra_result(spec, f"the trial process on {slot.label()} gave no result ({exc})")
+        return placed(result, self.name, slot, started)
+
+    def cancel(self, future: Future[TrialResult]) -> None:
+        if future.cancel():
+            return
+        holder = self.running.get(future, {})
+        holder["cancelled"] = True
+        if "proc" in holder:
+            _kill_group(holder["proc"])
+
+    def shutdown(self) -> None:
+        for future in list(self.running):
+            self.cancel(future)
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+
+
+def _ray_trial(spec_dict: dict, pid_file: str | None = None) -> dict:
+    """Runs on a Ray worker: the trial with the GPUs Ray gave this task, JSON back."""
+    import ray
+
+    if pid_file:  # lets a test find (and kill) the worker that runs this trial
+        Path(pid_file).write_text(str(os.getpid()))
+    spec = TrialSpec.from_dict(spec_dict)
+    gpus = ray.get_gpu_ids()
+    if gpus:
+        spec = replace(spec, recipe={**spec.recipe, "gpus": [int(g) for g in gpus]})
+    return run_trial(spec).to_dict()
+
+
+class RayExecutor:
+    """Each trial a Ray task: `num_gpus` = the slot's size (or one unit of a custom resource standing in
+    for a slot); a worker or node lost mid-trial is retried elsewhere by Ray (`retries`), and if it is
+    still lost the trial is `infra_error`. Venvs and worktrees are built on the node that runs the trial,
+    in the spec's cache folder: on a cluster, a path every node has (a shared file system) or the same
+    local path on each node."""
+
+    name = "ray"
+
+    def __init__(self, slots: list[Slot], address: str | None = None, resource: str | None = None,
+                 retries: int = 2, init: dict | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise UserError("the Ray executor needs Ray: pip install 'abbisect[ray]'") from None
+        self.ray = ray
+        self.slots, self.resource, self.retries = slots, resource, retries
+        if not ray.is_initialized():
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, **(init or {}))
+        self.task = ray.remote(_ray_trial)
+        self.refs: dict[Future[TrialResult], object] = {}
+        self.pid_files: dict[str, str] = {}  # sha -> file, for tests that kill a worker
+
+    def submit(self, spec: TrialSpec, slot: Slot, progress: Progress) -> Future[TrialResult]:
+        opts: dict = {"max_retries": self.retries, "num_cpus": 0}
+        if self.resource:
+            opts["resources"] = {self.resource: 1}
+        if slot.gpus:
+            opts["num_gpus"] = len(slot.gpus)
+        progress(f"{slot.label()}: sent to Ray")
+        ref = self.task.options(**opts).remote(spec.to_dict(), self.pid_files.get(spec.sha))
+        raw = ref.future()
+        result: Future[TrialResult] = Future()
+        started = time.time()
+
+        def done(f) -> None:
+            try:
+                result.set_result(placed(TrialResult.from_dict(f.result()), self.name, slot, started))
+            except Exception as exc:  # noqa: BLE001 -- any Ray failure is the executor's, not the commit's
+                result.set_result(infra_result(spec, f"Ray could not run the trial: {type(exc).__name__}: "
+                                                     f"{str(exc).splitlines()[0] if str(exc) else ''}"))
+
+        raw.add_done_callback(done)
+        self.refs[result] = ref
+        return result
+
+    def cancel(self, future: Future[TrialResult]) -> None:
+        ref = self.refs.pop(future, None)
+        if ref is not None:
+            self.ray.cancel(ref, force=True)
+
+    def shutdown(self) -> None:
+        for future in list(self.refs):
+            self.cancel(future)

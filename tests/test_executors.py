@@ -1,0 +1,125 @@
+"""Executors through real trials of the toy engine: local slots in parallel (processes), and a real local
+Ray cluster whose custom resource stands in for GPU slots; a lost worker is retried or is infra_error."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+from conftest import toy_recipe
+
+from abbisect import checkout
+from abbisect.ab import trial_spec
+from abbisect.errors import UserError
+from abbisect.executors import InProcess, LocalParallel, Slot, parse_gpus, slots_for
+from abbisect.recipe import parse_recipe
+
+
+def _specs(tmp_path, engine_repo, cache_dir, refs, **over):
+    recipe = parse_recipe(toy_recipe(engine_repo, **over))
+    revs = [checkout.resolve(engine_repo, r) for r in refs]
+    return [trial_spec(recipe, engine_repo, rev, f"t{n}", cache_dir, tmp_path / "out") for n, rev in enumerate(revs)]
+
+
+def _overlap(a: dict, b: dict) -> bool:
+    return a["start"] < b["end"] and b["start"] < a["end"]
+
+
+def test_slots_and_gpu_lists():
+    assert parse_gpus("0,1,2,3") == [[0], [1], [2], [3]]
+    assert parse_gpus("0+1,2+3") == [[0, 1], [2, 3]]
+    for bad in ("0,0", "a,b", ""):
+        with pytest.raises(UserError):
+            parse_gpus(bad)
+    assert [s.gpus for s in slots_for([[0, 1], [2, 3]], 1)] == [(0, 1), (2, 3)]
+    assert [s.gpus for s in slots_for([], 3)] == [None, None, None]
+
+
+def test_local_parallel_runs_slots_at_once(tmp_path, engine_repo, cache_dir):
+    # a second of loading each, so two trials run at the same time only if the slots really are parallel
+    specs = _specs(tmp_path, engine_repo, cache_dir, ["broken", "fixed"], env={"TOYENGINE_LOAD_SECONDS": "1.5"})
+    ex = LocalParallel(slots_for([], 2))
+    seen: list[str] = []
+    try:
+        futures = [ex.submit(s, slot, seen.append) for s, slot in zip(specs, ex.slots)]
+        results = [f.result(timeout=300) for f in futures]
+    finally:
+        ex.shutdown()
+    assert [r.verdict.status for r in results] == ["degenerate", "ok"]
+    where = [r.extras["placement"] for r in results]
+    assert [w["slot"] for w in where] == [0, 1] and _overlap(*where)
+    assert any(line.startswith("slot 1:") for line in seen)
+
+
+def test_gpu_slot_pins_the_trial(tmp_path, engine_repo, cache_dir):
+    """On a CPU machine the slot's GPU is still what the trial pins (hygiene is skipped with its notice)."""
+    (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["fixed"])
+    result = InProcess([Slot(0, (3,))]).submit(spec, Slot(0, (3,)), lambda m: None).result()
+    assert result.spec.recipe["gpus"] == [3]
+    assert result.extras["gpu_before"]["skipped"] and result.extras["gpu_before"]["notice"]
+
+
+def test_cancel_kills_the_trial_process(tmp_path, engine_repo, cache_dir):
+    (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["hang"], timeouts={"build": 300, "ready": 120,
+                                                                             "request": 20, "teardown": 5})
+    ex = LocalParallel(slots_for([], 1))
+    lines: list[str] = []
+    future = ex.submit(spec, ex.slots[0], lines.append)
+    deadline = time.monotonic() + 120
+    while not any("launch" in line for line in lines) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    ex.cancel(future)
+    result = future.result(timeout=60)
+    ex.shutdown()
+    assert result.verdict.status == "infra_error" and "cancelled" in result.verdict.reasons[0]
+
+
+ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'abbisect[ray]')")
+
+
+@pytest.fixture(scope="module")
+def ray_cluster():
+    """A real local Ray instance; `abbisect_slot` stands in for the GPUs of a slot."""
+    ray.init(num_cpus=2, resources={"abbisect_slot": 2}, include_dashboard=False, log_to_driver=False,
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+    yield
+    ray.shutdown()
+
+
+def test_ray_runs_trials_as_tasks(tmp_path, engine_repo, cache_dir, ray_cluster):
+    from abbisect.executors import RayExecutor
+
+    specs = _specs(tmp_path, engine_repo, cache_dir, ["broken", "fixed"], env={"TOYENGINE_LOAD_SECONDS": "1.5"})
+    ex = RayExecutor(slots_for([], 2), resource="abbisect_slot")
+    results = [f.result(timeout=300) for f in [ex.submit(s, slot, lambda m: None) for s, slot in zip(specs, ex.slots)]]
+    assert [r.verdict.status for r in results] == ["degenerate", "ok"]
+    assert all(r.extras["placement"]["executor"] == "ray" for r in results)
+    assert _overlap(*(r.extras["placement"] for r in results))
+
+
+@pytest.mark.parametrize("retries,expected", [(2, "ok"), (0, "infra_error")])
+def test_ray_worker_lost_mid_trial(tmp_path, engine_repo, cache_dir, ray_cluster, retries, expected):
+    """Kill the worker running a trial: Ray retries it elsewhere; without retries it is infra_error (skip),
+    never the commit's verdict."""
+    from abbisect.executors import RayExecutor
+
+    (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["fixed"], env={"TOYENGINE_LOAD_SECONDS": "3"})
+    ex = RayExecutor(slots_for([], 1), resource="abbisect_slot", retries=retries)
+    pid_file = tmp_path / "worker.pid"
+    ex.pid_files[spec.sha] = str(pid_file)
+    future = ex.submit(spec, ex.slots[0], lambda m: None)
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    first = int(pid_file.read_text())
+    pid_file.unlink()
+    os.kill(first, signal.SIGKILL)
+    result = future.result(timeout=300)
+    assert result.verdict.status == expected
+    if expected == "infra_error":
+        assert result.verdict.outcome == "skip" and "Ray could not run the trial" in result.verdict.reasons[0]
+    else:
+        assert Path(pid_file).exists() and int(pid_file.read_text()) != first
