@@ -168,6 +168,21 @@ class BisectOptions(_Strict):
     pathspec: list[str] = []
     retries: int = Field(0, ge=0)
     prefetch: int = Field(2, ge=0)
+    # Trials at once (multisection): GPU slots come from `gpus`; without GPUs, this many CPU slots.
+    slots: int = Field(1, ge=1, le=64)
+    executor: Literal["auto", "sequential", "local", "ray"] = "auto"
+    ray_address: str | None = None
+    ray_resource: str | None = Field(None, description="a Ray custom resource, one unit per slot")
+
+
+class GpuSlots(_Strict):
+    count: int = Field(ge=1, le=1024)
+    per_trial: int = Field(1, ge=1)
+
+    def slots(self) -> list[list[int]]:
+        if self.count % self.per_trial:
+            raise ValueError(f"gpus.count {self.count} is not a multiple of gpus.per_trial {self.per_trial}")
+        return [list(range(i, i + self.per_trial)) for i in range(0, self.count, self.per_trial)]
 
 
 class Recipe(_Strict):
@@ -182,7 +197,8 @@ class Recipe(_Strict):
     # ${VAR} references are masked unless listed in public_env; secret_env masks any other name too.
     public_env: list[str] = []
     secret_env: list[str] = []
-    gpus: list[int] | None = None
+    gpus: list[int] | None = None  # the GPUs one trial sees (the first slot when `gpus` names several)
+    gpu_slots: list[list[int]] = []  # from `gpus: [[0], [1]]` or `gpus: {count: 8, per_trial: 2}`
     sides: Sides | None = None
     prompts: list[Prompt] = []
     prompts_file: str | None = None
@@ -202,6 +218,24 @@ class Recipe(_Strict):
             return [{"prompt": p} if isinstance(p, str) else p for p in v]
         return v
 
+    @model_validator(mode="before")
+    @classmethod
+    def _gpu_slots(cls, data: Any) -> Any:
+        """`gpus` may name slots (a list of lists, or count/per_trial): one trial sees the first slot."""
+        if not isinstance(data, dict):
+            return data
+        gpus = data.get("gpus")
+        if isinstance(gpus, dict):
+            slots = GpuSlots.model_validate(gpus).slots()
+        elif isinstance(gpus, list) and gpus and all(isinstance(g, list) for g in gpus):
+            slots = gpus
+        else:
+            return data
+        flat = [g for s in slots for g in s]
+        if not all(isinstance(g, int) and g >= 0 for g in flat) or len(flat) != len(set(flat)) or not all(slots):
+            raise ValueError("gpus: each slot is a non-empty list of GPU numbers, each GPU in one slot only")
+        return {**data, "gpus": list(slots[0]), "gpu_slots": [list(s) for s in slots]}
+
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
         if self.engine.kind == "command" and not self.launch.command and self.probe is None:
@@ -214,8 +248,9 @@ class Recipe(_Strict):
 
     def fingerprint(self) -> str:
         """Hash of everything that can change a trial's outcome (not the sides: they are the variable)."""
+        # Which GPU numbers a trial ran on is placement, not outcome (the machine key holds the GPU models).
         data = self.model_dump(mode="json", exclude={"sides", "description", "hardware", "bisect",
-                                                  "public_env", "secret_env"})
+                                                  "public_env", "secret_env", "gpus", "gpu_slots"})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
