@@ -282,3 +282,33 @@ def test_server_that_runs_git_serves_under_git_bisect_run(upstream, tmp_path, ca
     assert run.returncode == 0, run.stdout + run.stderr
     assert _git(bare, "rev-parse", "refs/bisect/fixed") == s["M120"]
     assert "crashed" not in run.stdout + run.stderr
+
+
+def test_dry_run_plans_both_ends_counts_and_midpoints_without_building(upstream_crash, tmp_path) -> None:
+    src, s = upstream_crash
+    cache = tmp_path / "cache"
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(str(src)))
+    proc = abbisect("bisect", str(recipe), "--good", "v0.5.18", "--bad", "main", "--first-parent", "--dry-run",
+                    cwd=tmp_path, cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert f"merge base {s['m3'][:10]}" in out and "merge-base..main is searched" in out
+    assert "git bisect would stop" in out and "untestable" in out
+    full = int(_git(src, "rev-list", "--count", "main", f"^{s['m3']}", "^v0.5.18"))
+    fp = int(_git(src, "rev-list", "--count", "--first-parent", "main", f"^{s['m3']}", "^v0.5.18"))
+    assert full != fp
+    assert f"candidates merge-base..main: {full} in the full history, {fp} with --first-parent ← this run" in out
+    assert "side A: v0.5.18" in out and "side B: main" in out and "env key" in out
+    # The first midpoint is the commit git bisect checks out first for the same range.
+    subprocess.run(["git", "-C", str(src), "bisect", "start", "--first-parent", "main", s["m3"], "v0.5.18"],
+                   check=True, capture_output=True)
+    try:
+        first = _git(src, "rev-parse", "HEAD")
+    finally:
+        subprocess.run(["git", "-C", str(src), "bisect", "reset"], check=True, capture_output=True)
+    assert f"first midpoint: {first[:10]}" in out
+    assert not (cache / "envs").exists() and not (cache / "trials").exists()  # nothing built or run
+    # Ends on one line: one range, no merge base.
+    proc = abbisect("bisect", str(recipe), "--good", s["git"], "--bad", "pre-fix", "--dry-run", cwd=tmp_path,
+                    cache=cache)
+    assert proc.returncode == 0 and "is an ancestor of pre-fix" in proc.stdout and "merge base" not in proc.stdout

@@ -30,8 +30,11 @@ EXIT = {"good": 0, "bad": 1, "skip": 125}
 @click.option("--output", "-o", help="result folder (default results/<recipe>/<UTC stamp>)")
 @click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON on stdout")
+@click.option("--dry-run", is_flag=True, help="print the ends' plans, candidate counts, merge-base handling and "
+              "first midpoints; build and launch nothing")
 @click.argument("pathspec", nargs=-1)
-def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, cache_dir, as_json, pathspec) -> None:
+def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, cache_dir, as_json, dry_run,
+           pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
 
     Both ends are tested first and the direction is observed, not assumed. PATHSPEC (after --) narrows
@@ -53,6 +56,11 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
     cache = open_cache(cache_dir, progress)
     repo = checkout.open_repo(rec.engine.repo, cache)
     good_rev, bad_rev = checkout.resolve(repo, good), checkout.resolve(repo, bad)
+    if dry_run:
+        from abbisect.bisect.dryrun import render_bisect_plan
+
+        click.echo(red.text(render_bisect_plan(rec, repo, good_rev, bad_rev, cache)))
+        return
     old, new, bases = order_ends(repo, good_rev, bad_rev)
     replay = load_replay(Path(resume)) if resume else None
     out = Path(resume).resolve() if resume else new_output_dir(rec.name, output)

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from abbisect.bisect.search import Graph
 from abbisect.errors import UserError
+from abbisect.proc import scrubbed_env
 
 PathLike = str | Path
 
@@ -19,6 +20,7 @@ def _git(repo_path: PathLike, *args: str) -> str:
         capture_output=True,
         text=True,
         check=False,
+        env=scrubbed_env(),
     )
     if proc.returncode != 0:
         raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
@@ -32,6 +34,7 @@ def resolve(repo_path: PathLike, ref: str) -> str:
         capture_output=True,
         text=True,
         check=False,
+        env=scrubbed_env(),
     )
     if proc.returncode != 0:
         raise UserError(f"{ref!r} is not a commit in {repo_path}")
@@ -43,6 +46,7 @@ def is_ancestor(repo_path: PathLike, ancestor: str, descendant: str) -> bool:
         ["git", "-C", str(repo_path), "merge-base", "--is-ancestor", ancestor, descendant],
         capture_output=True,
         check=False,
+        env=scrubbed_env(),
     )
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"git merge-base --is-ancestor {ancestor} {descendant} failed")
@@ -164,7 +168,7 @@ def github_urls(repo_path: PathLike, sha: str, base_sha: str | None = None) -> d
 def merge_bases(repo_path: PathLike, a: str, b: str) -> list[str]:
     """Every best common ancestor of a and b (`git merge-base --all`), empty when they share none."""
     proc = subprocess.run(["git", "-C", str(repo_path), "merge-base", "--all", a, b],
-                          capture_output=True, text=True, check=False)
+                          capture_output=True, text=True, check=False, env=scrubbed_env())
     if proc.returncode not in (0, 1):
         raise RuntimeError(f"git merge-base --all {a} {b} failed: {proc.stderr.strip()}")
     return proc.stdout.split()
@@ -185,8 +189,6 @@ def bisect_under_way(environ: dict[str, str], cwd: PathLike) -> tuple[str, str] 
     linked worktree the script runs at the top of the working tree.  In a bare repository (or after
     `--no-checkout`) git moves BISECT_HEAD, not HEAD, so BISECT_HEAD wins when it exists.
     """
-    from abbisect.proc import scrubbed_env
-
     git_dir = environ.get("GIT_DIR")
     if git_dir:
         where = ["--git-dir", str(Path(cwd, git_dir))]
@@ -312,9 +314,9 @@ def _patch_ids(repo_path: PathLike, shas: list[str], first_parent_diff: bool = F
         return {}
     opts = ["--first-parent", "-m"] if first_parent_diff else []
     diff = subprocess.run(["git", "-C", str(repo_path), "log", "--no-walk=unsorted", "-p", "--format=commit %H",
-                           *opts, *shas], capture_output=True, check=False).stdout
+                           *opts, *shas], capture_output=True, check=False, env=scrubbed_env()).stdout
     out = subprocess.run(["git", "-C", str(repo_path), "patch-id", "--stable"], input=diff,
-                         capture_output=True, check=False).stdout.decode()
+                         capture_output=True, check=False, env=scrubbed_env()).stdout.decode()
     return {sha: pid for pid, sha in (line.split() for line in out.splitlines() if line.strip())}
 
 

@@ -121,7 +121,7 @@ def _healthy(root: Path) -> str | None:
     py = root / "venv" / "bin" / "python"
     if not py.exists():
         return "interpreter missing"
-    if subprocess.run([str(py), "-c", "pass"], check=False, capture_output=True).returncode != 0:
+    if subprocess.run([str(py), "-c", "pass"], check=False, capture_output=True, env=scrubbed_env()).returncode:
         return "interpreter does not start"
     return None
 

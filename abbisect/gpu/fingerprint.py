@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from abbisect.errors import UserError
+from abbisect.proc import scrubbed_env
 
 _WORKER = Path(__file__).with_name("_fingerprint_worker.py")
 _ENGINE_KEYS = ("engine", "engine_version", "engine_sha")
@@ -112,7 +113,8 @@ def collect(python: str | None = None, extra: dict | None = None, timeout_s: flo
         raise UserError(f"no Python interpreter at {python}")
     try:
         proc = subprocess.run(
-            [interp, str(_WORKER)], capture_output=True, text=True, timeout=timeout_s, check=False
+            [interp, str(_WORKER)], capture_output=True, text=True, timeout=timeout_s, check=False,
+            env=scrubbed_env() if python else None,  # a venv's interpreter: not the caller's Python or git
         )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return _from_worker({"notes": [f"fingerprint worker did not run: {exc}"]}, extra)

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from abbisect.errors import UserError
 from abbisect.gpu.devices import device_class
+from abbisect.proc import scrubbed_env
 
 _WORKER = Path(__file__).with_name("_probe_worker.py")
 
@@ -171,7 +172,8 @@ def run_probe(config: ProbeConfig, python: str, source_root: Path, workdir: Path
     try:
         with log_path.open("w") as log:
             proc = subprocess.run([python, str(_WORKER), str(spec_path), str(out_path)], stdout=log,
-                                  stderr=subprocess.STDOUT, cwd=workdir, timeout=config.timeout_s, check=False)
+                                  stderr=subprocess.STDOUT, cwd=workdir, timeout=config.timeout_s, check=False,
+                                  env=scrubbed_env())
     except FileNotFoundError as exc:
         raise UserError(f"cannot run the probe: no interpreter {python}") from exc
     except subprocess.TimeoutExpired:
