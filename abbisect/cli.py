@@ -106,9 +106,10 @@ def _register() -> None:
     from abbisect.bisect.cli import bisect, check
     from abbisect.cachecmd import cache
     from abbisect.envcmd import env
+    from abbisect.matrix.cli import matrix
     from abbisect.scan import scan
 
-    for command in (bisect, check, scan, env, cache):
+    for command in (bisect, check, scan, env, cache, matrix):
         main.add_command(command)
 
 

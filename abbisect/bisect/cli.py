@@ -135,6 +135,10 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     spec = trial_spec(rec, repo, rev, "check", cache, cache / "checks" / rec.name)
     result = trials.fetch(spec, lambda m: progress(f"{rev.short}: {m}"))
+    # The verdict kept beside the logs, so `abbisect matrix <cache>/checks` can read it.
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    kept = json.dumps(red.data(result.to_dict()), indent=1, default=str)
+    (Path(spec.out_dir) / "trial.json").write_text(kept)
     outcome = result.verdict.outcome
     if invert and outcome != "skip":
         outcome = "good" if outcome == "bad" else "bad"

@@ -37,10 +37,12 @@ class Step:
     seconds: float
     cached: bool
     result: TrialResult | None = field(default=None, repr=False)
+    remaining: int | None = None  # candidates left after this step (the range shrinking, for the pictures)
 
     def to_dict(self) -> dict:
         return {"n": self.n, "sha": self.sha, "role": self.role, "outcome": self.outcome, "status": self.status,
-                "evidence": self.evidence, "seconds": self.seconds, "cached": self.cached}
+                "evidence": self.evidence, "seconds": self.seconds, "cached": self.cached,
+                "remaining": self.remaining}
 
 
 @dataclass
@@ -191,6 +193,8 @@ class Driver:
             o, n = run.steps[2].outcome, run.steps[1 if run.new.sha == run.bad.sha else 0].outcome
             self.say(f"{len(state.remaining())} candidate commits between the merge base and {run.new.ref}; "
                      f"roughly {state.steps_left() + 1} more steps")
+        for s in run.steps:  # the ends (and a merge base): the whole range is still open
+            s.remaining = len(state.remaining()) if s.remaining is None else s.remaining
         run.mode = "regression" if o == "good" else "fix"
         named_good_is_old = run.good.sha == run.old.sha
         if not run.merge_bases and (o == "good") != named_good_is_old:
@@ -204,6 +208,7 @@ class Driver:
                      f"more after this one")
             step = self._step(run, sha, "candidate", rel, recorded)
             state = state.record(sha, term.get(step.outcome, SKIP))
+            step.remaining = len(state.remaining())
             self._save(run, state)
         run.result = state.result()
         if run.result.first_new:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, replace
 
 from abbisect import __version__
@@ -150,4 +151,15 @@ def bisect_json(run: BisectRun) -> dict:
             "steps": [s.to_dict() for s in run.steps], "launches": run.launches, "builds": run.builds,
             "wall_s": run.wall_s, "version": __version__,
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
-            "releases": run.releases.to_dict() if run.releases else None}
+            "releases": run.releases.to_dict() if run.releases else None,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "trials": [trial_record(run, s) for s in run.steps if s.result is not None]}
+
+
+def trial_record(run: BisectRun, step) -> dict:
+    """What the serving matrix needs of a step's trial: its commit, GPU stack, engine version, timings."""
+    r, info = step.result, history.commit_info(run.repo, step.sha)
+    return {"n": step.n, "sha": step.sha, "ref": r.spec.ref, "subject": info.subject,
+            "commit_date": info.date, "parents": list(info.parents),
+            "version": r.launch.facts.get("version") if r.launch else None,
+            "fingerprint": r.extras.get("fingerprint"), "timings": r.timings, "cached": r.cached}
