@@ -69,9 +69,10 @@ def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, starte
                     command, __version__, started)
 
 
-def trial_spec(recipe: Recipe, repo: Path, rev: checkout.Revision, side: str, cache: Path, out: Path) -> TrialSpec:
+def trial_spec(recipe: Recipe, repo: Path, rev: checkout.Revision, side: str, cache: Path, out: Path,
+               pins: tuple[str, ...] | list[str] = ()) -> TrialSpec:
     return TrialSpec(recipe.model_dump(mode="json"), side, rev.ref, rev.sha, rev.subject, str(repo), str(cache),
-                     str(out / f"{side}-{rev.short}"))
+                     str(out / f"{side}-{rev.short}"), list(pins))
 
 
 def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Path) -> tuple[Path, list[checkout.Revision]]:
@@ -81,11 +82,11 @@ def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Path) -> tuple[P
 
 
 def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Path, out: Path, command: str,
-           progress: Progress, runner=run_trial) -> ABResult:
-    """Run A then B, one after the other (same GPU), and compare them."""
+           progress: Progress, runner=run_trial, pins: tuple[tuple[str, ...], ...] = ((), ())) -> ABResult:
+    """Run A then B, one after the other (same GPU), and compare them; `pins` per side go in after the engine."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     results = []
-    for side, rev in zip(("a", "b"), revs):
-        spec = trial_spec(recipe, repo, rev, side, cache, out)
+    for side, rev, side_pins in zip(("a", "b"), revs, pins):
+        spec = trial_spec(recipe, repo, rev, side, cache, out, side_pins)
         results.append(runner(spec, lambda msg, s=side, r=rev: progress(f"{s.upper()} {r.ref} ({r.short}): {msg}")))
     return compare(recipe, results[0], results[1], command, started)

@@ -55,24 +55,39 @@ def main() -> None:
 
 
 def _sides(recipe: Recipe, a: str | None, b: str | None) -> tuple[str, str]:
-    ref_a = a or (recipe.sides.a if recipe.sides else None)
-    ref_b = b or (recipe.sides.b if recipe.sides else None)
+    ref_a = a or (recipe.sides.a.ref if recipe.sides else None)
+    ref_b = b or (recipe.sides.b.ref if recipe.sides else None)
     if not (ref_a and ref_b):
         raise UserError("no sides: add 'sides: {a: REF, b: REF}' to the recipe or pass --a REF --b REF")
     return ref_a, ref_b
+
+
+def _pins(recipe: Recipe, a_pins: tuple[str, ...], b_pins: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Each side's pins: --a-pin/--b-pin when given, else the recipe's sides.<x>.pins."""
+    from abbisect.dependency import requirement_name
+
+    got = (a_pins or tuple(recipe.sides.a.pins if recipe.sides else ()),
+           b_pins or tuple(recipe.sides.b.pins if recipe.sides else ()))
+    for pin in (p for side in got for p in side):
+        if not requirement_name(pin):
+            raise UserError(f"pin {pin!r} is not a requirement (give NAME==VERSION, e.g. deep-gemm==2.1.0)")
+    return got
 
 
 @main.command()
 @click.argument("recipe", required=False)
 @click.option("--a", "ref_a", help="ref for side A (overrides sides.a)")
 @click.option("--b", "ref_b", help="ref for side B (overrides sides.b)")
+@click.option("--a-pin", "a_pins", multiple=True, help="a requirement installed into A's venv after the engine "
+              "(repeatable; replaces sides.a.pins), e.g. deep-gemm==2.1.0")
+@click.option("--b-pin", "b_pins", multiple=True, help="the same for side B")
 @click.option("--output", "-o", help="result folder (default results/<recipe>/<UTC stamp>)")
 @click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
 @click.option("--dry-run", is_flag=True, help="print the plan (refs, install steps, argv, prompts) and stop")
 @click.option("--no-cache", is_flag=True, help="run both sides even if a cached result exists (it is replaced)")
 @click.option("--json", "as_json", is_flag=True, help="print the final result as JSON on stdout")
-def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | None, cache_dir: str | None,
-        dry_run: bool, no_cache: bool, as_json: bool) -> None:
+def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
+        output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
     from abbisect.ab import resolve_sides, run_ab
     from abbisect.cache import open_cache
@@ -81,10 +96,14 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
     from abbisect.report.markdown import render_ab
 
     rec, _ = load_recipe(recipe_path(recipe, DEFAULT_RECIPE))
+    pins = _pins(rec, a_pins, b_pins)
+    if any(pins) and not rec.sides:  # a dependency A/B: one engine commit (HEAD unless named), two pin sets
+        ref_a = ref_a or ref_b or "HEAD"
+        ref_b = ref_b or ref_a
     refs = _sides(rec, ref_a, ref_b)
     red = Redactor.from_recipe(rec)
     if dry_run:
-        click.echo(red.text(render_plan(rec, refs, cache_root(cache_dir))))
+        click.echo(red.text(render_plan(rec, refs, cache_root(cache_dir), pins)))
         return
     progress = red.guard(Reporter())
     cache = open_cache(cache_dir, progress)
@@ -94,7 +113,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, output: str | 
     from abbisect.trialcache import TrialCache, machine_key
 
     ab = run_ab(rec, repo, revs, cache, out, _invocation(), progress,
-                TrialCache(cache, machine_key(), enabled=not no_cache).fetch)
+                TrialCache(cache, machine_key(), enabled=not no_cache).fetch, pins)
     write_results(out, render_ab(ab), ab.to_dict(), [("a", ab.a), ("b", ab.b)], redactor=red)
     progress(f"A: [bold]{ab.a.verdict.status}[/bold]   B: [bold]{ab.b.verdict.status}[/bold]")
     progress(f"report: {out / 'report.md'}")

@@ -8,24 +8,27 @@ from pathlib import Path
 from abbisect import checkout
 from abbisect.engines import adapter
 from abbisect.environment.base import Step
+from abbisect.environment.pins import AfterEngine
 from abbisect.environment.store import EnvPlan, env_plan
 from abbisect.errors import InfraError
 from abbisect.recipe import DEMO_REPO, Recipe
 
 
-def env_plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path) -> EnvPlan:
+def env_plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path, after: AfterEngine | None = None) -> EnvPlan:
     """The environment a trial of `sha` will build, planned from the commit's own tree.
 
     `repo` is any git directory that holds the commit (the engine's repository, the cache's clone, or the
     commit's worktree): files are read with `git show`, so the plan equals the build's.
     """
     worktree = cache / "worktrees" / checkout._key(str(repo.resolve())) / sha  # where checkout.worktree puts it
-    return env_plan(worktree, sha, recipe.install, recipe.engine.subdir, cache, git_dir=repo)
+    return env_plan(worktree, sha, recipe.install, recipe.engine.subdir, cache, git_dir=repo, after=after)
 
 
-def plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path) -> tuple[str, list[Step]]:
-    """(env key, build steps) of a trial of `sha`, as `run` and `bisect` will build it."""
-    plan = env_plan_for(recipe, repo, sha, cache)
+def plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path,
+             after: AfterEngine | None = None) -> tuple[str, list[Step]]:
+    """(env key, build steps) of a trial of `sha`, as `run` and `bisect` will build it; `after` is what the
+    trial installs after the engine (its pins, a dependency commit)."""
+    plan = env_plan_for(recipe, repo, sha, cache, after)
     return plan.key, list(plan.steps)
 
 
@@ -48,13 +51,14 @@ def _revision(recipe: Recipe, ref: str, cache: Path) -> tuple[Path | None, str, 
     return repo, rev.sha, rev.subject + note
 
 
-def render_env(recipe: Recipe, repo: Path | None, sha: str, ref: str, cache: Path) -> list[str]:
+def render_env(recipe: Recipe, repo: Path | None, sha: str, ref: str, cache: Path,
+               after: AfterEngine | None = None) -> list[str]:
     """The install section of a plan, indented under its side."""
     try:
         if repo is None:
             plan = env_plan(Path(f"<worktree of {ref}>"), sha, recipe.install, recipe.engine.subdir, cache)
         else:
-            plan = env_plan_for(recipe, repo, sha, cache)
+            plan = env_plan_for(recipe, repo, sha, cache, after)
     except InfraError as exc:  # e.g. the wheel index cannot be asked from here: the plan says so
         return [f"  install ({recipe.install.strategy}): cannot be planned from here: {exc}"]
     key = plan.key if re.fullmatch(r"[0-9a-f]{40}", sha) else "known once the sha is"
@@ -66,16 +70,17 @@ def render_env(recipe: Recipe, repo: Path | None, sha: str, ref: str, cache: Pat
     return lines
 
 
-def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Path) -> str:
+def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Path,
+                pins: tuple[tuple[str, ...], ...] = ((), ())) -> str:
     lines = [f"recipe: {recipe.name}" + (f" — {recipe.description}" if recipe.description else "")]
     if recipe.hardware:
         lines.append(f"needs: {recipe.hardware}")
     lines.append(f"engine: {recipe.engine.kind} from {recipe.engine.repo}"
                  + (f" (subdir {recipe.engine.subdir})" if recipe.engine.subdir else ""))
-    for side, ref in zip("AB", refs):
+    for side, ref, side_pins in zip("AB", refs, pins):
         repo, sha, subject = _revision(recipe, ref, cache)
-        lines.append(f"side {side}: {ref} → {sha} {subject}".rstrip())
-        lines += render_env(recipe, repo, sha, ref, cache)
+        lines.append(f"side {side}: {ref} → {sha} {subject}".rstrip() + (f"; pins {' '.join(side_pins)}" if side_pins else ""))
+        lines += render_env(recipe, repo, sha, ref, cache, AfterEngine(tuple(side_pins)) if side_pins else None)
     model = recipe.model if isinstance(recipe.model, str) or recipe.model is None else (
         f"{recipe.model.file} from package {recipe.model.package} (converted once, cached)")
     if recipe.probe is not None:

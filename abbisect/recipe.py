@@ -100,9 +100,21 @@ class Launch(_Strict):
     entrypoint: Literal["module", "cli"] = "module"
 
 
+class Side(_Strict):
+    """One side of an A/B: an engine ref, and packages installed into its venv after the engine."""
+
+    ref: str
+    pins: list[str] = Field(default=[], description="requirements installed after the engine, e.g. deep-gemm==2.1.0")
+
+
 class Sides(_Strict):
-    a: str
-    b: str
+    a: Side
+    b: Side
+
+    @field_validator("a", "b", mode="before")
+    @classmethod
+    def _plain_ref(cls, v: Any) -> Any:
+        return {"ref": v} if isinstance(v, str) else v
 
 
 class Prompt(_Strict):
@@ -163,11 +175,50 @@ def _known_rules(rules: list[str], valid: tuple[str, ...]) -> list[str]:
     return rules
 
 
+class VersionRange(_Strict):
+    """Every published version between two (inclusive), ordered by version; pre-releases only if asked."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    from_: str = Field(alias="from")
+    to: str
+    prereleases: bool = False
+
+
+class DependencyInstall(_Strict):
+    """How a dependency's commit goes into the engine's venv: its commands (run in the dependency's
+    worktree, the venv first on PATH), else `uv pip install <worktree>`."""
+
+    commands: list[str] = []
+    env: dict[str, str] = {}
+
+
+class Over(_Strict):
+    """What a bisect walks when it is not the engine's history: a package's versions or a dependency's
+    commits, the engine fixed at `engine_ref`."""
+
+    package: str | None = None
+    versions: list[str] | VersionRange | None = None
+    repo: str | None = None
+    install: DependencyInstall = DependencyInstall()
+    engine_ref: str = Field("HEAD", description="the engine commit every trial runs")
+
+    @model_validator(mode="after")
+    def _one_variable(self) -> Over:
+        if (self.package is None) == (self.repo is None):
+            raise ValueError("give either package (with versions) or repo (a dependency's git history)")
+        if self.package is not None and self.versions is None:
+            raise ValueError("'package' needs 'versions': a list, or {from: X, to: Y}")
+        if self.repo is not None and self.versions is not None:
+            raise ValueError("'versions' goes with 'package', not with 'repo' (its refs are given with --good/--bad)")
+        return self
+
+
 class BisectOptions(_Strict):
     first_parent: bool = False
     pathspec: list[str] = []
     retries: int = Field(0, ge=0)
     prefetch: int = Field(2, ge=0)
+    over: Over | None = None  # walk a dependency instead of the engine's history
     # Trials at once (multisection): GPU slots come from `gpus`; without GPUs, this many CPU slots.
     slots: int = Field(1, ge=1, le=64)
     executor: Literal["auto", "sequential", "local", "ray"] = "auto"
@@ -353,6 +404,12 @@ def resolve_files(recipe: Recipe, base: Path, source: str) -> Recipe:
             install_updates[key] = str(wp)
     if install_updates:
         updates["install"] = recipe.install.model_copy(update=install_updates)
+    over = recipe.bisect.over
+    if over is not None and over.repo and not re.match(r"^[a-z+]+://|^git@", over.repo):
+        dp = (base / over.repo).resolve()
+        if not dp.exists():
+            raise UserError(f"{source}: 'bisect.over.repo': no such directory {dp} (give a local checkout or a git URL)")
+        updates["bisect"] = recipe.bisect.model_copy(update={"over": over.model_copy(update={"repo": str(dp)})})
     return recipe.model_copy(update=updates) if updates else recipe
 
 

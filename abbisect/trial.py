@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from abbisect import checkout, launch
+from abbisect.dependency import after_engine, installed_packages
 from abbisect.engines import adapter
 from abbisect.environment import EnvResult, ensure_env, needs_source
 from abbisect.proc import scrubbed_env
@@ -48,6 +49,10 @@ class TrialSpec:
     repo: str  # local git directory holding the sha
     cache_dir: str
     out_dir: str  # where this trial's logs go
+    # Installed after the engine (abbisect/environment/pins.py): a side's pins, a dependency's commit
+    # ({"repo", "sha", "commands", "env"}); part of the env key.
+    pins: list[str] = field(default_factory=list)
+    dependency: dict | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -179,14 +184,15 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
 
     say("environment")
     env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
-                     on_step=lambda d: say(f"environment: {d}"))
+                     on_step=lambda d: say(f"environment: {d}"), after=after_engine(spec, cache))
     timings["build"] = env.seconds
     catalogue = load_catalogue(recipe.scoring.signatures or None)
     if not env.ok:
         ev = _evidence(recipe, env, None, (), (), (), (), None)
         return _result(spec, env, None, (), (), (), (), None, judge(ev, recipe.verdict), timings, t0)
 
-    extras: dict = {"fingerprint": _fingerprint(env.python, recipe, spec)}
+    # The full package list proves what differs between two sides (and what does not).
+    extras: dict = {"fingerprint": _fingerprint(env.python, recipe, spec), "packages": installed_packages(env.python)}
     if recipe.probe is not None:
         return _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say)
 

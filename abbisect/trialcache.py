@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from abbisect.dependency import after_engine
 from abbisect.locks import atomic_write
 from abbisect.plan import plan_for
 from abbisect.recipe import Recipe
@@ -50,7 +51,8 @@ def machine_key() -> str:
 def trial_key(spec: TrialSpec, machine: str) -> str:
     recipe = Recipe.model_validate(spec.recipe)
     # The env key as the build will compute it, from the commit's own tree in the repository.
-    env_key, _ = plan_for(recipe, Path(spec.repo), spec.sha, Path(spec.cache_dir))
+    env_key, _ = plan_for(recipe, Path(spec.repo), spec.sha, Path(spec.cache_dir),
+                          after_engine(spec, Path(spec.cache_dir), planning=True))
     blob = json.dumps([spec.sha, recipe.fingerprint(), env_key, machine])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

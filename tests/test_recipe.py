@@ -87,6 +87,7 @@ def test_prompts_file_is_read(tmp_path, engine_repo, cache_dir):
 def _keys(model: type, prefix: str = "") -> set[str]:
     keys = set()
     for name, field in model.model_fields.items():
+        name = field.alias or name  # `from` is spelled `from_` in Python
         keys.add(prefix + name)
         for arg in getattr(field.annotation, "__args__", ()) + (field.annotation,):
             if isinstance(arg, type) and hasattr(arg, "model_fields"):

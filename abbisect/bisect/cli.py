@@ -54,22 +54,36 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
     red = Redactor.from_recipe(rec)
     progress = red.guard(Reporter())
     cache = open_cache(cache_dir, progress)
-    repo = checkout.open_repo(rec.engine.repo, cache)
-    good_rev, bad_rev = checkout.resolve(repo, good), checkout.resolve(repo, bad)
-    if dry_run:
-        from abbisect.bisect.dryrun import render_bisect_plan
+    variable = None
+    if rec.bisect.over is not None:  # a dependency's versions or commits, the engine fixed
+        from abbisect.dependency import bisect_variable
 
-        click.echo(red.text(render_bisect_plan(rec, repo, good_rev, bad_rev, cache)))
-        return
-    old, new, bases = order_ends(repo, good_rev, bad_rev)
+        variable = bisect_variable(rec, cache)
+        repo = variable.repo
+        good_rev, bad_rev = variable.resolve(good), variable.resolve(bad)
+        old, new, bases = variable.order_ends(good_rev, bad_rev)
+        if dry_run:
+            click.echo(red.text(variable.plan(old, new)))
+            return
+    else:
+        repo = checkout.open_repo(rec.engine.repo, cache)
+        good_rev, bad_rev = checkout.resolve(repo, good), checkout.resolve(repo, bad)
+        if dry_run:
+            from abbisect.bisect.dryrun import render_bisect_plan
+
+            click.echo(red.text(render_bisect_plan(rec, repo, good_rev, bad_rev, cache)))
+            return
+        old, new, bases = order_ends(repo, good_rev, bad_rev)
     replay = load_replay(Path(resume)) if resume else None
     out = Path(resume).resolve() if resume else new_output_dir(rec.name, output)
     cmd = shlex.join(["abbisect", *sys.argv[1:]])
     resume_cmd = f"{cmd} --resume {shlex.quote(str(out))}" if not resume else cmd
-    run = BisectRun(rec, repo, good_rev, bad_rev, old, new, command=cmd, merge_bases=bases)
+    run = BisectRun(rec, repo, good_rev, bad_rev, old, new, command=cmd, merge_bases=bases, variable=variable)
+    if variable is not None:
+        progress(f"bisecting {variable.describe()}")
     progress(f"bisect [bold]{rec.name}[/bold]: good={good} ({good_rev.short}) bad={bad} ({bad_rev.short}) → {out}")
     driver = Driver(rec, repo, cache, out, TrialCache(cache, machine_key(), enabled=not no_cache), progress,
-                    retries=options.retries, prefetch=options.prefetch)
+                    retries=options.retries, prefetch=options.prefetch, variable=variable)
     try:
         run = driver.run(run, replay)
     except (KeyboardInterrupt, SystemExit):
@@ -77,6 +91,8 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
         click.echo(f"\nabbisect: interrupted; resume with:\n  {resume_cmd}", err=True)
         raise
     reproduce = reproduce_commands(run, cmd, str(Path(recipe_path(recipe)).resolve()))
+    if variable is not None:  # git cannot drive a walk over package versions or another repository
+        reproduce = reproduce[:1]
     results = [(s.role, s.result) for s in run.steps if s.result is not None]
     write_results(out, render_bisect(run, reproduce), bisect_json(run), results, names=("bisect.md", "bisect.json"),
                   redactor=red)

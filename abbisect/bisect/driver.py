@@ -67,6 +67,9 @@ class BisectRun:
     ends_note: str = ""
     excluded: tuple[str, ...] = ()  # further old ends of the searched range (the end sharing the base's verdict)
     releases: history.Releases | None = None
+    # bisect.over: the candidates are a dependency's versions or commits (abbisect/dependency.py), not the
+    # engine's commits; None walks the engine's history.
+    variable: object | None = None
 
 
 def order_ends(repo: Path, good: checkout.Revision,
@@ -88,8 +91,10 @@ def order_ends(repo: Path, good: checkout.Revision,
 
 class Driver:
     def __init__(self, recipe: Recipe, repo: Path, cache: Path, out: Path, trial_cache: TrialCache,
-                 progress: Progress, runner: Runner = run_trial, retries: int = 0, prefetch: int = 2) -> None:
+                 progress: Progress, runner: Runner = run_trial, retries: int = 0, prefetch: int = 2,
+                 variable=None) -> None:
         self.recipe, self.repo, self.cache, self.out = recipe, repo, cache, out
+        self.variable = variable  # what a candidate is when it is not an engine commit (bisect.over)
         self.trials, self.say, self.runner = trial_cache, progress, runner
         self.retries, self.prefetch = retries, prefetch
         self.pool = ThreadPoolExecutor(max_workers=max(prefetch, 1), thread_name_prefix="prefetch")
@@ -101,6 +106,8 @@ class Driver:
 
     # -- trials --------------------------------------------------------------------------------------
     def spec(self, sha: str, label: str) -> TrialSpec:
+        if self.variable is not None:
+            return self.variable.spec(sha, label, self.out / "trials")
         rev = checkout.Revision(label, sha, history.commit_info(self.repo, sha).subject)
         return trial_spec(self.recipe, self.repo, rev, label, self.cache, self.out / "trials")
 
@@ -114,11 +121,14 @@ class Driver:
             self.prefetched[sha] = self.pool.submit(self._build, sha)
 
     def _build(self, sha: str):
-        source = checkout.worktree(self.repo, sha, self.cache, tuple(self.recipe.engine.sparse))
-        env = ensure_env(source, sha, self.recipe.install, self.recipe.engine.subdir, self.cache,
-                         self.recipe.timeouts.build)
-        if not needs_source(self.recipe.install):  # the trial checks it out again (a second or two)
-            checkout.discard(self.repo, source)
+        if self.variable is not None:
+            env = self.variable.build(sha)
+        else:
+            source = checkout.worktree(self.repo, sha, self.cache, tuple(self.recipe.engine.sparse))
+            env = ensure_env(source, sha, self.recipe.install, self.recipe.engine.subdir, self.cache,
+                             self.recipe.timeouts.build)
+            if not needs_source(self.recipe.install):  # the trial checks it out again (a second or two)
+                checkout.discard(self.repo, source)
         if not env.reused:
             with self.count_lock:  # background threads count builds too
                 self.builds += 1
@@ -161,8 +171,9 @@ class Driver:
             self.prefetch_build(list(run.merge_bases))
         else:
             roles = ("old end", "new end")
-            graph = history.candidate_graph(self.repo, run.new.sha, [run.old.sha],
-                                            self.recipe.bisect.first_parent, self.recipe.bisect.pathspec or None)
+            graph = (self.variable.graph(run.old.sha, run.new.sha) if self.variable is not None else
+                     history.candidate_graph(self.repo, run.new.sha, [run.old.sha],
+                                             self.recipe.bisect.first_parent, self.recipe.bisect.pathspec or None))
             state = start(graph, run.new.sha, [run.old.sha])
             self.say(f"{len(state.remaining())} candidate commits between {run.old.ref} and {run.new.ref}; "
                      f"roughly {state.steps_left() + 1} steps after the two ends")
@@ -216,8 +227,9 @@ class Driver:
             run.found_parent = next((p for p in parents if p in self.results), parents[0])
             if run.found_parent not in self.results:
                 run.found_parent = run.old.sha
-            try:
-                run.releases = history.releases(self.repo, run.result.first_new)
+            try:  # package versions are not commits: no releases to look up
+                if getattr(self.variable, "kind", "commits") == "commits":
+                    run.releases = history.releases(self.repo, run.result.first_new)
             except RuntimeError as exc:  # a report without the releases beats no report
                 self.say(f"could not look up releases and backports: {exc}")
         return self._finish(run, t0)

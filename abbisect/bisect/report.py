@@ -76,22 +76,32 @@ def headline(run: BisectRun) -> str:
         return "Bisection did not finish."
     word = "fixed" if run.mode == "fix" else "broke"
     if res.outcome == "found":
-        return f"The commit that {word} it: `{res.first_new}`"
+        noun = "version" if getattr(run.variable, "kind", "") == "versions" else "commit"
+        return f"The {noun} that {word} it: `{commit_info(run, res.first_new).subject if noun == 'version' else res.first_new}`"
     if res.outcome == "ambiguous":
         return (f"Only untestable commits are left: the commit that {word} it is one of "
                 f"{', '.join(f'`{c[:10]}`' for c in res.candidates)}")
     return "No candidate could be tested in the range."
 
 
+def commit_info(run: BisectRun, sha: str) -> history.CommitInfo:
+    """A candidate described: an engine commit, or (bisect.over) a dependency's commit or version."""
+    return run.variable.info(sha) if run.variable is not None else history.commit_info(run.repo, sha)
+
+
 def found_block(run: BisectRun) -> list[str]:
     res = run.result
     if res is None or res.first_new is None:
         return []
-    info = history.commit_info(run.repo, res.first_new)
-    urls = history.github_urls(run.repo, res.first_new, run.found_parent)
+    info = commit_info(run, res.first_new)
+    versions = getattr(run.variable, "kind", "") == "versions"
+    urls = {} if versions else history.github_urls(run.repo, res.first_new, run.found_parent)
     rows = [["sha", f"`{info.sha}`"], ["subject", cell(info.subject, 120)], ["author", f"{info.author}"],
-            ["date", info.date], ["PR", f"#{info.pr}" if info.pr else "—"],
-            ["kind", "**fix** (old end bad, new end good)" if run.mode == "fix" else
+            ["date", info.date], ["PR", f"#{info.pr}" if info.pr else "—"]] if not versions else [
+            ["version", f"`{info.subject}`"]]
+    if run.variable is not None:
+        rows.append(["engine (fixed)", f"`{run.variable.engine.ref}` = `{run.variable.engine.sha}`"])
+    rows += [["kind", "**fix** (old end bad, new end good)" if run.mode == "fix" else
              "**regression** (old end good, new end bad)"]]
     rows += [[k, v] for k, v in urls.items()]
     return [table(["", ""], rows), ""]
@@ -100,7 +110,7 @@ def found_block(run: BisectRun) -> list[str]:
 def trail(run: BisectRun) -> str:
     rows = []
     for s in run.steps:
-        subject = history.commit_info(run.repo, s.sha).subject
+        subject = commit_info(run, s.sha).subject
         rows.append([str(s.n), f"`{s.sha[:10]}`", cell(subject, 50), s.role, f"**{s.outcome}**", s.status,
                      cell(s.evidence, 90), f"{s.seconds:.1f} s" + (" (cached)" if s.cached else "")])
     return table(["step", "commit", "subject", "role", "verdict", "status", "evidence", "time"], rows)
@@ -115,6 +125,8 @@ def render_bisect(run: BisectRun, reproduce: list[str]) -> str:
     if run.merge_bases:
         lines += ["### Ends", "", run.ends_note or (f"The ends are on different branches; merge base "
                                                      f"{', '.join(b[:10] for b in run.merge_bases)}."), ""]
+    if run.variable is not None:
+        lines[3:3] = [f"Walking {run.variable.describe()}.", ""]
     lines += found_block(run)
     lines += releases_block(run)
     lines += [(f"{len(run.steps)} trials, {run.launches} server launches, {run.builds} venv builds, "
@@ -147,7 +159,7 @@ def bisect_json(run: BisectRun) -> dict:
             "good": run.good.ref, "bad": run.bad.ref, "old": run.old.sha, "new": run.new.sha,
             "outcome": res.outcome if res else None, "first_new": res.first_new if res else None,
             "candidates": list(res.candidates) if res else [], "found_parent": run.found_parent,
-            "commit": asdict(history.commit_info(run.repo, res.first_new)) if res and res.first_new else None,
+            "commit": asdict(commit_info(run, res.first_new)) if res and res.first_new else None,
             "steps": [s.to_dict() for s in run.steps], "launches": run.launches, "builds": run.builds,
             "wall_s": run.wall_s, "version": __version__,
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),

@@ -19,6 +19,7 @@ from types import ModuleType
 from abbisect.cache import hold
 from abbisect.environment import command, editable
 from abbisect.environment.base import BuildContext, Step, index_args, python_version
+from abbisect.environment.pins import AfterEngine
 from abbisect.locks import atomic_write, file_lock
 from abbisect.proc import scrubbed_env
 from abbisect.recipe import Install
@@ -80,32 +81,35 @@ def _load_optional_strategies() -> None:
 
 
 def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
-             git_dir: Path | None = None) -> tuple[BuildContext, str]:
+             git_dir: Path | None = None, after: AfterEngine | None = None) -> tuple[BuildContext, str]:
     probe = BuildContext(source, sha, install, Path("/nonexistent"), cache, subdir, git_dir)
     # Every install setting shapes the venv; the strategy adds what it derives (the sha when the commit's
     # source is installed, the heavy pins it read, the digest of a base wheel).
     inputs = {"install": install.model_dump(mode="json"), "python": python_version(install),
               "index": index_args(install, probe), "subdir": subdir, **_strategy(install).key_inputs(probe)}
+    if after:  # a side's pins or a dependency commit; only when present, so other venvs keep their keys
+        inputs["after_engine"] = after.key_inputs()
     key = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
     root = cache / "envs" / key
     return BuildContext(source, sha, install, root / "venv", cache, subdir, git_dir), key
 
 
-def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path) -> tuple[str, list[Step]]:
-    plan = env_plan(source, sha, install, subdir, cache)
+def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+             after: AfterEngine | None = None) -> tuple[str, list[Step]]:
+    plan = env_plan(source, sha, install, subdir, cache, after=after)
     return plan.key, list(plan.steps)
 
 
 def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
-             git_dir: Path | None = None) -> EnvPlan:
+             git_dir: Path | None = None, after: AfterEngine | None = None) -> EnvPlan:
     """The build of `sha` in the worktree `source`, without building anything. The commit's files are
     read from `git_dir` when given (any git directory that holds the commit: see tree.py), else from
-    `source` itself."""
-    ctx, key = _context(source, sha, install, subdir, cache, git_dir)
+    `source` itself. `after` (a side's pins, a dependency commit) is installed last, for every strategy."""
+    ctx, key = _context(source, sha, install, subdir, cache, git_dir, after)
     strategy = _strategy(install)
     blocker = getattr(strategy, "blocker", lambda _c: None)(ctx)
     facts = getattr(strategy, "facts", lambda _c: {})(ctx)
-    return EnvPlan(key, tuple(strategy.steps(ctx)), facts, blocker)
+    return EnvPlan(key, (*strategy.steps(ctx), *(after.steps(ctx) if after else ())), facts, blocker)
 
 
 def needs_source(install: Install) -> bool:
@@ -127,10 +131,10 @@ def _healthy(root: Path) -> str | None:
 
 
 def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
-               timeout: float, on_step=None) -> EnvResult:
+               timeout: float, on_step=None, after: AfterEngine | None = None) -> EnvResult:
     """Reuse or build the venv for this commit; a failed build is returned, never raised."""
-    ctx, key = _context(source, sha, install, subdir, cache)
-    plan = env_plan(source, sha, install, subdir, cache)
+    ctx, key = _context(source, sha, install, subdir, cache, after=after)
+    plan = env_plan(source, sha, install, subdir, cache, after=after)
     root = ctx.venv.parent
     log = root / "build.log"
     steps = list(plan.steps)

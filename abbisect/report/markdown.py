@@ -165,6 +165,10 @@ def render_ab(ab) -> str:
     lines = [f"## abbisect A/B: `{ab.name}`", "",
              f"- **A**: `{a.spec.ref}` = {a.spec.sha[:10]} — {cell(a.spec.subject, 100)}",
              f"- **B**: `{b.spec.ref}` = {b.spec.sha[:10]} — {cell(b.spec.subject, 100)}", ""]
+    from abbisect.dependency import render_packages, side_variable
+
+    if side_variable(a) or side_variable(b):  # a dependency is the variable: say which, per side
+        lines[2:4] = [f"{line}; {side_variable(r) or 'no pins'}" for line, r in zip(lines[2:4], (a, b))]
     if ab.same_launch:
         lines += ["Launch command (identical on both sides; only the checkout differs):", fence(ab.launch_a or "(not launched)", "sh")]
     else:
@@ -179,6 +183,7 @@ def render_ab(ab) -> str:
                   f"disappeared in B: {', '.join(f'`{s}`' for s in diff.get('disappeared', [])) or 'none'}."), ""]
     if a.outputs or b.outputs:
         lines += ["### Outputs", "", outputs_table(a, b, ab.divergences), ""]
+    lines += render_packages(a, b)
     probes = [p for p in (probe_block("A", a), probe_block("B", b)) if p]
     lines += [x for p in probes for x in (p, "")]
     gpu = gpu_block(a, b)
