@@ -90,6 +90,7 @@ def test_cherry_pick_trailers_and_release_order() -> None:
     assert history.first_release(["v0.5.19", "v0.5.2", "v0.6.0rc1", "nightly", "v0.5.19rc2"]) == "v0.5.2"
     assert history.first_release(["v0.6.0", "v0.6.0rc1"]) == "v0.6.0rc1"
     assert history.first_release(["main-tip", "side-1"]) is None
+    assert history.release_tags(["v1.10", "tip", "v1.9", "v1.10rc1"]) == ("v1.9", "v1.10rc1", "v1.10")
     assert history.rank_branches(["dev/x", "release/v0.6", "main"]) == ("main", "release/v0.6", "dev/x")
 
 
@@ -109,6 +110,7 @@ def test_releases_of_a_fix_merge_name_the_backport_and_its_tag(upstream_crash) -
     rel = history.releases(repo, s["M120"])
     # Released first in v0.6.0 (release/v0.6 was cut after it), backported earlier into v0.5.19.
     assert rel.pr == 120 and rel.first_release == "v0.6.0" and rel.branches[0] == "main"
+    assert rel.releases == ("v0.6.0", "v0.6.1")
     assert [(c.sha, c.first_release) for c in rel.carriers] == [(s["bp1"], "v0.5.19")]
     assert "release/v0.5.18" in rel.carriers[0].branches and "cherry-pick" in rel.carriers[0].how
     culprit = history.releases(repo, s["M130"])
@@ -160,11 +162,19 @@ def reproduce_lines(md: str) -> list[str]:
     return [line for line in body.splitlines() if line and not line.startswith("#")]
 
 
-def run_printed_git_commands(md: str, cache: Path, expect: str) -> None:
-    """Run bisect.md's git commands as printed (git bisect start, run, rev-parse, reset) and check that git
-    names the commit the report claims."""
-    lines = [line for line in reproduce_lines(md) if line.startswith("git ")]
+def run_printed_git_commands(md: str, cache: Path, expect: str, cwd: Path | None = None) -> None:
+    """Run every command bisect.md prints, as printed: abbisect's own (again, from the same folder), then git
+    bisect start, run, rev-parse, reset; both must name the commit the report claims."""
+    everything = reproduce_lines(md)
+    lines = [line for line in everything if line.startswith("git ")]
     env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache)}
+    if cwd is not None:
+        (again,) = [line for line in everything if line.startswith("abbisect ")]
+        assert " -o " not in f" {again} " and "--json" in again
+        proc = subprocess.run(again, shell=True, cwd=cwd, check=False, capture_output=True, text=True, env=env,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["first_new"] == expect
     for line in lines:
         command, _, claim = line.partition("  # ")
         proc = subprocess.run(command, shell=True, check=False, capture_output=True, text=True, env=env, timeout=600)
@@ -196,7 +206,7 @@ def test_done_when_release_tag_vs_main_first_parent_bare_clone(upstream, tmp_pat
     assert statuses.get(s["nobuild"], "build_failed") == "build_failed"
     bare = Path(shlex.split(reproduce_lines(md)[1])[2])
     assert _git(bare, "rev-parse", "--is-bare-repository") == "true"
-    run_printed_git_commands(md, cache_dir, s["M120"])
+    run_printed_git_commands(md, cache_dir, s["M120"], cwd=tmp_path)
 
 
 def test_merge_base_with_the_bad_ends_verdict_searches_the_release_branch(upstream, tmp_path, cache_dir) -> None:
@@ -213,7 +223,7 @@ def test_merge_base_with_the_bad_ends_verdict_searches_the_release_branch(upstre
     assert "git bisect would stop here" in md and "searching merge-base..v0.5.19" in md
     assert res["releases"]["first_release"] == "v0.5.19"
     assert s["p1"] in {c["sha"] for c in res["releases"]["carriers"]}
-    run_printed_git_commands(md, cache_dir, s["bp1"])
+    run_printed_git_commands(md, cache_dir, s["bp1"], cwd=tmp_path)
 
 
 def test_regression_across_branches_names_the_releases_carrying_the_culprit(upstream_crash, tmp_path,
@@ -312,3 +322,41 @@ def test_dry_run_plans_both_ends_counts_and_midpoints_without_building(upstream_
     proc = abbisect("bisect", str(recipe), "--good", s["git"], "--bad", "pre-fix", "--dry-run", cwd=tmp_path,
                     cache=cache)
     assert proc.returncode == 0 and "is an ancestor of pre-fix" in proc.stdout and "merge base" not in proc.stdout
+
+
+def test_rerun_command_drops_the_result_folder() -> None:
+    from abbisect.bisect.report import rerun_command
+
+    assert rerun_command("abbisect bisect r.yaml --good a -o out --json") == "abbisect bisect r.yaml --good a --json"
+    assert rerun_command("abbisect bisect r.yaml --output=x --resume d --bad b") == "abbisect bisect r.yaml --bad b"
+
+
+def test_across_branches_full_history_names_the_pull_requests_commit(upstream, tmp_path, cache_dir) -> None:
+    """Without --first-parent the fix is the PR's own commit (p1), not its merge; the backport's trailer names
+    it. Checked against git bisect run in a non-bare clone."""
+    src, s = upstream
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(src), str(clone)], check=True)
+    _git(clone, "branch", "-q", "--track", "release/v0.5.18", "origin/release/v0.5.18")
+    _, res, md = run_bisect(tmp_path, str(clone), cache_dir, "--good", "v0.5.18", "--bad", "main")
+    assert res["mode"] == "fix" and res["first_new"] == s["p1"] and res["old"] == s["m3"]
+    assert [(c["sha"], c["how"]) for c in res["releases"]["carriers"]] == [(s["bp1"], f"cherry-pick of {s['p1'][:10]}")]
+    run_printed_git_commands(md, cache_dir, s["p1"])
+
+
+def test_git_bisect_run_in_a_linked_worktree(upstream, tmp_path, cache_dir) -> None:
+    """`git bisect run abbisect check` from a linked worktree of the recipe's repository judges the
+    worktree's commit (no GIT_DIR is exported there)."""
+    src, s = upstream
+    clone = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(src), str(clone)], check=True)
+    wt = tmp_path / "wt"
+    _git(clone, "worktree", "add", "-q", "--detach", str(wt), "HEAD")
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(str(clone)))
+    env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)}
+    subprocess.run(["git", "-C", str(wt), "bisect", "start", s["m4"], s["m0"]], check=True, env=env,
+                   capture_output=True)
+    run = subprocess.run(["git", "-C", str(wt), "bisect", "run", "abbisect", "check", str(recipe)], check=False,
+                         env=env, capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert _git(wt, "rev-parse", "refs/bisect/bad") == s["bug"]

@@ -123,7 +123,7 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
     import os
 
     from abbisect.ab import trial_spec
-    from abbisect.bisect.history import bisect_under_way
+    from abbisect.bisect.history import bisect_under_way, has_commit
     from abbisect.proc import is_git_var
     from abbisect.trialcache import TrialCache, machine_key
 
@@ -141,6 +141,9 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
         if ref is None and under is None:
             under = bisect_under_way({}, repo)
         if under is not None:
+            if not has_commit(repo, under[1]):
+                raise UserError(f"git bisect in {under[0]} is testing {under[1][:10]}, which is not in the recipe's "
+                                f"repository {repo}: run it there, or give the commit as REF")
             rev = checkout.resolve(repo, under[1])
             rev = checkout.Revision("the commit git bisect is testing", rev.sha, rev.subject)
         else:

@@ -41,6 +41,11 @@ def resolve(repo_path: PathLike, ref: str) -> str:
     return proc.stdout.strip()
 
 
+def has_commit(repo_path: PathLike, sha: str) -> bool:
+    return subprocess.run(["git", "-C", str(repo_path), "cat-file", "-e", f"{sha}^{{commit}}"], capture_output=True,
+                          check=False, env=scrubbed_env()).returncode == 0
+
+
 def is_ancestor(repo_path: PathLike, ancestor: str, descendant: str) -> bool:
     proc = subprocess.run(
         ["git", "-C", str(repo_path), "merge-base", "--is-ancestor", ancestor, descendant],
@@ -226,10 +231,16 @@ def version_key(tag: str) -> tuple | None:
     return (tuple(int(x) for x in m.group(1).split(".")), pre, int(m.group(3) or 0))
 
 
+def release_tags(tags: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """The release-looking tags among `tags`, oldest version first."""
+    keyed = [(k, t) for t in tags if (k := version_key(t)) is not None]
+    return tuple(t for _, t in sorted(keyed))
+
+
 def first_release(tags: list[str] | tuple[str, ...]) -> str | None:
     """The lowest release-looking tag among `tags` (those that contain a commit): its first release."""
-    keyed = [(k, t) for t in tags if (k := version_key(t)) is not None]
-    return min(keyed)[1] if keyed else None
+    ordered = release_tags(tags)
+    return ordered[0] if ordered else None
 
 
 @dataclass(frozen=True)
@@ -279,6 +290,7 @@ class Releases:
     first_release: str | None
     branches: tuple[str, ...]
     carriers: tuple[Carrier, ...]
+    releases: tuple[str, ...] = ()  # every release tag that contains it, oldest first
 
     def to_dict(self) -> dict:
         from dataclasses import asdict
@@ -345,4 +357,4 @@ def releases(repo_path: PathLike, sha: str) -> Releases:
         carriers.append(Carrier(c_sha, commit_info(repo_path, c_sha).subject, how,
                                 rank_branches([_short(b) for b in c_branches]), first_release(c_tags)))
     return Releases(info.sha, info.pr, first_release(tags), rank_branches([_short(b) for b in branches]),
-                    tuple(carriers))
+                    tuple(carriers), release_tags(tags))

@@ -26,6 +26,22 @@ def terms(mode: str) -> tuple[str, str]:
     return ("broken", "fixed") if mode == "fix" else ("good", "bad")
 
 
+def rerun_command(cmd: str) -> str:
+    """The bisect command without its result folder (-o/--output) or --resume: run again, it makes a new one."""
+    import shlex
+
+    words, out, skip = shlex.split(cmd), [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("-o", "--output", "--resume"):
+            skip = True
+        elif not w.startswith(("--output=", "--resume=")) and not (w.startswith("-o") and len(w) > 2
+                                                                   and not w.startswith("--")):
+            out.append(w)
+    return shlex.join(out)
+
+
 def reproduce_commands(run: BisectRun, cmd: str, recipe_file: str) -> list[str]:
     """The commands bisect.md prints: abbisect's own, then the same search driven by `git bisect run`
     (old ends: the searched range's, merge base included); a test runs every one of them."""
@@ -34,7 +50,7 @@ def reproduce_commands(run: BisectRun, cmd: str, recipe_file: str) -> list[str]:
     repo = shlex.quote(str(run.repo))
     old_term, new_term = terms(run.mode)
     olds = " ".join(dict.fromkeys((run.old.sha, *run.excluded)))
-    lines = [cmd, "# the same search driven by git itself:",
+    lines = [rerun_command(cmd), "# the same search driven by git itself:",
              f"git -C {repo} bisect start --term-old={old_term} --term-new={new_term}"
              + (" --first-parent" if run.recipe.bisect.first_parent else "") + f" {run.new.sha} {olds}"
              + (" -- " + " ".join(shlex.quote(p) for p in run.recipe.bisect.pathspec)
@@ -56,6 +72,9 @@ def releases_block(run: BisectRun) -> list[str]:
     pr = f" (#{rel.pr})" if rel.pr else ""
     where = f" on {rel.branches[0]}" if rel.branches else ""
     first = (f"first released in {rel.first_release}" if rel.first_release else "in no release tag yet")
+    if len(rel.releases) > 1:
+        shown = ", ".join(rel.releases[:6]) + (", …" if len(rel.releases) > 6 else "")
+        first += f" (in {len(rel.releases)} releases: {shown})"
     also = f"; also on {', '.join(rel.branches[1:4])}" if rel.branches[1:] else ""
     lines = ["### Releases and backports", "",
              f"- {word}{where} by `{rel.sha[:10]}`{pr}; {first}{also}."]
