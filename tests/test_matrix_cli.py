@@ -165,6 +165,32 @@ def test_env_key_marks_cells_and_without_matplotlib_it_still_works(built, tmp_pa
     assert here.returncode == 0 and f"on GPU stack {mine}" in here.stderr
 
 
+def test_trial_cache_adds_evidence_to_the_same_cells(built, tmp_path):
+    work, cache, sha, data, _ = built
+    r = abbisect(
+        "matrix",
+        "results",
+        "--checks",
+        "--trial-cache",
+        "--no-plots",
+        "-o",
+        str(tmp_path / "m"),
+        "--json",
+        cwd=work,
+        cache=cache,
+    )
+    assert r.returncode == 0, r.stderr
+    wider = json.loads(r.stdout)
+    cached = [s for s in wider["sources"] if "/trials/" in s]
+    assert len(cached) == len(list((cache / "trials").glob("*.json"))) >= 5
+    assert (
+        wider["counts"]["cells"] == data["counts"]["cells"]
+    )  # the same cells, with more evidence behind them
+    before = {c["commit"]: c["evidence"] for c in data["cells"]}
+    after = {c["commit"]: c["evidence"] for c in wider["cells"]}
+    assert all(after[k] > before[k] for k in before) and after[sha["broken"]] >= 5
+
+
 def test_bad_folders_are_one_line_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     for args, needle in (

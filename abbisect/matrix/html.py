@@ -7,6 +7,7 @@ state lives in the URL fragment (`matrix.html#outcome=bad&engine=vllm`), so a fi
 from __future__ import annotations
 
 import base64
+from collections.abc import Sequence
 from html import escape
 from urllib.parse import quote
 
@@ -183,7 +184,7 @@ def _row(c: Cell) -> str:
     return f'<tr class="{classes}" {data}>{tds}</tr>'
 
 
-def render_html(m: Matrix, plots: list[tuple[str, bytes]] = ()) -> str:
+def render_html(m: Matrix, plots: Sequence[tuple[str, bytes]] = ()) -> str:
     """plots: (caption, PNG bytes), embedded as data URIs so the page is one file."""
     n = m.counts()
     filters = "".join(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import html
+from collections.abc import Sequence
 from urllib.parse import quote
 
 from abbisect.matrix.cells import Cell, Matrix
@@ -81,7 +82,7 @@ def summary(m: Matrix) -> list[str]:
     return lines
 
 
-def render_matrix(m: Matrix, plots: list[tuple[str, str]] = (), limit: int = GITHUB_LIMIT) -> str:
+def render_matrix(m: Matrix, plots: Sequence[tuple[str, str]] = (), limit: int = GITHUB_LIMIT) -> str:
     """Sections per model; rows past the comment limit are left to matrix.csv (and say so)."""
     head = ["## abbisect serving matrix", "", *summary(m), ""]
     tail = []
