@@ -20,7 +20,7 @@ def env_plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path, after: After
     `repo` is any git directory that holds the commit (the engine's repository, the cache's clone, or the
     commit's worktree): files are read with `git show`, so the plan equals the build's.
     """
-    worktree = cache / "worktrees" / checkout._key(str(repo.resolve())) / sha  # where checkout.worktree puts it
+    worktree = checkout.worktree_path(repo, sha, cache, tuple(recipe.engine.sparse))  # where the trial builds it
     return env_plan(worktree, sha, recipe.install, recipe.engine.subdir, cache, git_dir=repo, after=after)
 
 
