@@ -37,8 +37,11 @@ def _key(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
-def open_repo(spec: str, cache: Path) -> Path:
-    """A local git directory for the recipe's engine.repo (cloning URLs into the cache once)."""
+def open_repo(spec: str, cache: Path, fetch: bool = True) -> Path:
+    """A local git directory for the recipe's engine.repo (cloning URLs into the cache once, bare).
+
+    With `fetch` False an existing clone is used as it is: `check` under `git bisect run` must neither
+    need the network at every step nor move the refs of the clone git is bisecting in."""
     if spec == DEMO_REPO:
         from abbisect.demo.history import ensure_demo_repo
 
@@ -53,10 +56,10 @@ def open_repo(spec: str, cache: Path) -> Path:
         dest = cache / "repos" / _key(spec)
         with file_lock(cache / "repos" / f"{_key(spec)}.lock"):
             try:
-                if dest.exists():
-                    git(dest, "fetch", "origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
-                else:
+                if not dest.exists():
                     git(dest.parent, "clone", "--quiet", "--bare", spec, str(dest))
+                elif fetch:
+                    git(dest, "fetch", "origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
             except GitError as exc:
                 raise UserError(f"cannot fetch {spec}: {exc}") from None
         return dest

@@ -360,3 +360,31 @@ def test_git_bisect_run_in_a_linked_worktree(upstream, tmp_path, cache_dir) -> N
                          env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert _git(wt, "rev-parse", "refs/bisect/bad") == s["bug"]
+
+
+def test_check_under_git_bisect_run_in_the_cache_clone_needs_no_network(upstream, tmp_path, cache_dir) -> None:
+    """The printed `git -C <cache clone> bisect run abbisect check` works offline: the clone git is bisecting
+    in is not fetched at every step (its source is gone here)."""
+    src, s = upstream
+    source = tmp_path / "source"
+    subprocess.run(["git", "clone", "-q", "--mirror", str(src), str(source)], check=True)
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(f"file://{source}"))
+    env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)}
+    proc = abbisect("bisect", str(recipe), "--good", s["git"], "--bad", "pre-fix", "--dry-run", cwd=tmp_path,
+                    cache=cache_dir)  # makes the cache's clone
+    assert proc.returncode == 0, proc.stderr
+    clone = checkout_clone(cache_dir, source)
+    assert _git(clone, "rev-parse", "--is-bare-repository") == "true"
+    source.rename(tmp_path / "gone")
+    git = ["git", "-C", str(clone)]
+    subprocess.run(git + ["bisect", "start", s["m4"], s["git"]], check=True, env=env, capture_output=True)
+    run = subprocess.run(git + ["bisect", "run", "abbisect", "check", str(recipe)], check=False, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert _git(clone, "rev-parse", "refs/bisect/bad") == s["bug"]
+
+
+def checkout_clone(cache: Path, source: Path) -> Path:
+    from abbisect import checkout
+
+    return cache / "repos" / checkout._key(f"file://{source}")

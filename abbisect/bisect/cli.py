@@ -137,7 +137,7 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
         red = Redactor.from_recipe(rec)
         progress = red.guard(Reporter())
         cache = open_cache(cache_dir, progress)
-        repo = checkout.open_repo(rec.engine.repo, cache)
+        repo = checkout.open_repo(rec.engine.repo, cache, fetch=under is None)
         if ref is None and under is None:
             under = bisect_under_way({}, repo)
         if under is not None:
