@@ -253,3 +253,22 @@ def test_heavy_pins_from_the_commits_own_index_come_first_from_that_index(sglang
     assert heavy[0].argv[-3:] == ("--extra-index-url", "https://download.pytorch.org/whl/cu130", "torch==2.9.1")
     assert heavy[1].argv[-1] == "sglang-kernel==0.4.1"  # its source's marker does not hold here
     assert plan.facts["cuda"] == "cu13"
+
+
+def test_wheel_templates_fill_from_the_commit_or_make_it_untestable(sglang_repo, tmp_path: Path) -> None:
+    repo, shas = sglang_repo
+    tpl = "https://w.invalid/{sha}/sglang-{version}+g{short:9}-py3-none-any.whl"
+    install = Install(strategy="wheel", wheel_url_template=tpl)
+    from abbisect.environment.store import env_plan
+
+    static = env_plan(tmp_path / "wt", shas[0], install, "python", tmp_path, git_dir=repo)
+    assert static.blocker is None
+    assert f"https://w.invalid/{shas[0]}/sglang-0.5.6.post2+g{shas[0][:9]}-py3-none-any.whl" in static.steps[1].argv
+    scm = env_plan(tmp_path / "wt", shas[1], install, "python", tmp_path, git_dir=repo)  # no tag, no stated version
+    assert scm.blocker == f"cannot fill {{version}} for {shas[1][:12]} from its tree"
+    _git(repo, "tag", "v0.5.7", shas[0])
+    from abbisect.environment import tree
+
+    tree._describe.cache_clear()
+    tagged = env_plan(tmp_path / "wt", shas[1], install, "python", tmp_path, git_dir=repo)
+    assert tagged.blocker is None and f"sglang-0.5.8.dev1+g{shas[1][:7]}+g" in " ".join(tagged.steps[1].argv)

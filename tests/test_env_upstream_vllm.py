@@ -82,7 +82,11 @@ def vllm_history(tmp_path_factory) -> dict:
     # the era before metadata.json: one wheel per commit under a fixed name
     lw = _wheel(index / legacy, "vllm", "1.0.0.dev", {"vllm/_compiled.py": f"COMMIT = {legacy!r}\n".encode()})
     lw.rename(index / legacy / f"vllm-1.0.0.dev-cp38-abi3-manylinux1_{ARCH}.whl")
-    # commit b (and old) have no wheel: like a release-branch commit or a fork's
+    # commit b (and old) have no wheel of their own, like a release-branch commit or a fork's; b's folder
+    # lists a's wheel under cu126, as a nightly alias would: another commit's build is never taken as b's
+    (index / b / "cu126" / "vllm").mkdir(parents=True)
+    (index / b / "cu126" / "vllm" / "metadata.json").write_text((index / a / "cu129" / "vllm" / "metadata.json")
+                                                               .read_text().replace('"cu129"', '"cu126"'))
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(index)))
     threading.Thread(target=server.serve_forever, daemon=True).start()
     resolve.cache_clear()
@@ -125,6 +129,8 @@ def test_missing_commit_and_wrong_variant_are_untestable_with_the_reason(vllm_hi
     missing = _build(h, h["b"], _install(h, variant="cu129"))
     assert not missing.ok and missing.error.startswith(f"no per-commit wheel for {h['b']} (variant cu129)")
     assert not Path(missing.path).exists()  # nothing was built
+    alias = _build(h, h["b"], _install(h, variant="cu126"))
+    assert not alias.ok and alias.error.startswith(f"no per-commit wheel for {h['b']} (variant cu126)")
     for variant in ("cu126", "cu128"):  # not published / a folder listing another variant's wheel
         wrong = _build(h, h["a"], _install(h, variant=variant))
         assert not wrong.ok and f"no per-commit wheel for {h['a']} (variant {variant})" in wrong.error
