@@ -189,8 +189,11 @@ def bisect_json(run: BisectRun) -> dict:
 
 def trial_record(run: BisectRun, step) -> dict:
     """What the serving matrix needs of a step's trial: its commit, GPU stack, engine version, timings."""
-    r, info = step.result, history.commit_info(run.repo, step.sha)
-    return {"n": step.n, "sha": step.sha, "ref": r.spec.ref, "subject": info.subject,
+    # The engine's commit (with bisect.over the step is a dependency's version or commit; the engine is fixed).
+    r = step.result
+    info = history.commit_info(r.spec.repo, r.spec.sha)
+    return {"n": step.n, "sha": r.spec.sha, "ref": r.spec.ref, "subject": info.subject,
+            "pins": list(r.spec.pins), "dependency": (r.spec.dependency or {}).get("sha"),
             "commit_date": info.date, "parents": list(info.parents),
             "version": r.launch.facts.get("version") if r.launch else None,
             "fingerprint": r.extras.get("fingerprint"), "timings": r.timings, "cached": r.cached}
