@@ -388,3 +388,28 @@ def checkout_clone(cache: Path, source: Path) -> Path:
     from abbisect import checkout
 
     return cache / "repos" / checkout._key(f"file://{source}")
+
+
+def test_criss_cross_ends_test_every_merge_base(tmp_path, cache_dir) -> None:
+    """Two branches that merged each other have two merge bases: both are tested (as git does), and the
+    search excludes everything below them."""
+    repo = tmp_path / "engine"
+    (a0,) = build_history(repo, [Commit("Initial engine")])
+    _git(repo, "checkout", "-q", "-b", "x")
+    x1 = commit(repo, Commit("x1 housekeeping"), 1)
+    _git(repo, "checkout", "-q", "-b", "y", a0)
+    y1 = commit(repo, Commit("y1 housekeeping"), 2)
+    _git(repo, "checkout", "-q", "x")
+    merge(repo, "y", "Merge branch y into x", 3)
+    _git(repo, "tag", "good-x")
+    _git(repo, "checkout", "-q", "y")
+    merge(repo, x1, "Merge x1 into y", 4)
+    y2 = commit(repo, Commit("y2 dispatch quantisation to linear layers only", "break_scale", tag="bad-y"), 5)
+    assert sorted(history.merge_bases(repo, "good-x", "bad-y")) == sorted([x1, y1])
+    _, res, md = run_bisect(tmp_path, str(repo), cache_dir, "--good", "good-x", "--bad", "bad-y")
+    assert res["mode"] == "regression" and res["first_new"] == y2
+    assert sorted(res["merge_bases"]) == sorted([x1, y1])
+    assert [st["role"] for st in res["steps"]].count("merge base") == 2
+    (start_line,) = [line for line in reproduce_lines(md) if " bisect start " in line]
+    assert x1 in start_line and y1 in start_line  # git is told both bases are old: it need not test them again
+    run_printed_git_commands(md, cache_dir, y2)

@@ -49,7 +49,7 @@ def reproduce_commands(run: BisectRun, cmd: str, recipe_file: str) -> list[str]:
 
     repo = shlex.quote(str(run.repo))
     old_term, new_term = terms(run.mode)
-    olds = " ".join(dict.fromkeys((run.old.sha, *run.excluded)))
+    olds = " ".join(dict.fromkeys((run.old.sha, *run.merge_bases, *run.excluded)))
     lines = [rerun_command(cmd), "# the same search driven by git itself:",
              f"git -C {repo} bisect start --term-old={old_term} --term-new={new_term}"
              + (" --first-parent" if run.recipe.bisect.first_parent else "") + f" {run.new.sha} {olds}"
