@@ -340,15 +340,24 @@ def releases(repo_path: PathLike, sha: str) -> Releases:
     if len(info.parents) > 1:
         origins |= set(_git(repo_path, "rev-list", f"{info.parents[0]}..{info.sha}").split())
     tags, branches = _containing(repo_path, sha)
-    # Text search (trailers, PR numbers) over every commit no ancestor of the found one.
-    log = _git(repo_path, "log", "--all", "--format=%H%x00%s%x00%b%x1e", f"^{info.sha}")
+    # A copy is made after its original: only commits committed since (a week of clock skew allowed) and
+    # not below the found one are read -- text (trailers, PR numbers) of all, patch ids of those off the
+    # branches that contain it (the release branches), which are few.
+    since = int(_git(repo_path, "show", "-s", "--format=%ct", info.sha).strip()) - 7 * 86400
+    window = [f"--since={since}", "--all"]
+    log = _git(repo_path, "log", *window, "--format=%H%x00%s%x00%b%x1e", f"^{info.sha}")
     entries = [LogEntry(*rec.strip("\n").split("\x00", 2)) for rec in log.split("\x1e") if rec.strip()]
-    # Patch ids only for commits off the branches that contain it (the release branches), which is few.
-    off = set(_git(repo_path, "rev-list", "--all", "--not", info.sha, *branches).split())
+    off = set(_git(repo_path, "rev-list", *window, "--not", info.sha, *branches).split())
     mine = _patch_ids(repo_path, [info.sha], first_parent_diff=True)
     mine.update(_patch_ids(repo_path, sorted(origins - {info.sha})))
     theirs = _patch_ids(repo_path, sorted(off))
     found = match_carriers(origins, info.pr, theirs, set(mine.values()), entries)
+    # Seen from a backport: the original its own trailer names (older than it, so outside the window).
+    message = _git(repo_path, "show", "-s", "--format=%B", info.sha)
+    for picked in cherry_picked_from(message):
+        if has_commit(repo_path, picked):
+            full = resolve(repo_path, picked)
+            found = [(full, "the original it was cherry-picked from"), *[f for f in found if f[0] != full]]
     carriers = []
     for c_sha, how in found:
         c_tags, c_branches = _containing(repo_path, c_sha)
