@@ -56,7 +56,8 @@ def render_env(recipe: Recipe, repo: Path | None, sha: str, ref: str, cache: Pat
     """The install section of a plan, indented under its side."""
     try:
         if repo is None:
-            plan = env_plan(Path(f"<worktree of {ref}>"), sha, recipe.install, recipe.engine.subdir, cache)
+            plan = env_plan(Path(f"<worktree of {ref}>"), sha, recipe.install, recipe.engine.subdir, cache,
+                            after=after)
         else:
             plan = env_plan_for(recipe, repo, sha, cache, after)
     except InfraError as exc:  # e.g. the wheel index cannot be asked from here: the plan says so
