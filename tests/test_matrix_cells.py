@@ -5,7 +5,16 @@ from __future__ import annotations
 from dataclasses import replace
 
 from abbisect.gpu.fingerprint import Fingerprint, GpuInfo
-from abbisect.matrix.cells import Evidence, Matrix, Stack, build_cells, mark_env, model_of, stack_of
+from abbisect.matrix.cells import (
+    Evidence,
+    Matrix,
+    Stack,
+    build_cells,
+    evidence_from_bisect,
+    mark_env,
+    model_of,
+    stack_of,
+)
 from abbisect.matrix.html import render_html
 from abbisect.matrix.markdown import GITHUB_LIMIT, render_matrix
 
@@ -127,6 +136,34 @@ def test_newest_evidence_wins_and_disagreement_is_kept():
     other = replace(old_bad, stack=Stack("k2", "1x B200", "NVIDIA B200 (sm_100)"))
     assert len(build_cells([new_good, other])) == 2
     assert not any(c.conflicts for c in build_cells([new_good, other]))
+
+
+def test_a_dependency_over_the_engine_is_its_own_cell():
+    pinned = replace(ev("c1", "bad", "2026-01-02T00:00:00Z"), dependency="toydep==2.0")
+    cells = build_cells([ev("c1", "good", "2026-01-01T00:00:00Z"), pinned])
+    assert sorted((c.dependency, c.outcome, len(c.conflicts)) for c in cells) == [
+        ("", "good", 0),
+        ("toydep==2.0", "bad", 0),
+    ]
+    assert "+ `toydep==2.0`" in render_matrix(Matrix(cells, ["x"]))
+    # bisect.over: each step a candidate version, every trial on the one engine commit
+    over = {
+        "recipe": {"name": "r", "engine": {"kind": "command", "repo": "/x/engine"}},
+        "steps": [
+            {"n": n, "sha": v, "role": "candidate", "outcome": o, "status": "ok"}
+            for n, (v, o) in enumerate([("1.0", "good"), ("2.0", "bad")])
+        ],
+        "trials": [
+            {"n": n, "sha": "e" * 40, "pins": [f"toydep=={v}"], "dependency": None}
+            for n, v in enumerate(["1.0", "2.0"])
+        ],
+    }
+    steps = evidence_from_bisect(over, "b/bisect.md", "2026-01-01T00:00:00Z")
+    assert [(e.commit, e.dependency, e.engine_repo) for e in steps] == [
+        ("e" * 40, "toydep==1.0", "engine"),
+        ("e" * 40, "toydep==2.0", "engine"),
+    ]
+    assert len(build_cells(steps)) == 2
 
 
 def test_transitions_follow_commit_order_and_step_over_untestable_commits():

@@ -52,14 +52,15 @@ class Evidence:
     role: str = ""  # side A/B, bisect step role
     commit_date: str | None = None  # orders commits along a line; None when git could not be asked
     parents: tuple[str, ...] = ()
+    dependency: str = ""  # what was installed over the engine (a side's pins, a bisect.over candidate)
 
     @property
     def cell_key(self) -> tuple[str, ...]:
-        return (self.model_id, self.engine, self.engine_repo, self.commit, self.stack.key)
+        return (self.model_id, self.engine, self.engine_repo, self.commit, self.stack.key, self.dependency)
 
     @property
     def line_key(self) -> tuple[str, ...]:
-        return (self.model_id, self.engine, self.engine_repo, self.stack.key)
+        return (self.model_id, self.engine, self.engine_repo, self.stack.key, self.dependency)
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,7 @@ class Cell:
             "engine_repo": e.engine_repo,
             "engine_version": e.engine_version,
             "commit": e.commit,
+            "dependency": e.dependency,
             "ref": e.ref,
             "subject": e.subject,
             "commit_date": e.commit_date or "",
@@ -243,7 +245,18 @@ def evidence_from_trial(
         source=source,
         role=role or spec.get("side", ""),
         commit_date=commit_date,
+        dependency=dependency_of(spec),
     )
+
+
+def dependency_of(spec: Mapping[str, Any]) -> str:
+    """What a trial installed over the engine: its pins, or a dependency's commit (bisect.over)."""
+    dep = spec.get("dependency") or {}
+    if isinstance(dep, str):  # bisect.json's trial records keep only the dependency's sha
+        return f"dependency@{dep[:10]}"
+    if dep.get("sha"):
+        return f"{PurePath(str(dep.get('repo', 'dependency'))).name}@{str(dep['sha'])[:10]}"
+    return ", ".join(spec.get("pins") or [])
 
 
 def evidence_from_run(data: Mapping[str, Any], report: str, date: str) -> list[Evidence]:
@@ -264,13 +277,15 @@ def evidence_from_bisect(data: Mapping[str, Any], report: str, date: str) -> lis
     out = []
     for step in data.get("steps") or []:
         t = trials.get(step["n"], {})
+        # bisect.over: the step is a dependency's candidate; the trial ran the fixed engine commit with it.
+        dependency = dependency_of(t) if ("pins" in t or "dependency" in t) else ""
         commit_date = t.get("commit_date") or (found.get("date") if found.get("sha") == step["sha"] else None)
         # A step's trial is labelled by its role, not by a ref; the cell takes a ref from other evidence.
         out.append(
             Evidence(
                 **base,
                 engine_version=str(t.get("version") or ""),
-                commit=step["sha"],
+                commit=t.get("sha", step["sha"]),
                 ref="",
                 subject=t.get("subject", ""),
                 stack=stack_of(t.get("fingerprint")),
@@ -282,6 +297,7 @@ def evidence_from_bisect(data: Mapping[str, Any], report: str, date: str) -> lis
                 role=step.get("role", ""),
                 commit_date=commit_date,
                 parents=tuple(t.get("parents") or ()),
+                dependency=dependency,
             )
         )
     return out

@@ -154,6 +154,8 @@ def _row(c: Cell) -> str:
     commit = f'<code title="{_e(c.subject)}">{_e(c.commit[:10])}</code>' + (
         f" {_e(c.ref)}" if c.ref and c.ref != c.commit else ""
     )
+    if c.dependency:
+        commit += f'<br><span class="key">+ {_e(c.dependency)}</span>'
     repo = f'<br><span class="key">{_e(c.engine_repo)}</span>' if c.engine_repo else ""
     model = _e(c.model) + (f'<br><span class="key">{_e(c.model_id)}</span>' if c.model_id != c.model else "")
     cells = [

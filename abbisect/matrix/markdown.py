@@ -26,7 +26,8 @@ def link(label: str, path: str) -> str:
 
 def _commit(c: Cell) -> str:
     ref = f" `{text(c.ref, 30)}`" if c.ref and c.ref != c.commit else ""
-    return f"`{c.commit[:10]}`{ref}"
+    dep = f" + `{text(c.dependency, 60)}`" if c.dependency else ""
+    return f"`{c.commit[:10]}`{ref}{dep}"
 
 
 def _evidence(c: Cell) -> str:
