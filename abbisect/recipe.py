@@ -156,6 +156,9 @@ class Verdicts(_Strict):
     skip_if: list[str] = ["build_failed", "flag_rejected", "infra_error", "timeout"]
     degenerate_fraction: float = Field(0.5, ge=0, le=1)
     bad_signatures: list[str] = []
+    script: str | None = Field(None, description="a command that decides good/bad/skip from the trial's JSON on "
+                               "stdin, as git bisect run: exit 0 good, 1-124/126/127 bad, 125 skip; run in the "
+                               "recipe's folder")
 
     @field_validator("bad_if")
     @classmethod
@@ -299,9 +302,11 @@ class Recipe(_Strict):
 
     def fingerprint(self) -> str:
         """Hash of everything that can change a trial's outcome (not the sides: they are the variable)."""
-        # Which GPU numbers a trial ran on is placement, not outcome (the machine key holds the GPU models).
-        data = self.model_dump(mode="json", exclude={"sides", "description", "hardware", "bisect",
-                                                  "public_env", "secret_env", "gpus", "gpu_slots"})
+        # Which GPU numbers a trial ran on is placement, not outcome (the machine key holds the GPU models);
+        # verdict.script judges a finished trial again, it never changes what the trial produced.
+        data = self.model_dump(mode="json", exclude={"sides": True, "description": True, "hardware": True,
+                                                     "bisect": True, "public_env": True, "secret_env": True,
+                                                     "gpus": True, "gpu_slots": True, "verdict": {"script"}})
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

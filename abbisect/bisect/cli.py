@@ -21,36 +21,47 @@ EXIT = {"good": 0, "bad": 1, "skip": 125}
 
 @click.command()
 @click.argument("recipe", required=False)
-@click.option("--good", "--old", "good", help="a ref believed good (the old state)")
-@click.option("--bad", "--new", "bad", help="a ref believed bad (the new state)")
+@click.option("--good", "--old", "good", help="a ref or a date YYYY-MM-DD believed good (the old state)")
+@click.option("--bad", "--new", "bad", help="a ref or a date YYYY-MM-DD believed bad (the new state)")
 @click.option("--first-parent", is_flag=True, default=None, help="walk only the mainline (overrides the recipe)")
 @click.option("--retries", type=int, default=None, help="re-run each trial N times to confirm its verdict")
-@click.option("--no-cache", is_flag=True, help="ignore cached trial results (they are still written)")
-@click.option("--resume", type=click.Path(file_okay=False), help="continue the interrupted bisect in this folder")
+@click.option("--no-cache", is_flag=True, default=None, help="ignore cached trial results (they are still written)")
+@click.option("--script", help="a command that judges each trial (as git bisect run: exit 0 good, 1-124/126/127 "
+              "bad, 125 skip; the trial's JSON on stdin); overrides verdict.script")
+@click.option("--interactive", is_flag=True, default=None, help="show each trial's outputs and ask good/bad/skip/retry")
+@click.option("--resume", type=click.Path(file_okay=False), help="continue the interrupted bisect in this folder "
+              "(recipe, ends and options come from its state.json)")
 @click.option("--output", "-o", help="result folder (default results/<recipe>/<UTC stamp>)")
 @click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON on stdout")
 @click.option("--dry-run", is_flag=True, help="print the ends' plans, candidate counts, merge-base handling and "
               "first midpoints; build and launch nothing")
 @click.argument("pathspec", nargs=-1)
-def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, cache_dir, as_json, dry_run,
-           pathspec) -> None:
+def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interactive, resume, output, cache_dir,
+           as_json, dry_run, pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
 
-    Both ends are tested first and the direction is observed, not assumed. PATHSPEC (after --) narrows
-    the candidates to commits touching those paths.
+    Both ends are tested first and the direction is observed, not assumed. A date as an end means the
+    last first-parent commit made on or before that day. PATHSPEC (after --) narrows the candidates to
+    commits touching those paths. Interrupted, it prints the command that resumes it
+    (`abbisect bisect --resume DIR`): finished trials are replayed from DIR/state.json, never run again.
     """
-    from abbisect.bisect.driver import BisectRun, Driver, load_replay, order_ends
+    from abbisect.bisect.driver import BisectRun, Driver, order_ends
+    from abbisect.bisect.ends import resolve_ends
     from abbisect.bisect.report import STOPPED, bisect_json, render_bisect, reproduce_commands
+    from abbisect.judges import make_judge
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.trialcache import TrialCache, machine_key
 
-    if not (good and bad):
-        raise UserError("give both ends: --good REF --bad REF (or --old/--new)")
-    rec, _ = load_recipe(recipe_path(recipe))
-    options = rec.bisect.model_copy(update={k: v for k, v in {
-        "first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None}.items() if v is not None})
-    rec = rec.model_copy(update={"bisect": options})
+    given = {"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None}
+    flags = {"no_cache": no_cache, "script": script, "interactive": interactive}
+    if resume:
+        rec, opts, st, out = _resumed(Path(resume), recipe, given, flags, output)
+    else:
+        if not (good and bad):
+            raise UserError("give both ends: --good REF --bad REF (or --old/--new; a date YYYY-MM-DD also works), "
+                            "or --resume DIR")
+        rec, opts = _started(recipe, given, flags)
     red = Redactor.from_recipe(rec)
     progress = red.guard(Reporter())
     cache = open_cache(cache_dir, progress)
@@ -60,37 +71,51 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
 
         variable = bisect_variable(rec, cache)
         repo = variable.repo
+    else:
+        repo = checkout.open_repo(rec.engine.repo, cache)
+    if resume:
+        good_rev, bad_rev = _recorded_ends(st, out, repo, variable, good, bad)
+    elif variable is not None:
         good_rev, bad_rev = variable.resolve(good), variable.resolve(bad)
+    else:
+        good_rev, bad_rev = resolve_ends(repo, good, bad)
+    if variable is not None:
         old, new, bases = variable.order_ends(good_rev, bad_rev)
         if dry_run:
             click.echo(red.text(variable.plan(old, new)))
             return
     else:
-        repo = checkout.open_repo(rec.engine.repo, cache)
-        good_rev, bad_rev = checkout.resolve(repo, good), checkout.resolve(repo, bad)
         if dry_run:
             from abbisect.bisect.dryrun import render_bisect_plan
 
             click.echo(red.text(render_bisect_plan(rec, repo, good_rev, bad_rev, cache)))
             return
         old, new, bases = order_ends(repo, good_rev, bad_rev)
-    replay = load_replay(Path(resume)) if resume else None
-    out = Path(resume).resolve() if resume else new_output_dir(rec.name, output)
-    cmd = shlex.join(["abbisect", *sys.argv[1:]])
-    resume_cmd = f"{cmd} --resume {shlex.quote(str(out))}" if not resume else cmd
-    run = BisectRun(rec, repo, good_rev, bad_rev, old, new, command=cmd, merge_bases=bases, variable=variable)
+    if resume:
+        replay, cmd = {s["sha"]: s for s in st["steps"]}, st["command"]
+    else:
+        replay, cmd = None, shlex.join(["abbisect", *sys.argv[1:]])
+        out = new_output_dir(rec.name, output)
+    resume_cmd = shlex.join(["abbisect", "bisect", "--resume", str(out)])
+    run = BisectRun(rec, repo, good_rev, bad_rev, old, new, command=cmd, merge_bases=bases, variable=variable,
+                    options=opts)
     if variable is not None:
         progress(f"bisecting {variable.describe()}")
-    progress(f"bisect [bold]{rec.name}[/bold]: good={good} ({good_rev.short}) bad={bad} ({bad_rev.short}) → {out}")
-    driver = Driver(rec, repo, cache, out, TrialCache(cache, machine_key(), enabled=not no_cache), progress,
-                    retries=options.retries, prefetch=options.prefetch, variable=variable)
+    progress(f"bisect [bold]{rec.name}[/bold]: good={good_rev.ref} ({good_rev.short}) bad={bad_rev.ref} "
+             f"({bad_rev.short}) → {out}")
+    progress(f"state: {out / 'state.json'} (if interrupted, resume with: {resume_cmd})")
+    judge = make_judge(opts["script"], opts["interactive"], opts["script_dir"])
+    driver = Driver(rec, repo, cache, out, TrialCache(cache, machine_key(), enabled=not opts["no_cache"]), progress,
+                    retries=rec.bisect.retries, prefetch=rec.bisect.prefetch, variable=variable, judge=judge,
+                    redact=red.data)
+    driver.save(run)  # before the ends are tested: an interrupt at any moment leaves a resumable folder
     try:
         run = driver.run(run, replay)
     except (KeyboardInterrupt, SystemExit):
         driver.pool.shutdown(wait=False, cancel_futures=True)
         click.echo(f"\nabbisect: interrupted; resume with:\n  {resume_cmd}", err=True)
         raise
-    reproduce = reproduce_commands(run, cmd, str(Path(recipe_path(recipe)).resolve()))
+    reproduce = reproduce_commands(run, cmd, opts["recipe_path"])
     if variable is not None:  # git cannot drive a walk over package versions or another repository
         reproduce = reproduce[:1]
     results = [(s.role, s.result) for s in run.steps if s.result is not None]
@@ -104,6 +129,81 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, resume, output, c
         click.echo(json.dumps(red.data(bisect_json(run)), default=str))
     if run.mode in STOPPED:
         raise SystemExit(3)
+
+
+def _started(recipe, given, flags):
+    """The recipe with the command line's bisect options, and the options a resumed run keeps."""
+    path = recipe_path(recipe)
+    rec, base = load_recipe(path)
+    rec = rec.model_copy(update={"bisect": rec.bisect.model_copy(
+        update={k: v for k, v in given.items() if v is not None})})
+    opts = {"no_cache": bool(flags["no_cache"]), "script": flags["script"] or rec.verdict.script,
+            "script_dir": str(Path.cwd() if flags["script"] else base), "interactive": bool(flags["interactive"]),
+            "recipe_path": str(Path(path).resolve())}
+    return rec, opts
+
+
+def _resumed(folder, recipe, given, flags, output):
+    """Recipe and options from state.json; what the command line repeats must agree with it."""
+    from abbisect.bisect.driver import load_state
+    from abbisect.recipe import Recipe
+
+    out = folder.resolve()
+    st = load_state(out)
+    opts = st["options"]
+    if st.get("masked"):
+        # Its secrets were never written: the recipe file is read again and must be the same recipe.
+        path = Path(recipe or opts["recipe_path"])
+        if not path.is_file():
+            raise UserError(f"--resume {out}: the recipe has secrets that state.json does not keep; give it: "
+                            f"abbisect bisect RECIPE --resume {out}")
+        rec = load_recipe(path)[0].model_copy(update={"bisect": Recipe.model_validate(st["recipe"]).bisect})
+        if rec.fingerprint() != st["fingerprint"]:
+            raise UserError(f"--resume {out}: {path} is not the recipe the bisect started with (it changed)")
+    else:
+        rec = Recipe.model_validate(st["recipe"])
+    if output and Path(output).resolve() != out:
+        _differs(out, "--output", output, str(out))
+    if recipe:
+        given_rec, _ = load_recipe(recipe_path(recipe))
+        if given_rec.fingerprint() != rec.fingerprint() or given_rec.verdict.script != rec.verdict.script:
+            _differs(out, "the recipe", recipe, opts.get("recipe_path"))
+    for key, value in given.items():
+        if value is not None and value != getattr(rec.bisect, key):
+            _differs(out, f"--{key.replace('_', '-')}", value, getattr(rec.bisect, key))
+    for key, value in flags.items():
+        if value is not None and value != opts[key]:
+            _differs(out, f"--{key.replace('_', '-')}", value, opts[key])
+    return rec, opts, st, out
+
+
+def _differs(out: Path, what: str, mine, theirs) -> None:
+    raise UserError(f"--resume {out}: {what} {mine!r} differs from the interrupted bisect's {theirs!r} "
+                    f"(resume with --resume alone, or start a new bisect)")
+
+
+def _recorded_ends(st, out, repo, variable, good, bad):
+    """The ends as recorded (by sha: a branch may have moved since); a repeated --good/--bad must agree."""
+    from dataclasses import replace
+
+    from abbisect.bisect.ends import resolve_end
+
+    revs = {}
+    for end in ("good", "bad"):
+        if variable is not None:
+            revs[end] = variable.resolve(st[end]["ref"])
+        else:
+            revs[end] = replace(checkout.resolve(repo, st[end]["sha"]), ref=st[end]["ref"])
+        if revs[end].sha != st[end]["sha"]:
+            raise UserError(f"--resume {out}: {st[end]['ref']} no longer names {st[end]['sha']}")
+    for end, text in (("good", good), ("bad", bad)):
+        if text is None:
+            continue
+        other = revs["bad" if end == "good" else "good"]
+        mine = variable.resolve(text) if variable is not None else resolve_end(repo, text, other)
+        if mine.sha != revs[end].sha:
+            _differs(out, f"--{end}", text, f"{revs[end].ref} ({revs[end].short})")
+    return revs["good"], revs["bad"]
 
 
 @click.command()

@@ -11,14 +11,17 @@ import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
-from abbisect import checkout
+from abbisect import checkout, judges
 from abbisect.ab import trial_spec
 from abbisect.bisect import history
 from abbisect.bisect.search import NEW, OLD, SKIP, SearchResult, SearchState, start
 from abbisect.environment import ensure_env, needs_source
 from abbisect.errors import UserError
+from abbisect.judges import Judge
 from abbisect.locks import atomic_write
 from abbisect.recipe import Recipe
 from abbisect.score import resemblance
@@ -38,11 +41,12 @@ class Step:
     cached: bool
     result: TrialResult | None = field(default=None, repr=False)
     remaining: int | None = None  # candidates left after this step (the range shrinking, for the pictures)
+    replayed: bool = False  # taken from the saved state of an interrupted run, not run again
 
     def to_dict(self) -> dict:
         return {"n": self.n, "sha": self.sha, "role": self.role, "outcome": self.outcome, "status": self.status,
                 "evidence": self.evidence, "seconds": self.seconds, "cached": self.cached,
-                "remaining": self.remaining}
+                "remaining": self.remaining, "replayed": self.replayed}
 
 
 @dataclass
@@ -70,6 +74,7 @@ class BisectRun:
     # bisect.over: the candidates are a dependency's versions or commits (abbisect/dependency.py), not the
     # engine's commits; None walks the engine's history.
     variable: object | None = None
+    options: dict = field(default_factory=dict)  # command-line choices a resumed run must keep (no_cache, …)
 
 
 def order_ends(repo: Path, good: checkout.Revision,
@@ -92,11 +97,13 @@ def order_ends(repo: Path, good: checkout.Revision,
 class Driver:
     def __init__(self, recipe: Recipe, repo: Path, cache: Path, out: Path, trial_cache: TrialCache,
                  progress: Progress, runner: Runner = run_trial, retries: int = 0, prefetch: int = 2,
-                 variable=None) -> None:
+                 variable=None, judge: Judge | None = None, redact: Callable[[Any], Any] | None = None) -> None:
         self.recipe, self.repo, self.cache, self.out = recipe, repo, cache, out
         self.variable = variable  # what a candidate is when it is not an engine commit (bisect.over)
         self.trials, self.say, self.runner = trial_cache, progress, runner
-        self.retries, self.prefetch = retries, prefetch
+        self.retries, self.prefetch, self.judge = retries, prefetch, judge
+        self.recorded: dict[str, dict] = {}
+        self.redact = redact
         self.pool = ThreadPoolExecutor(max_workers=max(prefetch, 1), thread_name_prefix="prefetch")
         self.prefetched: dict[str, Future] = {}
         self.results: dict[str, TrialResult] = {}
@@ -116,7 +123,7 @@ class Driver:
         if not self.prefetch:
             return
         for sha in shas[: self.prefetch]:
-            if sha in self.prefetched or self.trials.get(self.spec(sha, "prefetch")) is not None:
+            if sha in self.prefetched or sha in self.recorded or self.trials.get(self.spec(sha, "prefetch")) is not None:
                 continue
             self.prefetched[sha] = self.pool.submit(self._build, sha)
 
@@ -145,25 +152,35 @@ class Driver:
     def judged(self, sha: str, label: str, ends: dict[str, TrialResult] | None) -> tuple[str, TrialResult, bool, str]:
         """The trial's outcome, confirmed by retries and (if asked) by which end its outputs resemble."""
         result, cached = self.trial(sha, label)
+        if self.judge is not None:
+            result = judges.apply(self.judge, result, lambda: self._again(sha, f"{label} again"), ends)
         outcome, evidence = result.verdict.outcome, "; ".join(result.verdict.reasons[:2])
-        if ends and "differs_from_good" in self.recipe.verdict.bad_if and outcome != "skip" and result.outputs:
+        relative = ends and "differs_from_good" in self.recipe.verdict.bad_if and self.judge is None
+        if relative and outcome != "skip" and result.outputs:
             r = resemblance([o.text for o in result.outputs], [o.text for o in ends["good"].outputs],
                             [o.text for o in ends["bad"].outputs])
             if r.closer_to in ("good", "bad"):
                 outcome, evidence = r.closer_to, f"outputs resemble the {r.closer_to} end: {r.evidence}"
         for n in range(self.retries):
-            again = self.runner(self.spec(sha, f"{label} retry {n + 1}"), lambda m: self.say(f"{label} retry: {m}"))
-            self.launches += 1 if again.launch else 0
+            again = self._again(sha, f"{label} retry {n + 1}")
+            if self.judge is not None:
+                again = judges.apply(self.judge, again, lambda: self._again(sha, f"{label} again"), ends)
             if again.verdict.outcome != result.verdict.outcome:
                 return "skip", result, cached, (f"flaky: {result.verdict.status} then {again.verdict.status} "
                                                 f"on retry {n + 1}")
         self.results[sha] = result
         return outcome, result, cached, evidence
 
+    def _again(self, sha: str, label: str) -> TrialResult:
+        """The trial once more, never from the cache (a retry, or a person asking to see it again)."""
+        again = self.runner(self.spec(sha, label), lambda m: self.say(f"{label}: {m}"))
+        self.launches += 1 if again.launch else 0
+        return again
+
     # -- the search ----------------------------------------------------------------------------------
-    def run(self, run: BisectRun, replay: list[dict] | None = None) -> BisectRun:
+    def run(self, run: BisectRun, replay: dict[str, dict] | None = None) -> BisectRun:
         t0 = time.monotonic()
-        recorded = {s["sha"]: s for s in (replay or [])}
+        recorded = self.recorded = replay or {}
         if run.merge_bases:
             roles = ("good end", "bad end")
             self.say(f"{run.good.ref} and {run.bad.ref} are on different branches (neither contains the other): "
@@ -181,8 +198,9 @@ class Driver:
 
         for rev, role in zip((run.old, run.new), roles, strict=True):
             self._step(run, rev.sha, role, None, recorded)
-        if "differs_from_good" in self.recipe.verdict.bad_if:
+        if "differs_from_good" in self.recipe.verdict.bad_if and self.judge is None:
             self._judge_ends_by_change(run)
+            self.save(run)
         o, n = run.steps[0].outcome, run.steps[1].outcome
         if "skip" in (o, n):
             bad_end = run.steps[0] if o == "skip" else run.steps[1]
@@ -220,7 +238,7 @@ class Driver:
             step = self._step(run, sha, "candidate", rel, recorded)
             state = state.record(sha, term.get(step.outcome, SKIP))
             step.remaining = len(state.remaining())
-            self._save(run, state)
+            self.save(run, state)
         run.result = state.result()
         if run.result.first_new:
             parents = graph.parents.get(run.result.first_new) or (run.old.sha,)
@@ -285,23 +303,27 @@ class Driver:
 
     def _step(self, run: BisectRun, sha: str, role: str, ends, recorded: dict) -> Step:
         t = time.monotonic()
-        if sha in recorded and role == "candidate":
-            r = recorded[sha]
-            result, cached = self.trial(sha, role)
-            step = Step(len(run.steps), sha, role, r["outcome"], r["status"], r["evidence"], 0.0, True, result)
+        r = recorded.get(sha)
+        if r is not None and r.get("result"):
+            # The verdict an interrupted run recorded stands: replayed from state.json, never run again.
+            result = TrialResult.from_dict(r["result"])
+            step = Step(len(run.steps), sha, role, r["outcome"], r["status"], r["evidence"], r["seconds"],
+                        r["cached"], result, remaining=r.get("remaining"), replayed=True)
             self.results[sha] = result
         else:
             outcome, result, cached, evidence = self.judged(sha, role, ends)
             step = Step(len(run.steps), sha, role, outcome, result.verdict.status, evidence,
                         round(time.monotonic() - t, 2), cached, result)
         run.steps.append(step)
-        self.say(f"{role} {sha[:10]}: [bold]{step.outcome}[/bold] ({step.status}) {step.evidence[:100]}")
+        self.say(f"{role} {sha[:10]}: [bold]{step.outcome}[/bold] ({step.status}) {step.evidence[:100]}"
+                 + (" (recorded before the interruption)" if step.replayed else ""))
+        self.save(run)
         return step
 
-    def _save(self, run: BisectRun, state: SearchState) -> None:
-        atomic_write(self.out / "state.json", json.dumps({
-            "command": run.command, "good": run.good.ref, "bad": run.bad.ref,
-            "steps": [s.to_dict() for s in run.steps], "remaining": state.remaining()}, indent=1))
+    def save(self, run: BisectRun, state: SearchState | None = None) -> None:
+        """state.json: everything `--resume DIR` needs (recipe, ends, options, every finished trial)."""
+        self.out.mkdir(parents=True, exist_ok=True)
+        atomic_write(self.out / "state.json", json.dumps(save_state(run, state, self.redact), indent=1, default=str))
 
     def _finish(self, run: BisectRun, t0: float) -> BisectRun:
         self.pool.shutdown(wait=True, cancel_futures=True)
@@ -310,8 +332,38 @@ class Driver:
         return run
 
 
-def load_replay(out: Path) -> list[dict]:
-    state = out / "state.json"
-    if not state.is_file():
+STATE_VERSION = 1
+
+
+def save_state(run: BisectRun, state: SearchState | None = None, redact: Callable[[Any], Any] | None = None) -> dict:
+    """The record a resumed run starts from. With secrets in the recipe, they are masked here (never
+    written), and `masked` tells a resumed run to read the recipe file again (its fingerprint checked)."""
+    data = {"version": STATE_VERSION, "command": run.command, "recipe": run.recipe.model_dump(mode="json"),
+            "fingerprint": run.recipe.fingerprint(), "masked": False,
+            "good": {"ref": run.good.ref, "sha": run.good.sha}, "bad": {"ref": run.bad.ref, "sha": run.bad.sha},
+            "options": run.options,
+            "steps": [{**s.to_dict(), "result": s.result.to_dict() if s.result else None} for s in run.steps],
+            "remaining": state.remaining() if state else None}
+    if redact is None:
+        return data
+    masked = redact(data)
+    return {**masked, "masked": masked["recipe"] != data["recipe"]}
+
+
+def load_state(out: Path) -> dict:
+    path = out / "state.json"
+    if not path.is_file():
         raise UserError(f"--resume {out}: no state.json there (give the folder an interrupted bisect printed)")
-    return json.loads(state.read_text())["steps"]
+    try:
+        state = json.loads(path.read_text())
+    except ValueError as exc:
+        raise UserError(f"--resume {out}: state.json is not readable JSON ({exc})") from None
+    if state.get("version") != STATE_VERSION:
+        raise UserError(f"--resume {out}: state.json was written by another abbisect version "
+                        f"(format {state.get('version')}, this one reads {STATE_VERSION}); start the bisect again")
+    return state
+
+
+def load_replay(out: Path) -> dict[str, dict]:
+    """The finished trials of an interrupted bisect, by sha."""
+    return {s["sha"]: s for s in load_state(out)["steps"]}
