@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
