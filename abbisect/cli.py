@@ -36,7 +36,14 @@ class Main(click.Group):
         except UserError as exc:
             click.echo(f"abbisect: error: {exc}", err=True)
             ctx.exit(2)
-        except (click.exceptions.Exit, click.ClickException, KeyboardInterrupt, SystemExit):
+        except KeyboardInterrupt:
+            _stop_children()
+            click.echo("abbisect: interrupted", err=True)
+            ctx.exit(130)
+        except SystemExit:
+            _stop_children()  # SIGTERM (143): builds in background threads must not hold the exit
+            raise
+        except (click.exceptions.Exit, click.ClickException):
             raise
         except Exception as exc:  # noqa: BLE001 -- a bug of ours: one line here, the traceback in a file
             log = cache_root(None) / "crash.log"
@@ -46,6 +53,13 @@ class Main(click.Group):
             click.echo(f"abbisect: internal error: {type(exc).__name__}: {exc} (traceback in {log})", err=True)
             # Under `git bisect run`, 1 would call the commit bad; 128 stops the bisection instead.
             ctx.exit(128 if ctx.invoked_subcommand == "check" else 1)
+
+
+def _stop_children() -> None:
+    """Kill running build steps (servers are torn down by their trial's own finally blocks)."""
+    from abbisect.environment.store import stop_builds
+
+    stop_builds()
 
 
 @click.group(cls=Main)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+
+_REAPED: set[Path] = set()
 
 
 def cache_root(override: str | Path | None = None) -> Path:
@@ -21,4 +24,20 @@ def cache_root(override: str | Path | None = None) -> Path:
     if not tag.exists():
         # Marks the folder as a cache for backup tools (the convention nox and others follow).
         tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# abbisect cache: safe to delete\n")
+    _reap_once(root)
     return root
+
+
+def _reap_once(root: Path) -> None:
+    """Every invocation opens its cache here first: servers left by a killed abbisect die now, said once."""
+    if root in _REAPED:
+        return
+    _REAPED.add(root)
+    from abbisect.supervisor import reap_orphans
+
+    try:
+        lines = reap_orphans(root)
+    except OSError as exc:  # an unreadable record folder must not stop the command
+        lines = [f"abbisect: could not check for orphaned servers: {exc}"]
+    for line in lines:
+        print(line, file=sys.stderr)

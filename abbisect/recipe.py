@@ -121,6 +121,9 @@ class Prompt(_Strict):
     prompt: str
     expect: str | None = None
     id: str | None = None
+    # Names for the path a prompt exercises (e.g. long_context); shown with the prompt in reports, and
+    # `prompt_order: by_tag` sends untagged prompts first, then each tag's prompts together.
+    tags: list[str] = []
 
     _regex = field_validator("expect")(lambda v: _valid_regex(v))
 
@@ -145,14 +148,17 @@ class Scoring(_Strict):
     warn_severity: Literal["warning", "error", "fatal"] = "error"
 
 
-BAD_RULES = ("degenerate", "signature", "crashed_at_startup", "answer_mismatch", "timeout", "differs_from_good")
-SKIP_RULES = ("build_failed", "flag_rejected", "infra_error", "timeout", "crashed_at_startup")
+BAD_RULES = ("degenerate", "signature", "crashed_at_startup", "answer_mismatch", "timeout", "differs_from_good",
+             "crashed_while_serving", "request_errors")
+SKIP_RULES = ("build_failed", "flag_rejected", "infra_error", "timeout", "crashed_at_startup",
+              "crashed_while_serving", "request_errors")
 
 
 class Verdicts(_Strict):
     """What makes a trial bad, and what makes it untestable (skipped by bisect)."""
 
-    bad_if: list[str] = ["degenerate", "signature", "crashed_at_startup", "answer_mismatch"]
+    bad_if: list[str] = ["degenerate", "signature", "crashed_at_startup", "answer_mismatch", "crashed_while_serving",
+                         "request_errors"]
     skip_if: list[str] = ["build_failed", "flag_rejected", "infra_error", "timeout"]
     degenerate_fraction: float = Field(0.5, ge=0, le=1)
     bad_signatures: list[str] = []
@@ -256,6 +262,7 @@ class Recipe(_Strict):
     sides: Sides | None = None
     prompts: list[Prompt] = []
     prompts_file: str | None = None
+    prompt_order: Literal["as_written", "by_tag"] = "as_written"
     sampling: Sampling = Sampling()
     api: Literal["chat", "completions"] = "chat"
     timeouts: Timeouts = Timeouts()

@@ -17,8 +17,10 @@ from abbisect import checkout, launch
 from abbisect.dependency import after_engine, installed_packages
 from abbisect.engines import adapter
 from abbisect.environment import EnvResult, ensure_env, needs_source
+from abbisect.logstream import LineScanner
 from abbisect.proc import scrubbed_env
-from abbisect.query import Completion, query_all
+from abbisect.progress import Status
+from abbisect.query import Completion, label, ordered, query_all
 from abbisect.recipe import Recipe
 from abbisect.redact import expand_env
 from abbisect.score import (
@@ -28,9 +30,7 @@ from abbisect.score import (
     Thresholds,
     analyze,
     check_answer,
-    first_exception,
     load_catalogue,
-    scan_text,
     severity_at_least,
 )
 from abbisect.verdict import Evidence, Verdict, judge
@@ -77,6 +77,11 @@ class LaunchInfo:
     log_tail: tuple[str, ...]
     teardown: dict
     facts: dict
+    # The main process exited after ready: its exit code and the prompt in flight (or the last answered).
+    crashed_while_serving: bool = False
+    crash_exit_code: int | None = None
+    crash_prompt: str | None = None
+    crash_after: str | None = None
 
 
 @dataclass(frozen=True)
@@ -184,12 +189,16 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
 
     say("environment")
     env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
-                     on_step=lambda d: say(f"environment: {d}"), after=after_engine(spec, cache))
+                     on_step=lambda d: say(Status(f"environment: {d}") if isinstance(d, Status) else f"environment: {d}"),
+                     after=after_engine(spec, cache))
     timings["build"] = env.seconds
     catalogue = load_catalogue(recipe.scoring.signatures or None)
     if not env.ok:
-        ev = _evidence(recipe, env, None, (), (), (), (), None)
-        return _result(spec, env, None, (), (), (), (), None, judge(ev, recipe.verdict), timings, t0)
+        # Signatures are shown whatever status wins: a build log names its compiler error too.
+        build_scan = _scan_file(Path(env.log), catalogue)
+        ev = _evidence(recipe, env, None, (), (), (), build_scan.matches, build_scan.first_exception)
+        return _result(spec, env, None, (), (), (), build_scan.matches, build_scan.first_exception,
+                       judge(ev, recipe.verdict), timings, t0)
 
     # The full package list proves what differs between two sides (and what does not).
     extras: dict = {"fingerprint": _fingerprint(env.python, recipe, spec), "packages": installed_packages(env.python)}
@@ -202,31 +211,43 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     port = launch.free_port(host)
     plan = mod.plan(recipe, env.python, model, host, port)
     log_path = out / "server.log"
-    if log_path.exists():
-        log_path.unlink()
     if recipe.gpus is not None:
         extras["gpu_before"] = _gpu_idle(recipe.gpus, say).to_dict()
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
-    server = launch.start(plan, server_env(recipe, plan.env, env.path), log_path, source, f"http://{host}:{port}")
+    scanner = LineScanner(catalogue, plan.ready_log)
+    server = launch.start(plan, server_env(recipe, plan.env, env.path), log_path, source, f"http://{host}:{port}",
+                          cache=cache, scanner=scanner, grace=recipe.timeouts.teardown)
+    prompts = ordered(list(recipe.prompts), recipe.prompt_order)
     outputs: tuple[Completion, ...] = ()
+    crash: dict = {}
     try:
-        ready = launch.wait_ready(server, plan, recipe.timeouts.ready)
+        ready = launch.wait_ready(server, plan, recipe.timeouts.ready, progress=say)
         timings["ready"] = round(time.monotonic() - t_launch, 3)
         if ready.status == "ready":
             if recipe.gpus is not None:  # evidence that the check sees this side's own server on the GPU
                 from abbisect.gpu.hygiene import check_idle
 
                 extras["gpu_during"] = check_idle(recipe.gpus).to_dict()
-            say(f"query: {len(recipe.prompts)} prompt(s)")
+            say(f"query: {len(prompts)} prompt(s)")
             tq = time.monotonic()
-            outputs = tuple(query_all(server.base_url, recipe.api, list(recipe.prompts), recipe.sampling,
-                                      recipe.timeouts.request, model or recipe.name))
+            run = query_all(server.base_url, recipe.api, prompts, recipe.sampling, recipe.timeouts.request,
+                            model or recipe.name, alive=server.alive, between=server.track)
+            outputs = run.outputs
             timings["query"] = round(time.monotonic() - tq, 3)
+            if not server.alive():
+                by_id = dict(prompts)
+                crash = {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode,
+                         "crash_prompt": label(run.in_flight, by_id.get(run.in_flight)) if run.in_flight else None,
+                         "crash_after": label(run.died_after, by_id.get(run.died_after)) if run.died_after else None}
+                say(f"server exited (code {server.proc.returncode}) while serving"
+                    + (f" prompt {crash['crash_prompt']}" if crash["crash_prompt"] else ""))
     finally:
         say("teardown")
+        if not server.alive():  # its last words (the crash) are evidence: read them to the end first
+            server.reader.join(timeout=2.0)
         # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
-        scored_bytes = log_path.stat().st_size if log_path.exists() else 0
+        scanner.freeze()
         teardown = launch.stop(server, recipe.timeouts.teardown)
         timings["teardown"] = teardown.seconds
         if recipe.gpus is not None:
@@ -234,21 +255,31 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
 
     say("score")
     ts = time.monotonic()
-    log_bytes = log_path.read_bytes()
-    log_text = log_bytes.decode(errors="replace")
-    scored = log_bytes[:scored_bytes].decode(errors="replace")
-    signatures = tuple(scan_text(scored, catalogue))
+    log_text = log_path.read_bytes().decode(errors="replace")  # capped on disk (abbisect.logstream)
+    signatures = tuple(scanner.matches)
     thresholds = Thresholds.from_overrides(recipe.scoring.thresholds or None)
     analyses = tuple(analyze(o.text, thresholds) for o in outputs)
-    answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, p in zip(outputs, recipe.prompts))
-    exc = first_exception(scored)
+    answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, (_, p) in zip(outputs, prompts))
+    exc = scanner.first_exception
     info = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
                       str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), asdict(teardown),
-                      mod.facts(log_text))
+                      mod.facts(log_text), **crash)
     ev = _evidence(recipe, env, info, outputs, analyses, answers, signatures, exc)
     verdict = judge(ev, recipe.verdict)
     timings["score"] = round(time.monotonic() - ts, 4)
     return _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0, extras)
+
+
+def _scan_file(path: Path, catalogue) -> LineScanner:
+    """Scan a (capped) log file line by line."""
+    scanner = LineScanner(catalogue)
+    try:
+        with path.open("rb") as fh:
+            for raw in fh:
+                scanner.feed(raw[:65536].decode(errors="replace"))
+    except OSError:
+        pass
+    return scanner
 
 
 def _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0,
@@ -318,6 +349,12 @@ def _evidence(recipe: Recipe, env: EnvResult, info: LaunchInfo | None, outputs, 
         first_exception=exc[1] if exc else None,
         n_outputs=len(outputs),
         n_errors=sum(1 for o in outputs if o.error),
+        exited_while_serving=bool(info and info.crashed_while_serving),
+        exit_code=info.crash_exit_code if info else None,
+        crash_prompt=info.crash_prompt if info else None,
+        crash_after=info.crash_after if info else None,
+        request_errors=tuple(f"{o.prompt_id}: {o.error[:200]}" for o in outputs
+                             if o.error and not (info and info.crashed_while_serving)),
         degenerate=tuple(f"{o.prompt_id}: {a.reason}" for o, a in zip(outputs, analyses)
                          if a.label == "degenerate" and not o.error),
         late_loops=tuple(f"{o.prompt_id}: {a.reason}" for o, a in zip(outputs, analyses) if a.label == "late_loop"),

@@ -10,11 +10,12 @@ from dataclasses import asdict, dataclass
 from abbisect.recipe import Verdicts
 
 # Statuses in the order they are decided; earlier ones leave nothing to score.
-STATUSES = ("build_failed", "flag_rejected", "crashed_at_startup", "timeout", "infra_error",
-            "degenerate", "wrong_answer", "warned", "ok")
+STATUSES = ("build_failed", "flag_rejected", "crashed_at_startup", "timeout", "crashed_while_serving",
+            "infra_error", "request_errors", "degenerate", "wrong_answer", "warned", "ok")
 _RULE_OF = {"degenerate": "degenerate", "wrong_answer": "answer_mismatch", "warned": "signature",
             "crashed_at_startup": "crashed_at_startup", "timeout": "timeout", "build_failed": "build_failed",
-            "flag_rejected": "flag_rejected", "infra_error": "infra_error"}
+            "flag_rejected": "flag_rejected", "infra_error": "infra_error",
+            "crashed_while_serving": "crashed_while_serving", "request_errors": "request_errors"}
 
 
 @dataclass(frozen=True)
@@ -33,6 +34,13 @@ class Evidence:
     answer_misses: tuple[str, ...]
     serious_signatures: tuple[str, ...]  # "id (line N)" at or above the recipe's warn severity
     bad_signatures: tuple[str, ...]  # ids the recipe names as bad, whatever their severity
+    # The server's main process exited after ready: its exit code, and the request open at that moment
+    # (or the last one answered before it was seen dead).
+    exited_while_serving: bool = False
+    exit_code: int | None = None
+    crash_prompt: str | None = None
+    crash_after: str | None = None
+    request_errors: tuple[str, ...] = ()  # "prompt id: error" of requests that failed on a living server
 
 
 @dataclass(frozen=True)
@@ -58,8 +66,14 @@ def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[str, list[str]]
         return "crashed_at_startup", [f"server exited before ready: {ev.first_exception or 'see log tail'}"]
     if ev.ready == "timeout":
         return "timeout", ["server never became ready within the ready timeout"]
-    if ev.n_outputs and ev.n_errors * 2 > ev.n_outputs:
-        return "infra_error", [f"{ev.n_errors}/{ev.n_outputs} requests failed"]
+    if ev.exited_while_serving:
+        where = (f"while serving prompt {ev.crash_prompt}" if ev.crash_prompt
+                 else f"after prompt {ev.crash_after}" if ev.crash_after else "before the first request")
+        return "crashed_while_serving", [(f"server exited (code {ev.exit_code}) {where}: "
+                                         f"{ev.first_exception or 'see the log lines below'}")]
+    if ev.request_errors:
+        return "request_errors", [(f"{len(ev.request_errors)}/{ev.n_outputs} request(s) failed while the server "
+                                  "stayed up"), *ev.request_errors[:3]]
     reasons: list[str] = []
     if ev.n_outputs and len(ev.degenerate) / ev.n_outputs >= degenerate_fraction:
         return "degenerate", [f"{len(ev.degenerate)}/{ev.n_outputs} outputs degenerate", *ev.degenerate[:3]]

@@ -69,3 +69,21 @@ def abbisect(*args: str, cwd: Path, cache: Path, timeout: float = 600, env: dict
     full_env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache), **(env or {})}
     return subprocess.run([sys.executable, "-m", "abbisect", *args], check=False, cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env)
+
+
+def marked_pids(mark: str) -> list[int]:
+    """Live processes whose environment carries ABBISECT_TEST_MARK=mark: this test's own servers (and their
+    children), never another run's (a `pgrep -f toyengine.server` would match every run on the machine)."""
+    needle = f"ABBISECT_TEST_MARK={mark}".encode()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            if needle in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
+                state = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()[0]
+                if state != "Z":
+                    pids.append(int(entry))
+        except OSError:
+            continue
+    return pids

@@ -8,11 +8,12 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import abbisect, toy_recipe, write_recipe
+from conftest import abbisect, marked_pids, toy_recipe, write_recipe
 
 
 def run_ab(tmp_path, engine_repo, cache_dir, a, b, **overrides):
@@ -130,23 +131,20 @@ def test_user_checkout_untouched(tmp_path, engine_repo, cache_dir):
     (engine_repo / "scratch.txt").unlink()
 
 
-def _toy_servers() -> list[int]:
-    out = subprocess.run(["pgrep", "-f", "toyengine.server"], check=False, capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_killed_run_leaves_no_server(tmp_path, engine_repo, cache_dir, sig):
+    mark = uuid.uuid4().hex
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, sides={"a": "fixed", "b": "fixed"},
-                                                          env={"TOYENGINE_LOAD_SECONDS": "60"}))
+                                                          env={"TOYENGINE_LOAD_SECONDS": "60",
+                                                               "ABBISECT_TEST_MARK": mark}))
     # the "fixed" venv exists from other tests or is built now; wait until the server is up, then kill abbisect
     proc = subprocess.Popen([sys.executable, "-m", "abbisect", "run", str(recipe), "-o", str(tmp_path / "o")],
                             cwd=tmp_path, env={**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)},
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.monotonic() + 120
-    while not _toy_servers() and time.monotonic() < deadline:
+    while not marked_pids(mark) and time.monotonic() < deadline:
         time.sleep(0.1)
-    servers = _toy_servers()
+    servers = marked_pids(mark)
     assert servers, "the server never started"
     proc.send_signal(sig)
     proc.wait(timeout=30)

@@ -38,6 +38,17 @@ CHANGES: dict[str, tuple[str, str, str]] = {
     "git_at_start": ("toyengine/server.py", "    # abbisect-demo: startup\n",
                      ("    # abbisect-demo: startup\n"
                       '    __import__("subprocess").run(["git", "rev-parse", "--git-dir"], check=True)\n')),
+    # The third request takes a path whose kernel fails to JIT-compile, and the process dies while serving.
+    "crash_on_third_request": ("toyengine/server.py", "        # abbisect-demo: request\n", (
+        "        # abbisect-demo: request\n"
+        '        if STATE["served"] > 2:\n'
+        "            sys.stdout.write(\n"
+        '                "indexer.cuh(283): error: static assertion failed with \\"Invalid kNumWeightsInReg\\"\\n"\n'
+        '                "          detected during instantiation of sm100_fp8_mqa_logits [with kNumHeads=32U]\\n"\n'
+        '                "RuntimeError: JIT compilation of sm100_fp8_mqa_logits failed\\n")\n'
+        "            sys.stdout.flush()\n"
+        "            os._exit(1)\n")),
+    "fix_third_request": ("toyengine/server.py", '        if STATE["served"] > 2:\n', '        if False:\n'),
     # A harmless-looking data edit that changes what the model says (not degenerate, just different).
     "reword_corpus": ("toyengine/model.py", "a city known for art", "a city famous for art"),
 }

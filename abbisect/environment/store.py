@@ -10,7 +10,9 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -20,8 +22,11 @@ from abbisect.cache import hold
 from abbisect.environment import command, editable
 from abbisect.environment.base import BuildContext, Step, index_args, python_version
 from abbisect.environment.pins import AfterEngine
+from abbisect.errors import InfraError
 from abbisect.locks import atomic_write, file_lock
+from abbisect.logstream import CappedLog, pump
 from abbisect.proc import scrubbed_env
+from abbisect.progress import Status
 from abbisect.recipe import Install
 from abbisect.redact import expand_env
 
@@ -153,6 +158,8 @@ def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cac
             shutil.rmtree(root)
         root.mkdir(parents=True)
         error = _run_steps(steps, log, ctx, timeout, on_step)
+        if _STOPPING.is_set():  # an interrupted build says nothing about the commit: never a verdict
+            raise InfraError("build interrupted: abbisect is stopping")
         seconds = round(time.monotonic() - start, 3)
         if error is None:
             atomic_write(root / MARKER, json.dumps({"key": key, "sha": sha, "seconds": seconds,
@@ -161,29 +168,95 @@ def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cac
                          plan.facts)
 
 
+# Build steps running now, in any thread (bisect prefetch builds run in background threads): their process
+# groups are killed by `stop_builds` when abbisect is interrupted, so SIGINT/SIGTERM never waits for a build.
+_ACTIVE: set[subprocess.Popen] = set()
+_ACTIVE_LOCK = threading.Lock()
+_STOPPING = threading.Event()
+STATUS_EVERY_S = 10.0
+
+
+def stop_builds() -> int:
+    """Kill every running build step's process group and start no other step; returns how many."""
+    _STOPPING.set()
+    with _ACTIVE_LOCK:
+        procs = list(_ACTIVE)
+    for proc in procs:
+        _kill_group(proc)
+    return len(procs)
+
+
+def _kill_group(proc: subprocess.Popen) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)  # the step leads its own group (start_new_session)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, on_step) -> str | None:
+    """Each step in its own process group, its output through a capped log; killed on timeout or stop."""
     deadline = time.monotonic() + timeout
     base_env = scrubbed_env()
     base_env["PATH"] = f"{ctx.venv / 'bin'}{os.pathsep}{base_env.get('PATH', '')}"
-    with log.open("a") as fh:
+    out = CappedLog(log, append=True)
+    try:
         for step in steps:
+            if _STOPPING.is_set():
+                return f"{step.desc}: abbisect is stopping"
             if on_step:
                 on_step(step.desc)
-            fh.write(f"$ {step.display()}\n")
-            fh.flush()
-            left = deadline - time.monotonic()
+            out.write(f"$ {step.display()}\n".encode())
+            env = {**base_env, **expand_env(step.env, base_env)}  # ${VAR} references read only now
+            error = _run_one(step, env, ctx, out, deadline, timeout, on_step)
+            if error:
+                return error
+    finally:
+        out.close()
+    return None
+
+
+def _run_one(step: Step, env: dict[str, str], ctx: BuildContext, out: CappedLog, deadline: float,
+             timeout: float, on_step) -> str | None:
+    read_end, write_end = os.pipe()
+    try:
+        proc = subprocess.Popen(step.argv, stdout=write_end, stderr=subprocess.STDOUT, env=env, cwd=ctx.source,
+                                stdin=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        os.close(read_end)
+        out.write(f"\n[abbisect] {exc}\n".encode())
+        return f"{step.desc}: {exc}"
+    finally:
+        os.close(write_end)
+    reader = pump(read_end, out, close=False)
+    with _ACTIVE_LOCK:
+        _ACTIVE.add(proc)
+    t0 = time.monotonic()
+    next_status = t0 + STATUS_EVERY_S
+    try:
+        while True:
             try:
-                env = {**base_env, **expand_env(step.env, base_env)}  # ${VAR} references read only now
-                rc = subprocess.run(step.argv, check=False, stdout=fh, stderr=subprocess.STDOUT, env=env,
-                                    cwd=ctx.source, timeout=max(left, 1), stdin=subprocess.DEVNULL).returncode
+                rc = proc.wait(timeout=min(1.0, max(deadline - time.monotonic(), 0.01)))
+                break
             except subprocess.TimeoutExpired:
-                fh.write(f"\n[abbisect] build timed out after {timeout:.0f} s\n")
+                pass
+            now = time.monotonic()
+            if now >= deadline:
+                _kill_group(proc)
+                proc.wait()
+                reader.join(timeout=2.0)
+                out.write(f"\n[abbisect] build timed out after {timeout:.0f} s\n".encode())
                 return f"{step.desc}: timed out after {timeout:.0f} s"
-            except OSError as exc:
-                fh.write(f"\n[abbisect] {exc}\n")
-                return f"{step.desc}: {exc}"
-            if rc != 0:
-                fh.flush()
-                tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-1:]
-                return f"{step.desc} failed (exit {rc}): {tail[0][:300] if tail else ''}"
+            if on_step and now >= next_status:
+                on_step(Status(f"{step.desc} ({now - t0:.0f} s)"))
+                next_status = now + STATUS_EVERY_S
+    finally:
+        with _ACTIVE_LOCK:
+            _ACTIVE.discard(proc)
+    _kill_group(proc)  # what the step left running in its group (a build server, a daemon) goes with it
+    reader.join(timeout=2.0)
+    if _STOPPING.is_set():
+        return f"{step.desc}: stopped (abbisect is stopping)"
+    if rc != 0:
+        tail = [ln for ln in out.tail_lines(20) if ln.strip() and not ln.startswith("$ ")][-1:]
+        return f"{step.desc} failed (exit {rc}): {tail[0][:300] if tail else ''}"
     return None

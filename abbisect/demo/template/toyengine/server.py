@@ -14,7 +14,7 @@ from toyengine.loader import load_model
 from toyengine.model import Checkpoint
 
 log = logging.getLogger("toyengine")
-STATE = {"model": None, "name": "toy-model"}
+STATE = {"model": None, "name": "toy-model", "served": 0}
 DEFAULTS = {"host": "127.0.0.1", "port": 8000, "model": "toy-model", "seed": 0, "dtype": "auto", "max_model_len": 2048}
 
 
@@ -34,6 +34,25 @@ def startup():
     # abbisect-demo: startup
     delay = float(os.environ.get("TOYENGINE_LOAD_SECONDS", "0.1"))
     time.sleep(delay)
+    test_hooks()
+
+
+def test_hooks():
+    """Misbehaviour on request, for abbisect's own tests: a helper that daemonizes (leaves the process
+    group and the tree) and a log flood."""
+    if os.environ.get("TOYENGINE_DAEMON"):
+        if os.fork() == 0:
+            os.setsid()
+            if os.fork() == 0:
+                time.sleep(600)
+            os._exit(0)
+        os.wait()
+    flood = int(float(os.environ.get("TOYENGINE_FLOOD_MB", "0")) * 1024 * 1024)
+    line = "INFO toyengine: warming up kernel cache " + "x" * 60 + "\n"
+    while flood > 0:
+        sys.stdout.write(line * 1000)
+        flood -= len(line) * 1000
+    sys.stdout.flush()
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -67,6 +86,10 @@ class Handler(BaseHTTPRequestHandler):
             prompt = " ".join(m.get("content", "") for m in body.get("messages", []))
         else:
             return self._send(404, {"error": "not found"})
+        if os.environ.get("TOYENGINE_FAIL_ON") and os.environ["TOYENGINE_FAIL_ON"] in prompt:
+            return self._send(500, {"error": "internal error while sampling"})
+        STATE["served"] += 1
+        # abbisect-demo: request
         text, n, finish = model.generate(prompt, int(body.get("max_tokens", 16)),
                                          float(body.get("temperature", 1.0)), int(body.get("seed") or 0))
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n,

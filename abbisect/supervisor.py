@@ -1,0 +1,143 @@
+"""No orphaned server, ever: a watchdog per server, a record per launch, and a reaper for both.
+
+Why a watchdog process and not PR_SET_PDEATHSIG: the parent-death signal fires when the *thread* that
+forked the child exits, not the process — a server launched from a bisect prefetch thread or an executor
+thread would be killed as soon as that thread ends — and it does not reach a server's own children that
+re-parented or called setsid. So abbisect starts `python -m abbisect.supervisor TOKEN GRACE` in its own
+process group with a pipe on its stdin. Every process of the server carries `ABBISECT_SERVER_TOKEN=TOKEN`
+in its environment (children inherit it, through setsid and double forks alike), so the server's whole
+family is found by reading /proc/*/environ, wherever it went. When the pipe closes without the word
+`release` (abbisect died, even by SIGKILL) or the watchdog gets SIGTERM, it kills every process carrying the
+token: SIGTERM, then SIGKILL after GRACE seconds.
+
+If the watchdog itself is killed with abbisect (`kill -9` of the whole process group), the record
+`<cache>/servers/<token>.json` written before the launch remains; the next abbisect invocation reaps
+every record whose owner (PID and start time from /proc/<pid>/stat) is gone, and says so on stderr.
+
+Standard library only: the watchdog starts in well under a second next to a server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+TOKEN_VAR = "ABBISECT_SERVER_TOKEN"
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/<pid>/stat): with the PID,
+    an identity that survives PID reuse."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"  # a zombie is dead and only waits for its parent
+
+
+def token_pids(token: str) -> list[int]:
+    """Live processes whose environment carries this server token (readable for our own user's processes)."""
+    needle = f"{TOKEN_VAR}={token}".encode()
+    me = os.getpid()
+    pids = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            environ = Path(f"/proc/{entry}/environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0") and _alive(int(entry)):
+            pids.append(int(entry))
+    return pids
+
+
+def kill_family(token: str, grace: float, extra: tuple[int, ...] = ()) -> list[int]:
+    """SIGTERM every process of the server (by token, plus `extra`), SIGKILL what is left after `grace`;
+    returns the PIDs that were still alive after that."""
+    def targets() -> list[int]:
+        return sorted(set(token_pids(token)) | {p for p in extra if _alive(p)})
+
+    pids = targets()
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except (ProcessLookupError, PermissionError):
+                pass
+        deadline = time.monotonic() + wait
+        while (pids := targets()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if not pids:
+            break
+    return pids
+
+
+# -- the record of each launched server, and the reaper --------------------------------------------------
+def record_dir(cache: Path) -> Path:
+    return cache / "servers"
+
+
+def write_record(cache: Path, token: str, **facts) -> Path:
+    path = record_dir(cache) / f"{token}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    me = os.getpid()
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps({"token": token, "owner_pid": me, "owner_start": start_time(me), **facts}))
+    os.replace(tmp, path)
+    return path
+
+
+def reap_orphans(cache: Path) -> list[str]:
+    """Kill the servers of abbisect processes that are gone; one line per reaped record."""
+    lines = []
+    folder = record_dir(cache)
+    if not folder.is_dir():
+        return lines
+    for path in sorted(folder.glob("*.json")):
+        try:
+            rec = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        owner, started = rec.get("owner_pid"), rec.get("owner_start")
+        if owner and start_time(int(owner)) == started and started is not None:
+            continue  # its abbisect still runs
+        pids = token_pids(str(rec.get("token", path.stem)))
+        left = kill_family(str(rec.get("token", path.stem)), 2.0) if pids else []
+        path.unlink(missing_ok=True)
+        if pids:
+            argv = " ".join(rec.get("argv", []))[:160]
+            lines.append(f"abbisect: reaped an orphaned server of a dead abbisect (pid {owner}): killed PIDs "
+                         f"{', '.join(map(str, pids))}{f', still alive: {left}' if left else ''}; port "
+                         f"{rec.get('port')}; {argv}")
+    return lines
+
+
+def main(argv: list[str]) -> int:
+    token, grace = argv[0], float(argv[1])
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches abbisect too; it tears down in order
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(kill_family(token, grace) and 1))
+    released = False
+    for line in sys.stdin:
+        if line.strip() == "release":
+            released = True
+            break
+    if not released:
+        kill_family(token, grace)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
