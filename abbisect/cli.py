@@ -30,7 +30,7 @@ def _invocation() -> str:
 class Main(click.Group):
     def invoke(self, ctx: click.Context):
         # SIGTERM unwinds like Ctrl-C, so every running server is torn down on the way out.
-        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+        signal.signal(signal.SIGTERM, _on_sigterm)
         try:
             return super().invoke(ctx)
         except UserError as exc:
@@ -40,10 +40,7 @@ class Main(click.Group):
             _stop_children()
             click.echo("abbisect: interrupted", err=True)
             ctx.exit(130)
-        except SystemExit:
-            _stop_children()  # SIGTERM (143): builds in background threads must not hold the exit
-            raise
-        except (click.exceptions.Exit, click.ClickException):
+        except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
         except Exception as exc:  # noqa: BLE001 -- a bug of ours: one line here, the traceback in a file
             log = cache_root(None) / "crash.log"
@@ -53,6 +50,11 @@ class Main(click.Group):
             click.echo(f"abbisect: internal error: {type(exc).__name__}: {exc} (traceback in {log})", err=True)
             # Under `git bisect run`, 1 would call the commit bad; 128 stops the bisection instead.
             ctx.exit(128 if ctx.invoked_subcommand == "check" else 1)
+
+
+def _on_sigterm(*_) -> None:
+    _stop_children()  # builds in background threads must not hold the exit
+    sys.exit(143)
 
 
 def _stop_children() -> None:

@@ -249,6 +249,9 @@ def _run_one(step: Step, env: dict[str, str], ctx: BuildContext, out: CappedLog,
             if on_step and now >= next_status:
                 on_step(Status(f"{step.desc} ({now - t0:.0f} s)"))
                 next_status = now + STATUS_EVERY_S
+    except BaseException:  # Ctrl-C / SIGTERM in this thread: the step's own session does not get it
+        _kill_group(proc)
+        raise
     finally:
         with _ACTIVE_LOCK:
             _ACTIVE.discard(proc)

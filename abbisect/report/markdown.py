@@ -99,7 +99,7 @@ def evidence_block(label: str, r: TrialResult) -> str:
         parts += [f"- {cached_note(r)}"]
     if r.env and not r.env.ok:
         parts += ["", details(f"{label}: build log tail", fence(r.env.error or ""))]
-    if r.launch and r.launch.status != "ready":
+    if r.launch and (r.launch.status != "ready" or r.launch.crashed_while_serving):
         parts += ["", details(f"{label}: server log tail", fence("\n".join(r.launch.log_tail)))]
     if r.first_exception:
         parts += ["", (f"First exception in the log (root cause), line {r.first_exception[0]}: "

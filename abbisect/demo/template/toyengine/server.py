@@ -32,9 +32,9 @@ def parse_args(argv):
 
 def startup():
     # abbisect-demo: startup
+    test_hooks()
     delay = float(os.environ.get("TOYENGINE_LOAD_SECONDS", "0.1"))
     time.sleep(delay)
-    test_hooks()
 
 
 def test_hooks():
@@ -88,6 +88,9 @@ class Handler(BaseHTTPRequestHandler):
             return self._send(404, {"error": "not found"})
         if os.environ.get("TOYENGINE_FAIL_ON") and os.environ["TOYENGINE_FAIL_ON"] in prompt:
             return self._send(500, {"error": "internal error while sampling"})
+        if os.environ.get("TOYENGINE_BUSY_FILE"):
+            open(os.environ["TOYENGINE_BUSY_FILE"], "w").close()
+        time.sleep(float(os.environ.get("TOYENGINE_REQUEST_SECONDS", "0")))
         STATE["served"] += 1
         # abbisect-demo: request
         text, n, finish = model.generate(prompt, int(body.get("max_tokens", 16)),

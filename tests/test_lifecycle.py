@@ -1,0 +1,227 @@
+"""The server's life through the CLI on real processes: a crash while serving is a bad verdict (and is
+bisected to its commit), a failing request on a living server is an output error, no server outlives a
+killed abbisect, a daemonizing server is torn down, logs are capped, SIGTERM stops background builds."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+from conftest import abbisect, marked_pids, toy_recipe, write_recipe
+
+from abbisect.demo.history import Commit, build_history
+from abbisect.logstream import CappedLog, LineScanner
+from abbisect.score.signatures import load_catalogue
+
+CRASH_HISTORY = [
+    Commit("Initial engine", tag="good"),
+    Commit("Housekeeping 1"),
+    Commit("Housekeeping 2"),
+    Commit("Use the fused indexer kernel for long prompts", "crash_on_third_request"),
+    Commit("Housekeeping 3"),
+    Commit("Housekeeping 4", tag="bad"),
+]
+
+PROMPTS = [{"prompt": "The capital of France is", "id": "p0"},
+           {"prompt": "What is two plus two?", "id": "p1"},
+           {"prompt": "Summarise this long document about copper mining in Chile.", "id": "p2",
+            "tags": ["long_context"]},
+           {"prompt": "List three uses of copper.", "id": "p3"}]
+
+
+@pytest.fixture(scope="module")
+def crash_repo(tmp_path_factory) -> tuple[Path, list[str]]:
+    repo = tmp_path_factory.mktemp("crash") / "toyengine"
+    return repo, build_history(repo, CRASH_HISTORY)
+
+
+def _run(tmp_path, repo, cache, a, b, **overrides):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, sides={"a": a, "b": b}, **overrides))
+    out = tmp_path / "out"
+    proc = abbisect("run", str(recipe), "--output", str(out), "--json", cwd=tmp_path, cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout), out
+
+
+def test_crash_while_serving_is_bad_and_names_the_prompt(tmp_path, crash_repo, cache_dir):
+    repo, _ = crash_repo
+    res, out = _run(tmp_path, repo, cache_dir, "good", "bad", prompts=PROMPTS)
+    a, b = res["a"], res["b"]
+    assert a["verdict"]["status"] == "ok"
+    assert b["verdict"]["status"] == "crashed_while_serving" and b["verdict"]["outcome"] == "bad"
+    la = b["launch"]
+    assert la["crashed_while_serving"] and la["crash_exit_code"] == 1
+    assert la["crash_prompt"] == "p2 [long_context]"
+    assert "p2 [long_context]" in b["verdict"]["reasons"][0]
+    sigs = [s for s in b["signatures"] if s["id"] == "static_assertion_failed"]
+    assert sigs and sigs[0]["groups"] == ["Invalid kNumWeightsInReg"]
+    assert "JIT compilation" in b["first_exception"][1]
+    # the prompt after the crash was never sent (no wait for a request timeout), and is marked so
+    assert [o["error"] for o in b["outputs"]][:2] == [None, None]
+    assert b["outputs"][3]["error"].startswith("not sent")
+    assert b["timings"]["query"] < 10
+    md = (out / "report.md").read_text()
+    assert "crashed_while_serving" in md and "static_assertion_failed" in md and "kNumHeads=32" in md
+    assert "p2 [long_context]" in md
+
+
+def test_by_tag_order_sends_the_tagged_prompt_last(tmp_path, crash_repo, cache_dir):
+    repo, _ = crash_repo
+    tagged_first = [PROMPTS[2], PROMPTS[0], PROMPTS[1], PROMPTS[3]]
+    res, _ = _run(tmp_path, repo, cache_dir, "good", "bad", prompts=tagged_first, prompt_order="by_tag")
+    b = res["b"]
+    # untagged first: p0, p1, p3 answered... and the third request (p3) is the one that crashes
+    assert [o["prompt_id"] for o in b["outputs"]] == ["p0", "p1", "p3", "p2"]
+    assert b["launch"]["crash_prompt"] == "p3"
+
+
+def test_bisect_finds_the_commit_that_crashes_while_serving(tmp_path, crash_repo, cache_dir):
+    repo, shas = crash_repo
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, prompts=PROMPTS))
+    proc = abbisect("bisect", str(recipe), "--good", "good", "--bad", "bad", "-o", str(tmp_path / "o"), "--json",
+                    cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert res["mode"] == "regression" and res["first_new"] == shas[3]
+
+
+def test_http_500_from_a_living_server_is_an_output_error(tmp_path, crash_repo, cache_dir):
+    repo, _ = crash_repo
+    res, _ = _run(tmp_path, repo, cache_dir, "good", "good", env={"TOYENGINE_FAIL_ON": "copper"})
+    b = res["b"]
+    assert b["verdict"]["status"] == "request_errors" and b["verdict"]["outcome"] == "bad"
+    errors = [o for o in b["outputs"] if o["error"]]
+    assert [o["prompt_id"] for o in errors] == ["p3"] and errors[0]["error"].startswith("HTTP 500")
+    assert not b["launch"]["crashed_while_serving"]
+    assert [o["text"] != "" for o in b["outputs"]] == [True, True, True, False]
+
+
+def test_a_server_that_daemonizes_a_child_is_torn_down(tmp_path, crash_repo, cache_dir):
+    repo, _ = crash_repo
+    mark = uuid.uuid4().hex
+    res, _ = _run(tmp_path, repo, cache_dir, "good", "good",
+                  env={"TOYENGINE_DAEMON": "1", "ABBISECT_TEST_MARK": mark})
+    for side in ("a", "b"):
+        assert res[side]["verdict"]["status"] == "ok"
+        assert res[side]["launch"]["teardown"]["leftover_pids"] == []
+    assert marked_pids(mark) == []
+
+
+def _wait_for(pred, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.parametrize("stage", ["build", "ready", "query"])
+@pytest.mark.parametrize("victims", ["abbisect", "abbisect and its watchdog"])
+def test_sigkill_at_each_stage_leaves_no_server(tmp_path, crash_repo, cache_dir, stage, victims):
+    repo, _ = crash_repo
+    mark = uuid.uuid4().hex
+    env = {"ABBISECT_TEST_MARK": mark, "TOYENGINE_DAEMON": "1"}
+    overrides: dict = {"env": env}
+    if stage == "build":  # a fresh venv (its key includes install.env) with a slow last step
+        overrides["install"] = {"strategy": "command", "env": {"ABBISECT_TEST_MARK": mark},
+                                "commands": ["{uv} pip install -q --python {python} -e {src}", "sleep 30"]}
+    elif stage == "ready":
+        env["TOYENGINE_LOAD_SECONDS"] = "60"
+    else:
+        env["TOYENGINE_REQUEST_SECONDS"] = "60"
+        env["TOYENGINE_BUSY_FILE"] = str(tmp_path / "busy")
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, sides={"a": "good", "b": "good"}, **overrides))
+    proc = subprocess.Popen([sys.executable, "-m", "abbisect", "run", str(recipe), "-o", str(tmp_path / "o")],
+                            cwd=tmp_path, env={**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        if stage == "build":
+            started = _wait_for(lambda: any("sleep" in _cmdline(p) for p in marked_pids(mark)), 120)
+        elif stage == "ready":
+            started = _wait_for(lambda: len(marked_pids(mark)) >= 2, 120)  # the server and its daemon
+        else:
+            started = _wait_for(lambda: (tmp_path / "busy").exists(), 120)
+        assert started, f"never reached the {stage} stage"
+        if victims == "abbisect":
+            proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)  # abbisect and the watchdog it started: only the record is left
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    servers = [p for p in marked_pids(mark) if "sleep" not in _cmdline(p)]
+    if victims == "abbisect" or stage == "build":
+        # the watchdog kills the server as soon as abbisect's pipe closes
+        assert _wait_for(lambda: not [p for p in marked_pids(mark) if "sleep" not in _cmdline(p)], 20)
+    else:
+        assert servers, "the server should still run until the next invocation reaps it"
+    nxt = abbisect("run", str(recipe), "--dry-run", cwd=tmp_path, cache=cache_dir)
+    assert nxt.returncode == 0, nxt.stderr
+    if servers and victims != "abbisect":
+        assert "reaped an orphaned server" in nxt.stderr
+    assert _wait_for(lambda: not [p for p in marked_pids(mark) if "sleep" not in _cmdline(p)], 10)
+    assert not [p for p in (cache_dir / "servers").glob("*.json") if json.loads(p.read_text())["owner_pid"] == proc.pid]
+    for pid in marked_pids(mark):  # the build step of the killed run (a `sleep`), not a server
+        os.kill(pid, signal.SIGKILL)
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def test_capped_log_keeps_head_and_tail_and_scans_everything(tmp_path):
+    scanner = LineScanner(load_catalogue(), ready="Application startup complete")
+    log = CappedLog(tmp_path / "server.log", cap=64 * 1024, scanner=scanner)
+    filler = b"INFO warming up " + b"x" * 100 + b"\n"
+    log.write(b"INFO first line\n")
+    for _ in range(2000):
+        log.write(filler)
+    log.write(b'indexer.cuh(283): error: static assertion failed with "Invalid kNumWeightsInReg"\n')
+    for _ in range(2000):
+        log.write(filler)
+    log.write(b"INFO Application startup complete.\nINFO last line")
+    log.close()
+    data = (tmp_path / "server.log").read_bytes()
+    assert len(data) < 64 * 1024 + 200
+    assert data.startswith(b"INFO first line\n") and data.endswith(b"INFO last line")
+    assert b"bytes (" in data and b"elided" in data
+    assert b"kNumWeightsInReg" not in data  # elided from the file, but found while streaming:
+    assert [(m.id, m.line_no) for m in scanner.matches][0] == ("static_assertion_failed", 2002)
+    assert scanner.ready_seen.is_set() and scanner.last_line == "INFO last line"
+
+
+def test_sigterm_during_bisect_stops_background_builds(tmp_path, crash_repo, cache_dir):
+    repo, _ = crash_repo
+    mark = uuid.uuid4().hex
+    install = {"strategy": "command", "env": {"ABBISECT_TEST_MARK": mark},
+               "commands": ["{uv} pip install -q --python {python} -e {src}", "sleep 120"]}
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, install=install))
+    out = tmp_path / "o"
+    proc = subprocess.Popen([sys.executable, "-m", "abbisect", "bisect", str(recipe), "--good", "good", "--bad", "bad",
+                             "-o", str(out)], cwd=tmp_path, env={**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        # the first end's build and at least one background (prefetch) build are sleeping
+        assert _wait_for(lambda: sum("sleep" in _cmdline(p) for p in marked_pids(mark)) >= 2, 180)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, proc.stderr.read()
+    assert took < 10, f"exit took {took:.1f} s"
+    assert _wait_for(lambda: not marked_pids(mark), 5), [_cmdline(p) for p in marked_pids(mark)]
