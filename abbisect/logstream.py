@@ -12,9 +12,11 @@ from __future__ import annotations
 import collections
 import os
 import re
+import re._constants as _const
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from re import _parser
 
 from abbisect.score.signatures import Signature, SignatureMatch, _compiled
 
@@ -25,7 +27,32 @@ MAX_MATCHES = 200  # signature matches kept per log (a signature repeating a mil
 
 _TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Warning)\b.*)$")
+_EXCEPTION_WORDS = ("Error", "Exception", "Exit", "Interrupt", "Failure", "Warning")
 _CHAINED = ("During handling of the above exception", "The above exception was the direct cause")
+
+
+def _literals(pattern: str) -> list[str] | None:
+    """The literal text each top-level alternative of `pattern` starts with (3+ characters), or None when
+    some alternative has none (or flags make a literal test unsound): then the regex itself is searched."""
+    try:
+        parsed = _parser.parse(pattern)
+    except re.error:
+        return None
+    if parsed.state.flags & (re.IGNORECASE | re.VERBOSE):
+        return None
+    items = list(parsed)
+    branches = [list(b) for b in items[0][1][1]] if len(items) == 1 and items[0][0] is _const.BRANCH else [items]
+    out = []
+    for branch in branches:
+        lit = []
+        for op, av in branch:
+            if op is not _const.LITERAL:
+                break
+            lit.append(chr(av))
+        if len(lit) < 3:
+            return None
+        out.append("".join(lit))
+    return out
 
 
 def log_cap() -> int:
@@ -40,6 +67,13 @@ class LineScanner:
     def __init__(self, catalogue: list[Signature] | None = None, ready: str | None = None) -> None:
         self.compiled = [(s, _compiled(s.pattern)) for s in (catalogue or [])]
         self.ready = re.compile(ready) if ready else None
+        # One search over a whole chunk of lines tells whether any line of it can matter; most chunks of a
+        # flooding log cannot, and are only counted (a per-line, per-signature loop costs ~1 µs a line).
+        alternatives = [s.pattern for s in (catalogue or [])] + ([ready] if ready else [])
+        # A chunk is searched for each pattern's literal prefix(es) with `in` (memchr speed); only a pattern
+        # without one is searched as a regex. An alternation of all patterns would be ~100x slower.
+        self._literals = [lit for a in alternatives for lit in (_literals(a) or ())]
+        self._regexes = [re.compile(a, re.MULTILINE) for a in alternatives if _literals(a) is None]
         self.ready_seen = threading.Event()
         self.matches: list[SignatureMatch] = []
         self.line_no = 0
@@ -48,6 +82,32 @@ class LineScanner:
         self._exc: tuple[int, str] | None = None
         self._fallback: tuple[int, str] | None = None
         self._tb: tuple[int, str] | None = None  # (line of the traceback header, its prefix)
+
+    def feed_many(self, text: str, n_lines: int) -> None:
+        """`n_lines` complete lines joined by newlines: fed one by one only if some line may matter."""
+        if self._may_matter(text):
+            for line in text.split("\n"):
+                self.feed(line)
+        else:
+            self._skip(text, n_lines)
+
+    def _may_matter(self, text: str) -> bool:
+        if any(lit in text for lit in self._literals) or any(rx.search(text) for rx in self._regexes):
+            return True  # a signature, or the ready line
+        if self.frozen or self._exc is not None:
+            return False
+        return (self._tb is not None or _TRACEBACK in text
+                or (self._fallback is None and any(w in text for w in _EXCEPTION_WORDS)))
+
+    def _ready_pending(self) -> bool:
+        return self.ready is not None and not self.ready_seen.is_set()
+
+    def _skip(self, text: str, n_lines: int) -> None:
+        self.line_no += n_lines
+        for line in reversed(text.rsplit("\n", 4)):
+            if line.strip():
+                self.last_line = line.strip()[:300]
+                break
 
     def feed(self, line: str) -> None:
         self.line_no += 1
@@ -138,12 +198,17 @@ class CappedLog:
         self._scan(chunk)
 
     def _scan(self, chunk: bytes) -> None:
-        pieces = chunk.split(b"\n")
-        for piece in pieces[:-1]:
-            line, self._partial = (self._partial + piece[:MAX_LINE])[:MAX_LINE], b""
-            self.scanner.feed(line.decode(errors="replace"))
-        if len(self._partial) < MAX_LINE:  # the rest of an overlong line is written, not scanned
-            self._partial = (self._partial + pieces[-1][:MAX_LINE])[:MAX_LINE]
+        end = chunk.rfind(b"\n")
+        if end < 0:
+            if len(self._partial) < MAX_LINE:  # the rest of an overlong line is written, not scanned
+                self._partial = (self._partial + chunk[:MAX_LINE])[:MAX_LINE]
+            return
+        first = chunk.find(b"\n")
+        self.scanner.feed((self._partial + chunk[:first][:MAX_LINE])[:MAX_LINE].decode(errors="replace"))
+        middle = chunk[first + 1:end]
+        if end > first:
+            self.scanner.feed_many(middle.decode(errors="replace"), middle.count(b"\n") + 1)
+        self._partial = chunk[end + 1:][:MAX_LINE]
 
     def close(self) -> None:
         with self.lock:

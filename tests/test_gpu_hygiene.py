@@ -108,13 +108,26 @@ def test_wait_released_waits_until_idle(monkeypatch: pytest.MonkeyPatch) -> None
     assert "released after 1.5s" in describe(rep)
 
 
+def test_a_leftover_is_named_with_its_pid_and_command(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "leftover-server-marker"])
+    try:
+        nvml = FakeNvml(["0:1"], used=[[30000]], procs=[[[leftover.pid]]])
+        rep = check_idle([0], nvml=nvml)
+        assert rep.busy and f"PID {leftover.pid} (" in rep.notice and "leftover-server-marker" in rep.notice
+    finally:
+        leftover.kill()
+        leftover.wait()
+
+
 def test_wait_released_names_lingering_pids(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     nvml = FakeNvml(["0:1", "0:2"], used=[[400], [30000]], procs=[[[]], [[4242, 4243]]])
     clock = FakeClock(nvml)
     rep = wait_released([0, 1], timeout_s=3, baseline=[400, 400], nvml=nvml, clock=clock, sleep=clock.sleep)
     assert rep.busy and rep.pids == (4242, 4243) and rep.waited_s >= 3
-    assert "still in use after" in rep.notice and "4242, 4243" in rep.notice and "GPU 1: 30000 MiB" in rep.notice
+    assert "still in use after" in rep.notice and "PID 4242" in rep.notice and "PID 4243" in rep.notice
+    assert "GPU 1: 30000 MiB" in rep.notice
     assert HygieneReport.from_dict(json.loads(json.dumps(rep.to_dict()))) == rep
 
 

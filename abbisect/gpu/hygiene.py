@@ -146,11 +146,23 @@ def _sample(n: _Nvml, devices: Sequence[int], base: tuple[int, ...] | None, wait
     pids = tuple(sorted({p for i in idx for p in n.pids(i)}))
     limits = [IDLE_USED_MIB] * len(used) if base is None else [b + BASELINE_SLACK_MIB for b in base]
     over = [f"GPU {d}: {u} MiB used (idle is <= {lim})" for d, u, lim in zip(devices, used, limits) if u > lim]
-    parts = ([f"compute processes {', '.join(map(str, pids))}"] if pids else []) + over
+    parts = ([f"compute processes {', '.join(_who(p) for p in pids)}"] if pids else []) + over
     return HygieneReport(
         skipped=False, notice="; ".join(parts), busy=bool(parts), pids=pids, devices=tuple(devices),
         used_mib=used, baseline=base, waited_s=round(waited, 2),
     )
+
+
+def _who(pid: int) -> str:
+    """`PID 1234 (python -m sglang.launch_server …)`: a leftover named so a person can kill it."""
+    try:
+        import psutil
+
+        argv = psutil.Process(pid).cmdline()
+        cmd = " ".join([os.path.basename(argv[0]), *argv[1:]])[:120] if argv else ""
+    except Exception:  # noqa: BLE001  # gone, another user's, or psutil missing: the PID alone
+        cmd = ""
+    return f"PID {pid}" + (f" ({cmd})" if cmd else "")
 
 
 def check_idle(
