@@ -273,6 +273,14 @@ def test_untestable_merge_base_stops_with_the_evidence(tmp_path, cache_dir) -> N
     assert res["mode"] == "untestable-merge-base" and res["merge_bases"] == [a1]
     assert "neither end's verdict" in res["message"] and "build_failed" in res["message"]
     assert "neither end's verdict" in md
+    checks = [line for line in reproduce_lines(md) if line.startswith("abbisect check ")]
+    assert len(checks) == 3 and not any(line.startswith("git ") for line in reproduce_lines(md))
+    env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)}
+    for line in checks:  # each printed check gives the exit code the report claims
+        command, _, claim = line.partition("  # ")
+        proc = subprocess.run(command, shell=True, cwd=tmp_path, check=False, capture_output=True, env=env, timeout=300)
+        assert f"exit {proc.returncode}" in claim, (line, proc.stderr)
+    assert any(line.endswith(f"{a1}  # merge base: exit 125") for line in checks)
 
 
 def test_server_that_runs_git_serves_under_git_bisect_run(upstream, tmp_path, cache_dir) -> None:

@@ -48,6 +48,13 @@ def reproduce_commands(run: BisectRun, cmd: str, recipe_file: str) -> list[str]:
     import shlex
 
     repo = shlex.quote(str(run.repo))
+    if run.mode in STOPPED:  # no search ran: what stopped it is each tested commit's own verdict
+        if "differs_from_good" in run.recipe.verdict.bad_if:  # relative verdicts: check cannot judge alone
+            return [rerun_command(cmd)]
+        code = {"good": 0, "bad": 1, "skip": 125}
+        return [rerun_command(cmd), "# each commit tested, judged alone (exit 0 good, 1 bad, 125 untestable):",
+                *(f"abbisect check {shlex.quote(recipe_file)} {s.sha}  # {s.role}: exit {code[s.outcome]}"
+                  for s in run.steps)]
     old_term, new_term = terms(run.mode)
     olds = " ".join(dict.fromkeys((run.old.sha, *run.merge_bases, *run.excluded)))
     lines = [rerun_command(cmd), "# the same search driven by git itself:",
