@@ -18,7 +18,9 @@ from conftest import abbisect, marked_pids, toy_recipe, write_recipe
 
 from abbisect.demo.history import Commit, build_history
 from abbisect.logstream import CappedLog, LineScanner
+from abbisect.recipe import Verdicts
 from abbisect.score.signatures import load_catalogue
+from abbisect.verdict import Evidence, judge
 
 CRASH_HISTORY = [
     Commit("Initial engine", tag="good"),
@@ -200,7 +202,8 @@ def test_capped_log_keeps_head_and_tail_and_scans_everything(tmp_path):
     assert scanner.ready_seen.is_set() and scanner.last_line == "INFO last line"
 
 
-def test_sigterm_during_bisect_stops_background_builds(tmp_path, crash_repo, cache_dir):
+@pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_signal_during_bisect_stops_background_builds(tmp_path, crash_repo, cache_dir, sig, code):
     repo, _ = crash_repo
     mark = uuid.uuid4().hex
     install = {"strategy": "command", "env": {"ABBISECT_TEST_MARK": mark},
@@ -214,12 +217,47 @@ def test_sigterm_during_bisect_stops_background_builds(tmp_path, crash_repo, cac
         # the first end's build and at least one background (prefetch) build are sleeping
         assert _wait_for(lambda: sum("sleep" in _cmdline(p) for p in marked_pids(mark)) >= 2, 180)
         t0 = time.monotonic()
-        proc.send_signal(signal.SIGTERM)
+        proc.send_signal(sig)
         proc.wait(timeout=30)
         took = time.monotonic() - t0
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 143, proc.stderr.read()
+    assert proc.returncode == code, proc.stderr.read()
     assert took < 10, f"exit took {took:.1f} s"
     assert _wait_for(lambda: not marked_pids(mark), 5), [_cmdline(p) for p in marked_pids(mark)]
+
+
+BUILD_ERROR = "echo 'kernel.cuh(9): error: static assertion failed with \"Invalid kNumWeightsInReg\"'; exit 1"
+
+
+def test_a_failed_build_still_shows_its_signatures(tmp_path, crash_repo, cache_dir):
+    repo, _ = crash_repo
+    install = {"strategy": "command", "env": {"MARK": uuid.uuid4().hex},
+               "commands": [BUILD_ERROR]}
+    res, out = _run(tmp_path, repo, cache_dir, "good", "good", install=install)
+    b = res["b"]
+    assert b["verdict"]["status"] == "build_failed"
+    assert "static_assertion_failed" in [s["id"] for s in b["signatures"]]
+    assert "static_assertion_failed" in (out / "report.md").read_text()
+
+
+def _evidence(**kw) -> Evidence:
+    base = {"build_ok": True, "build_error": None, "ready": "ready", "rejected_flags": (), "first_exception": None,
+            "n_outputs": 4, "n_errors": 0, "degenerate": (), "late_loops": (), "answer_misses": (),
+            "serious_signatures": (), "bad_signatures": ()}
+    return Evidence(**{**base, **kw})
+
+
+def test_verdict_crash_while_serving_comes_before_errors_and_request_errors_are_bad():
+    rules = Verdicts()
+    crashed = judge(_evidence(n_errors=2, exited_while_serving=True, exit_code=1, crash_prompt="p2 [long_context]",
+                              first_exception="RuntimeError: JIT compilation failed"), rules)
+    assert (crashed.status, crashed.outcome) == ("crashed_while_serving", "bad")
+    assert "while serving prompt p2 [long_context]" in crashed.reasons[0] and "code 1" in crashed.reasons[0]
+    # all four requests failed on a living server: evidence about the engine, not an infrastructure fault
+    errors = judge(_evidence(n_errors=4, request_errors=tuple(f"p{i}: HTTP 500" for i in range(4))), rules)
+    assert (errors.status, errors.outcome) == ("request_errors", "bad")
+    skipped = judge(_evidence(n_errors=1, request_errors=("p1: HTTP 500",)),
+                    Verdicts(bad_if=["degenerate"], skip_if=["request_errors"]))
+    assert skipped.outcome == "skip"

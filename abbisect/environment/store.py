@@ -230,6 +230,8 @@ def _run_one(step: Step, env: dict[str, str], ctx: BuildContext, out: CappedLog,
     reader = pump(read_end, out, close=False)
     with _ACTIVE_LOCK:
         _ACTIVE.add(proc)
+    if _STOPPING.is_set():  # stop_builds ran between this thread's last check and the add above
+        _kill_group(proc)
     t0 = time.monotonic()
     next_status = t0 + STATUS_EVERY_S
     try:
