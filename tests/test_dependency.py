@@ -138,3 +138,18 @@ def test_bisect_dry_run_over_versions(tmp_path, engine_repo, cache_dir, wheels):
     assert "4 candidate(s) after the old end: 1.1.0, 1.2.0, 1.3.0, 1.4.0" in proc.stdout
     assert "toydep==1.4.0" in proc.stdout and "install checkout" not in proc.stdout.split("$")[0]
     assert not (tmp_path / "results").exists()
+
+
+def test_bisect_dry_run_over_dependency_commits_shows_its_install_commands(tmp_path, engine_repo, cache_dir,
+                                                                              wheels, dep_repo):
+    repo, shas = dep_repo
+    rec = dep_recipe(engine_repo, wheels, bisect={"over": {
+        "repo": str(repo), "engine_ref": "fixed",
+        "install": {"commands": ["{uv} pip install --python {python} --no-deps {src}"], "env": {"CC": "gcc"}}}})
+    proc = abbisect("bisect", str(write_recipe(tmp_path / "r.yaml", rec)), "--good", shas[0], "--bad", shas[4],
+                    "--dry-run", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert f"4 candidate(s) after the old end: {shas[1][:10]}" in proc.stdout
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last.startswith("  $ CC=gcc VIRTUAL_ENV=") and "pip install --python" in last and "--no-deps" in last
+    assert f"cd '<worktree of {shas[4][:10]}>'" in last or f"cd '<worktree of {shas[4][:10]}>" in last
