@@ -281,7 +281,8 @@ class Driver:
         git_does = ("git bisect does the same" if same == "good" else
                     f"git bisect would stop here (\"the merge base is bad\"); abbisect searches the {other}-end "
                     f"side instead")
-        run.ends_note = (f"{run.good.ref} and {run.bad.ref} are on different branches. Their merge base {base} was "
+        run.ends_note = (f"{run.good.ref} and {run.bad.ref} are on different branches ({run.good.ref} tested "
+                         f"{named['good'].outcome}, {run.bad.ref} {named['bad'].outcome}). Their merge base {base} was "
                          f"tested: {verdict}, like the named {same} end {same_rev.ref}, so the change lies between "
                          f"the merge base and {other_rev.ref}: searching merge-base..{other_rev.ref} "
                          f"({git_does}).")
