@@ -261,3 +261,12 @@ def test_verdict_crash_while_serving_comes_before_errors_and_request_errors_are_
     skipped = judge(_evidence(n_errors=1, request_errors=("p1: HTTP 500",)),
                     Verdicts(bad_if=["degenerate"], skip_if=["request_errors"]))
     assert skipped.outcome == "skip"
+
+
+def test_a_long_wait_for_ready_says_how_long_and_what_the_server_printed_last(tmp_path, crash_repo, cache_dir):
+    repo, _ = crash_repo
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, sides={"a": "good", "b": "good"},
+                                                          env={"TOYENGINE_LOAD_SECONDS": "6"}))
+    proc = abbisect("run", str(recipe), "-o", str(tmp_path / "o"), cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "waiting for ready (5 s): INFO toyengine: " in proc.stderr  # the last line the server printed
