@@ -225,3 +225,13 @@ def test_html_escapes_every_value():
     assert "<script>alert(1)" not in page
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
     assert 'href="a%20b/%22quoted%22%26%23/report.md"' in page
+
+
+def test_the_profile_marks_loops_only_where_the_scorer_sees_one():
+    from abbisect.matrix.plots import _loop
+
+    loop = {"onset_char": 6, "period_chars": 5, "repeats": 10}
+    assert _loop({"text": "x"}, {"label": "degenerate", "loop": loop}) == (6, 56)
+    assert _loop({"text": "x"}, {"label": "healthy", "loop": loop}) is None  # a list's pattern is no loop
+    start, end = _loop({"text": "Coming " + "late " * 40}, None)  # no recorded analysis: analyze afresh
+    assert start == 6 and end >= 200  # as the scorer reports it: "loops from char 6"

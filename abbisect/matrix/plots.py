@@ -124,14 +124,17 @@ def bisect_range(data: Mapping[str, Any]) -> bytes | None:
 
 
 def _loop(output: Mapping[str, Any], analysis: Mapping[str, Any] | None) -> tuple[int, int] | None:
-    """(start, end) in characters of the output's loop, from its recorded analysis or `analyze` afresh."""
-    loop = (analysis or {}).get("loop")
+    """(start, end) in characters of the output's loop, from its recorded analysis or `analyze` afresh.
+
+    Only where the scorer calls the output looping (degenerate or a late loop): a healthy output may still
+    hold a repeated unit (a list's pattern) that is no loop.
+    """
     if analysis is None:
         from abbisect.score import analyze
 
-        found = analyze(output.get("text") or "").loop
-        loop = found.to_dict() if found else None
-    if not loop:
+        analysis = analyze(output.get("text") or "").to_dict()
+    loop = analysis.get("loop")
+    if not loop or analysis.get("label") == "healthy":
         return None
     return loop["onset_char"], loop["onset_char"] + loop["period_chars"] * loop["repeats"]
 
