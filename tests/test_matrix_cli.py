@@ -13,8 +13,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 import pytest
-
-from tests.conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
+from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
