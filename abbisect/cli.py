@@ -102,21 +102,28 @@ def _pins(recipe: Recipe, a_pins: tuple[str, ...], b_pins: tuple[str, ...]) -> t
 @click.option("--dry-run", is_flag=True, help="print the plan (refs, install steps, argv, prompts) and stop")
 @click.option("--no-cache", is_flag=True, help="run both sides even if a cached result exists (it is replaced)")
 @click.option("--json", "as_json", is_flag=True, help="print the final result as JSON on stdout")
+@click.option("--script", help="a command that judges each side (exit 0 good, 1-124/126/127 bad, 125 skip; the "
+              "trial's JSON on stdin); overrides verdict.script")
+@click.option("--interactive", is_flag=True, help="show each side's outputs and ask good/bad/skip/retry")
 def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
-        output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool) -> None:
+        output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
+        interactive: bool) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
     from abbisect.ab import resolve_sides, run_ab
     from abbisect.cache import open_cache
+    from abbisect.judges import judging, make_judge
     from abbisect.plan import render_plan
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.markdown import render_ab
+    from abbisect.trial import run_trial
 
-    rec, _ = load_recipe(recipe_path(recipe, DEFAULT_RECIPE))
+    rec, base = load_recipe(recipe_path(recipe, DEFAULT_RECIPE))
     pins = _pins(rec, a_pins, b_pins)
     if any(pins) and not rec.sides:  # a dependency A/B: one engine commit (HEAD unless named), two pin sets
         ref_a = ref_a or ref_b or "HEAD"
         ref_b = ref_b or ref_a
     refs = _sides(rec, ref_a, ref_b)
+    judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
     red = Redactor.from_recipe(rec)
     if dry_run:
         click.echo(red.text(render_plan(rec, refs, cache_root(cache_dir), pins)))
@@ -129,9 +136,10 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     from abbisect.trialcache import TrialCache, machine_key
 
     ab = run_ab(rec, repo, revs, cache, out, _invocation(), progress,
-                TrialCache(cache, machine_key(), enabled=not no_cache).fetch, pins)
+                judging(TrialCache(cache, machine_key(), enabled=not no_cache).fetch, judge, run_trial), pins)
     write_results(out, render_ab(ab), ab.to_dict(), [("a", ab.a), ("b", ab.b)], redactor=red)
-    progress(f"A: [bold]{ab.a.verdict.status}[/bold]   B: [bold]{ab.b.verdict.status}[/bold]")
+    progress(f"A: [bold]{ab.a.verdict.status}[/bold] → {ab.a.verdict.outcome}   "
+             f"B: [bold]{ab.b.verdict.status}[/bold] → {ab.b.verdict.outcome}")
     progress(f"report: {out / 'report.md'}")
     if as_json:
         click.echo(json.dumps(red.data(ab.to_dict()), default=str))

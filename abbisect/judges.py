@@ -21,7 +21,7 @@ import click
 
 from abbisect.errors import UserError
 from abbisect.proc import scrubbed_env
-from abbisect.trial import TrialResult
+from abbisect.trial import Progress, TrialResult, TrialSpec
 from abbisect.verdict import Verdict
 
 _INTERPRETERS = ("python", "python3", "sh", "bash", "node", "perl", "ruby")
@@ -150,6 +150,18 @@ def rejudged(result: TrialResult, d: Decision) -> TrialResult:
     extras = {**result.extras, "judge": {"by": d.by, "outcome": d.outcome, "reason": d.reason,
                                          "builtin": v.to_dict()}}
     return replace(result, verdict=Verdict(v.status, d.outcome, reasons), extras=extras)
+
+
+def judging(fetch: Callable[[TrialSpec, Progress], TrialResult], judge: Judge | None,
+            rerun: Callable[[TrialSpec, Progress], TrialResult]) -> Callable[[TrialSpec, Progress], TrialResult]:
+    """A trial runner whose results carry the judge's verdict (`rerun` serves "retry": never the cache)."""
+    if judge is None:
+        return fetch
+
+    def runner(spec: TrialSpec, progress: Progress) -> TrialResult:
+        return apply(judge, fetch(spec, progress), lambda: rerun(spec, progress))
+
+    return runner
 
 
 def apply(judge: Judge, result: TrialResult, rerun: Callable[[], TrialResult],

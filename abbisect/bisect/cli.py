@@ -213,7 +213,10 @@ def _recorded_ends(st, out, repo, variable, good, bad):
 @click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
 @click.option("--no-cache", is_flag=True, help="ignore a cached result for this commit")
 @click.option("--json", "as_json", is_flag=True, help="print the trial result as JSON on stdout")
-def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
+@click.option("--script", help="a command that judges the trial (exit 0 good, 1-124/126/127 bad, 125 skip; the "
+              "trial's JSON on stdin); overrides verdict.script")
+@click.option("--interactive", is_flag=True, help="show the trial's outputs and ask good/bad/skip/retry")
+def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive) -> None:
     """Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.
 
     Without REF it judges what git is testing: under `git bisect run` (or while a bisect is under way in
@@ -224,7 +227,9 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
 
     from abbisect.ab import trial_spec
     from abbisect.bisect.history import bisect_under_way, has_commit
+    from abbisect.judges import judging, make_judge
     from abbisect.proc import is_git_var
+    from abbisect.trial import run_trial
     from abbisect.trialcache import TrialCache, machine_key
 
     under = bisect_under_way(dict(os.environ), Path.cwd()) if ref is None else None
@@ -233,7 +238,8 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
     for name in [n for n in os.environ if is_git_var(n)]:
         del os.environ[name]
     try:
-        rec, _ = load_recipe(recipe_path(recipe))
+        rec, base = load_recipe(recipe_path(recipe))
+        judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
         red = Redactor.from_recipe(rec)
         progress = red.guard(Reporter())
         cache = open_cache(cache_dir, progress)
@@ -253,7 +259,7 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json) -> None:
         raise SystemExit(128) from None
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     spec = trial_spec(rec, repo, rev, "check", cache, cache / "checks" / rec.name)
-    result = trials.fetch(spec, lambda m: progress(f"{rev.short}: {m}"))
+    result = judging(trials.fetch, judge, run_trial)(spec, lambda m: progress(f"{rev.short}: {m}"))
     # The verdict kept beside the logs, so `abbisect matrix <cache>/checks` can read it.
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     kept = json.dumps(red.data(result.to_dict()), indent=1, default=str)
