@@ -23,7 +23,10 @@ from abbisect.score.signatures import Signature, SignatureMatch, _compiled
 # Per trial and per log: 4 MiB of head and 4 MiB of tail. ABBISECT_LOG_CAP_BYTES overrides (tests).
 DEFAULT_CAP = 8 * 1024 * 1024
 MAX_LINE = 64 * 1024  # longer lines are scanned by their first MAX_LINE bytes
-MAX_MATCHES = 200  # signature matches kept per log (a signature repeating a million times is one fact)
+# Signature matches kept per log, and per signature (one repeating a million times is one fact, and must
+# not crowd out a different one that comes later).
+MAX_MATCHES = 500
+MAX_PER_SIGNATURE = 20
 
 _TRACEBACK = "Traceback (most recent call last):"
 _EXCEPTION_LINE = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Warning)\b.*)$")
@@ -67,8 +70,8 @@ class LineScanner:
     def __init__(self, catalogue: list[Signature] | None = None, ready: str | None = None) -> None:
         self.compiled = [(s, _compiled(s.pattern)) for s in (catalogue or [])]
         self.ready = re.compile(ready) if ready else None
-        # One search over a whole chunk of lines tells whether any line of it can matter; most chunks of a
-        # flooding log cannot, and are only counted (a per-line, per-signature loop costs ~1 µs a line).
+        # Most chunks of a flooding log cannot matter and are only counted (a per-line, per-signature loop
+        # costs microseconds a line).
         alternatives = [s.pattern for s in (catalogue or [])] + ([ready] if ready else [])
         # A chunk is searched for each pattern's literal prefix(es) with `in` (memchr speed); only a pattern
         # without one is searched as a regex. An alternation of all patterns would be ~100x slower.
@@ -76,6 +79,7 @@ class LineScanner:
         self._regexes = [re.compile(a, re.MULTILINE) for a in alternatives if _literals(a) is None]
         self.ready_seen = threading.Event()
         self.matches: list[SignatureMatch] = []
+        self._per_id: dict[str, int] = {}
         self.line_no = 0
         self.last_line = ""
         self.frozen = False
@@ -99,9 +103,6 @@ class LineScanner:
         return (self._tb is not None or _TRACEBACK in text
                 or (self._fallback is None and any(w in text for w in _EXCEPTION_WORDS)))
 
-    def _ready_pending(self) -> bool:
-        return self.ready is not None and not self.ready_seen.is_set()
-
     def _skip(self, text: str, n_lines: int) -> None:
         self.line_no += n_lines
         for line in reversed(text.rsplit("\n", 4)):
@@ -121,7 +122,8 @@ class LineScanner:
             if len(self.matches) >= MAX_MATCHES:
                 break
             m = rx.search(line)
-            if m is not None:
+            if m is not None and self._per_id.get(sig.id, 0) < MAX_PER_SIGNATURE:
+                self._per_id[sig.id] = self._per_id.get(sig.id, 0) + 1
                 groups = tuple(g.strip() for g in m.groups() if g is not None)
                 self.matches.append(SignatureMatch(sig.id, sig.severity, self.line_no, line.rstrip()[:2000],
                                                    groups, sig.meaning, sig.hint))
