@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import re
 import shutil
 import subprocess
 from html.parser import HTMLParser
@@ -122,6 +123,13 @@ def test_markdown_csv_and_pictures(built):
     for name in pngs:
         assert (out / "plots" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert f"(plots/{name})" in md
+    # The page needs no network: every address in it is a relative path or an inline picture.
+    page = (out / "matrix.html").read_text()
+    addresses = re.findall(r'(?:src|href)="([^"]*)"', page)
+    assert addresses and all(
+        not re.match(r"^(?:[a-z]+:|//)", a) or a.startswith("data:image/png;base64,") for a in addresses
+    )
+    assert sum(a.startswith("data:image/png") for a in addresses) == len(pngs)
     bisect = json.loads((work / "results/toy/bisect/bisect.json").read_text())
     remaining = [s["remaining"] for s in bisect["steps"]]
     assert (
