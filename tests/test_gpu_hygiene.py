@@ -214,6 +214,8 @@ def test_hygiene_between_two_launches_of_a_gpu_server() -> None:
         lingering = wait_released([0], timeout_s=2, baseline=before)
         print(f"lingering check: {describe(lingering)}")
         assert lingering.busy and "still in use" in lingering.notice
+        if lingering.pids:  # named with its PID and command line, so a person can find and kill it
+            assert f"PID {proc.pid} (" in lingering.notice and "gpu_fixture_server" in lingering.notice
     finally:
         proc.kill()
         proc.wait(timeout=30)
