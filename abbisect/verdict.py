@@ -69,8 +69,10 @@ def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[str, list[str]]
     if ev.exited_while_serving:
         where = (f"while serving prompt {ev.crash_prompt}" if ev.crash_prompt
                  else f"after prompt {ev.crash_after}" if ev.crash_after else "before the first request")
+        sigs = list(dict.fromkeys(ev.bad_signatures + ev.serious_signatures))
         return "crashed_while_serving", [(f"server exited (code {ev.exit_code}) {where}: "
-                                         f"{ev.first_exception or 'see the log lines below'}")]
+                                          f"{ev.first_exception or 'see the log lines below'}"),
+                                         *([f"log signatures: {', '.join(sigs[:5])}"] if sigs else [])]
     if ev.request_errors:
         return "request_errors", [(f"{len(ev.request_errors)}/{ev.n_outputs} request(s) failed while the server "
                                   "stayed up"), *ev.request_errors[:3]]
