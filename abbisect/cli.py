@@ -114,10 +114,12 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     from abbisect.judges import judging, make_judge
     from abbisect.plan import render_plan
     from abbisect.report.files import new_output_dir, write_results
-    from abbisect.report.markdown import render_ab
+    from abbisect.report.portable import reproduce_command
+    from abbisect.report.render import ab_files
     from abbisect.trial import run_trial
 
-    rec, base = load_recipe(recipe_path(recipe, DEFAULT_RECIPE))
+    recipe_file = recipe_path(recipe, DEFAULT_RECIPE)
+    rec, base = load_recipe(recipe_file)
     pins = _pins(rec, a_pins, b_pins)
     if any(pins) and not rec.sides:  # a dependency A/B: one engine commit (HEAD unless named), two pin sets
         ref_a = ref_a or ref_b or "HEAD"
@@ -135,9 +137,10 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
     from abbisect.trialcache import TrialCache, machine_key
 
-    ab = run_ab(rec, repo, revs, cache, out, _invocation(), progress,
+    ab = run_ab(rec, repo, revs, cache, out, reproduce_command(sys.argv[1:], recipe_file), progress,
                 judging(TrialCache(cache, machine_key(), enabled=not no_cache).fetch, judge, run_trial), pins)
-    write_results(out, render_ab(ab), ab.to_dict(), [("a", ab.a), ("b", ab.b)], redactor=red)
+    files = ab_files(ab, rec, cache, repo, recipe_file, out)
+    write_results(out, files.pop("report.md"), ab.to_dict(), [("a", ab.a), ("b", ab.b)], redactor=red, extra=files)
     progress(f"A: [bold]{ab.a.verdict.status}[/bold] → {ab.a.verdict.outcome}   "
              f"B: [bold]{ab.b.verdict.status}[/bold] → {ab.b.verdict.outcome}")
     progress(f"report: {out / 'report.md'}")

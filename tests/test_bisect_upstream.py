@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import shlex
 import subprocess
 from pathlib import Path
 
@@ -162,12 +161,14 @@ def reproduce_lines(md: str) -> list[str]:
     return [line for line in body.splitlines() if line and not line.startswith("#")]
 
 
-def run_printed_git_commands(md: str, cache: Path, expect: str, cwd: Path | None = None) -> None:
+def run_printed_git_commands(md: str, cache: Path, expect: str, res: dict, recipe: Path,
+                             cwd: Path | None = None) -> None:
     """Run every command bisect.md prints, as printed: abbisect's own (again, from the same folder), then git
-    bisect start, run, rev-parse, reset; both must name the commit the report claims."""
+    bisect start, run, rev-parse, reset; both must name the commit the report claims. bisect.md names no
+    local path: the engine's clone and the recipe file are the variables its Reproduce block explains."""
     everything = reproduce_lines(md)
     lines = [line for line in everything if line.startswith("git ")]
-    env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache)}
+    env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache), "ENGINE_REPO": res["repo"], "RECIPE": str(recipe)}
     if cwd is not None:
         (again,) = [line for line in everything if line.startswith("abbisect ")]
         assert " -o " not in f" {again} " and "--json" in again
@@ -204,9 +205,10 @@ def test_done_when_release_tag_vs_main_first_parent_bare_clone(upstream, tmp_pat
     assert "#120" in md
     statuses = {st["sha"]: st["status"] for st in res["steps"]}
     assert statuses.get(s["nobuild"], "build_failed") == "build_failed"
-    bare = Path(shlex.split(reproduce_lines(md)[1])[2])
+    assert reproduce_lines(md)[1].startswith('git -C "$ENGINE_REPO" bisect start')
+    bare = Path(res["repo"])
     assert _git(bare, "rev-parse", "--is-bare-repository") == "true"
-    run_printed_git_commands(md, cache_dir, s["M120"], cwd=tmp_path)
+    run_printed_git_commands(md, cache_dir, s["M120"], res, tmp_path / "r.yaml", cwd=tmp_path)
 
 
 def test_merge_base_with_the_bad_ends_verdict_searches_the_release_branch(upstream, tmp_path, cache_dir) -> None:
@@ -223,7 +225,7 @@ def test_merge_base_with_the_bad_ends_verdict_searches_the_release_branch(upstre
     assert "git bisect would stop here" in md and "searching merge-base..v0.5.19" in md
     assert res["releases"]["first_release"] == "v0.5.19"
     assert s["p1"] in {c["sha"] for c in res["releases"]["carriers"]}
-    run_printed_git_commands(md, cache_dir, s["bp1"], cwd=tmp_path)
+    run_printed_git_commands(md, cache_dir, s["bp1"], res, tmp_path / "r.yaml", cwd=tmp_path)
 
 
 def test_regression_across_branches_names_the_releases_carrying_the_culprit(upstream_crash, tmp_path,
@@ -236,7 +238,7 @@ def test_regression_across_branches_names_the_releases_carrying_the_culprit(upst
     assert res["mode"] == "regression" and res["first_new"] == s["M130"] and res["old"] == s["m7"]
     assert [(c["sha"], c["first_release"]) for c in res["releases"]["carriers"]] == [(s["bp2"], "v0.6.1")]
     assert "git bisect does the same" in md and "broken on main by" in md
-    run_printed_git_commands(md, cache_dir, s["M130"])
+    run_printed_git_commands(md, cache_dir, s["M130"], res, tmp_path / "r.yaml")
 
 
 def test_regression_on_one_line_printed_commands_agree_in_a_non_bare_clone(upstream, tmp_path, cache_dir) -> None:
@@ -246,7 +248,7 @@ def test_regression_on_one_line_printed_commands_agree_in_a_non_bare_clone(upstr
     _, res, md = run_bisect(tmp_path, str(clone), cache_dir, "--good", s["git"], "--bad", "pre-fix")
     assert res["mode"] == "regression" and res["first_new"] == s["bug"] and not res["merge_bases"]
     assert "### Ends" not in md
-    run_printed_git_commands(md, cache_dir, s["bug"])
+    run_printed_git_commands(md, cache_dir, s["bug"], res, tmp_path / "r.yaml")
 
 
 def test_fix_on_one_line_printed_commands_agree_in_a_bare_clone(upstream, tmp_path, cache_dir) -> None:
@@ -256,7 +258,7 @@ def test_fix_on_one_line_printed_commands_agree_in_a_bare_clone(upstream, tmp_pa
                             "--first-parent")
     assert res["mode"] == "fix" and res["first_new"] == s["M120"]
     assert "--term-old=broken --term-new=fixed" in md and "--invert" in md
-    run_printed_git_commands(md, cache_dir, s["M120"])
+    run_printed_git_commands(md, cache_dir, s["M120"], res, tmp_path / "r.yaml")
 
 
 def test_untestable_merge_base_stops_with_the_evidence(tmp_path, cache_dir) -> None:
@@ -349,7 +351,7 @@ def test_across_branches_full_history_names_the_pull_requests_commit(upstream, t
     _, res, md = run_bisect(tmp_path, str(clone), cache_dir, "--good", "v0.5.18", "--bad", "main")
     assert res["mode"] == "fix" and res["first_new"] == s["p1"] and res["old"] == s["m3"]
     assert [(c["sha"], c["how"]) for c in res["releases"]["carriers"]] == [(s["bp1"], f"cherry-pick of {s['p1'][:10]}")]
-    run_printed_git_commands(md, cache_dir, s["p1"])
+    run_printed_git_commands(md, cache_dir, s["p1"], res, tmp_path / "r.yaml")
 
 
 def test_git_bisect_run_in_a_linked_worktree(upstream, tmp_path, cache_dir) -> None:
@@ -420,4 +422,4 @@ def test_criss_cross_ends_test_every_merge_base(tmp_path, cache_dir) -> None:
     assert [st["role"] for st in res["steps"]].count("merge base") == 2
     (start_line,) = [line for line in reproduce_lines(md) if " bisect start " in line]
     assert x1 in start_line and y1 in start_line  # git is told both bases are old: it need not test them again
-    run_printed_git_commands(md, cache_dir, y2)
+    run_printed_git_commands(md, cache_dir, y2, res, tmp_path / "r.yaml")

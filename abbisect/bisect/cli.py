@@ -48,9 +48,10 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
     """
     from abbisect.bisect.driver import BisectRun, Driver, order_ends
     from abbisect.bisect.ends import resolve_ends
-    from abbisect.bisect.report import STOPPED, bisect_json, render_bisect, reproduce_commands
+    from abbisect.bisect.report import STOPPED, bisect_files, bisect_json, reproduce_commands
     from abbisect.judges import make_judge
     from abbisect.report.files import new_output_dir, write_results
+    from abbisect.report.portable import reproduce_command
     from abbisect.trialcache import TrialCache, machine_key
 
     given = {"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None}
@@ -115,12 +116,14 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
         driver.pool.shutdown(wait=False, cancel_futures=True)
         click.echo(f"\nabbisect: interrupted; resume with:\n  {resume_cmd}", err=True)
         raise
-    reproduce = reproduce_commands(run, cmd, opts["recipe_path"])
+    recipe_file = Path(opts["recipe_path"])
+    reproduce = reproduce_commands(run, reproduce_command(shlex.split(cmd)[1:], recipe_file), str(recipe_file))
     if variable is not None:  # git cannot drive a walk over package versions or another repository
         reproduce = reproduce[:1]
     results = [(s.role, s.result) for s in run.steps if s.result is not None]
-    write_results(out, render_bisect(run, reproduce), bisect_json(run), results, names=("bisect.md", "bisect.json"),
-                  redactor=red)
+    files = bisect_files(run, reproduce, cache, recipe_file, out)
+    write_results(out, files.pop("bisect.md"), bisect_json(run), results, names=("bisect.md", "bisect.json"),
+                  redactor=red, extra=files)
     from abbisect.bisect.report import headline
 
     progress(headline(run).replace("`", ""))

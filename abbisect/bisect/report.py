@@ -4,12 +4,27 @@ from __future__ import annotations
 
 import time
 from dataclasses import asdict, replace
+from pathlib import Path
 
 from abbisect import __version__
 from abbisect.ab import compare
 from abbisect.bisect import history
 from abbisect.bisect.driver import BisectRun
-from abbisect.report.markdown import cell, details, fence, render_ab, table
+from abbisect.report.markdown import (
+    BUDGETS,
+    OUTPUTS_FILE,
+    Budget,
+    _elide,
+    cell,
+    details,
+    fit,
+    outputs_document,
+    recipe_block,
+    render_ab,
+    reproduce_block,
+    table,
+)
+from abbisect.report.portable import engine_source, github_links, portable_recipe
 
 
 def relabel(result, label: str):
@@ -122,27 +137,42 @@ def found_block(run: BisectRun) -> list[str]:
     info = commit_info(run, res.first_new)
     versions = getattr(run.variable, "kind", "") == "versions"
     urls = {} if versions else history.github_urls(run.repo, res.first_new, run.found_parent)
-    rows = [["sha", f"`{info.sha}`"], ["subject", cell(info.subject, 120)], ["author", f"{info.author}"],
-            ["date", info.date], ["PR", f"#{info.pr}" if info.pr else "—"]] if not versions else [
-            ["version", f"`{info.subject}`"]]
+    pr = "—"
+    if info.pr:
+        pr = f"[#{info.pr}]({urls['commit'].split('/commit/')[0]}/pull/{info.pr})" if urls else f"#{info.pr}"
+    rows = [["sha", f"[`{info.sha}`]({urls['commit']})" if urls else f"`{info.sha}`"],
+            ["subject", cell(info.subject, 120)], ["author", cell(info.author, 60)],
+            ["date", info.date], ["PR", pr]] if not versions else [["version", f"`{info.subject}`"]]
     if run.variable is not None:
         rows.append(["engine (fixed)", f"`{run.variable.engine.ref}` = `{run.variable.engine.sha}`"])
     rows += [["kind", "**fix** (old end bad, new end good)" if run.mode == "fix" else
              "**regression** (old end good, new end bad)"]]
-    rows += [[k, v] for k, v in urls.items()]
-    return [table(["", ""], rows), ""]
+    if urls.get("compare"):
+        rows.append(["compare with its parent", f"[{run.found_parent[:10]}…{res.first_new[:10]}]({urls['compare']})"])
+    return [table(["field", "value"], rows), ""]
 
 
-def trail(run: BisectRun) -> str:
+def trail(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
     rows = []
     for s in run.steps:
         subject = commit_info(run, s.sha).subject
         rows.append([str(s.n), f"`{s.sha[:10]}`", cell(subject, 50), s.role, f"**{s.outcome}**", s.status,
-                     cell(s.evidence, 90), f"{s.seconds:.1f} s" + (" (cached)" if s.cached else "")])
-    return table(["step", "commit", "subject", "role", "verdict", "status", "evidence", "time"], rows)
+                     cell(s.evidence, budget.cell), f"{s.seconds:.1f} s" + (" (cached)" if s.cached else "")])
+    return table(["step", "commit", "subject", "role", "verdict", "status", "evidence", "time"],
+                 _elide(rows, budget.rows, "steps"))
 
 
-def render_bisect(run: BisectRun, reproduce: list[str]) -> str:
+def decisive_ab(run: BisectRun):
+    """The A/B of the found commit's parent against it, when both were tested."""
+    by_sha = {s.sha: s for s in run.steps}
+    if run.result and run.result.first_new and run.found_parent in by_sha:
+        parent, found = by_sha[run.found_parent].result, by_sha[run.result.first_new].result
+        if parent is not None and found is not None:
+            return compare(run.recipe, relabel(parent, "parent"), relabel(found, "found"), "", "")
+    return None
+
+
+def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS[0], recipe: dict | None = None) -> str:
     lines = [f"## abbisect bisect: `{run.recipe.name}`", "",
              f"Range: `{run.old.ref}` ({run.old.short}) .. `{run.new.ref}` ({run.new.short}); "
              f"named good: `{run.good.ref}`, named bad: `{run.bad.ref}`"
@@ -157,13 +187,11 @@ def render_bisect(run: BisectRun, reproduce: list[str]) -> str:
     lines += releases_block(run)
     lines += [(f"{len(run.steps)} trials, {run.launches} server launches, {run.builds} venv builds, "
               f"{run.wall_s:.1f} s wall time."), ""]
-    by_sha = {s.sha: s for s in run.steps}
-    if run.result and run.result.first_new and run.found_parent in by_sha:
-        parent, found = by_sha[run.found_parent].result, by_sha[run.result.first_new].result
-        if parent is not None and found is not None:
-            ab = compare(run.recipe, relabel(parent, "parent"), relabel(found, "found"), reproduce[0], "")
-            lines += ["### Decisive A/B: parent vs the found commit", "", render_ab(ab), ""]
-    lines += ["### Trail", "", trail(run), ""]
+    ab = decisive_ab(run)
+    if ab is not None:
+        lines += ["### Decisive A/B: parent vs the found commit", "",
+                  render_ab(ab, budget, level=4, embedded=True, links=github_links), ""]
+    lines += ["### Trail", "", trail(run, budget), ""]
     skipped = [s for s in run.steps if s.outcome == "skip"]
     if skipped:
         lines += ["### Skipped (untestable) commits", ""]
@@ -175,8 +203,33 @@ def render_bisect(run: BisectRun, reproduce: list[str]) -> str:
 
         sides = {role: Fingerprint.from_dict({k: v for k, v in fp.items() if k != "key"}) for role, fp in fps.items()}
         lines += [details("Environment fingerprint of the two ends' venvs", render_sides(sides)), ""]
-    lines += [details("Reproduce", fence("\n".join(reproduce), "sh") + f"\n\nabbisect {__version__}"), ""]
+    block = recipe_block(recipe)
+    lines += [block, ""] if block else []
+    lines += [reproduce_block(reproduce, __version__), ""]
     return "\n".join(lines)
+
+
+def bisect_files(run: BisectRun, reproduce: list[str], cache, recipe_file, out) -> dict[str, str]:
+    """{file name: text}: bisect.md (fits one GitHub comment, no local path) and the decisive outputs."""
+    import shlex
+
+    from abbisect.report.render import portable_for
+
+    portable = portable_for(run.recipe, cache, run.repo, recipe_file, out)
+    # `git -C REPO bisect run` runs its command inside REPO: the recipe is named by an absolute path there.
+    repo, recipe = shlex.quote(str(run.repo)), shlex.quote(str(Path(recipe_file).resolve()))
+    commands = [c.replace(f"-C {repo} ", '-C "$ENGINE_REPO" ').replace(f" {recipe}", ' "$RECIPE"')
+                for c in reproduce]
+    if any("$ENGINE_REPO" in c for c in commands):
+        commands.insert(0, f"# ENGINE_REPO: a git clone of {engine_source(run.recipe)}; "
+                           "RECIPE: the absolute path of the recipe above, saved as a file")
+    doc = portable_recipe(run.recipe, cache)
+    files = {"bisect.md": fit(lambda budget: portable.text(render_bisect(run, commands, budget, doc)))}
+    ab = decisive_ab(run)
+    if ab is not None and (ab.a.outputs or ab.b.outputs):
+        files[OUTPUTS_FILE] = portable.text(outputs_document(f"abbisect bisect `{run.recipe.name}`: parent vs found",
+                                                             [("parent", ab.a), ("found", ab.b)]))
+    return files
 
 
 def bisect_json(run: BisectRun) -> dict:
@@ -187,7 +240,7 @@ def bisect_json(run: BisectRun) -> dict:
             "candidates": list(res.candidates) if res else [], "found_parent": run.found_parent,
             "commit": asdict(commit_info(run, res.first_new)) if res and res.first_new else None,
             "steps": [s.to_dict() for s in run.steps], "launches": run.launches, "builds": run.builds,
-            "wall_s": run.wall_s, "version": __version__,
+            "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
             "releases": run.releases.to_dict() if run.releases else None,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),

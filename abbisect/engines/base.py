@@ -33,7 +33,7 @@ def vllm_style_facts(log_text: str, version_re: str) -> dict[str, object]:
     """Version and non-default arguments, as vLLM (and the toy engine) log them at start."""
     facts: dict[str, object] = {}
     if m := re.search(version_re, log_text):
-        facts["version"] = m.group(1)
+        facts["version"] = next(g for g in m.groups() if g) if m.groups() else m.group(0)
     if m := _NON_DEFAULT.search(log_text):
         try:
             facts["non_default_args"] = ast.literal_eval(m.group(1))

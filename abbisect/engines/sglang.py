@@ -22,9 +22,11 @@ def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -
 
 
 def facts(log_text: str) -> dict[str, object]:
+    """SGLang logs `server_args=ServerArgs(...)` at start; its version only in some releases ("sglang
+    version 0.4.6", "SGLang v0.5.2"), else the report takes it from the venv's fingerprint."""
     facts: dict[str, object] = {}
     if m := re.search(r"server_args=ServerArgs\((.*?)\)\s*$", log_text, re.MULTILINE):
         facts["server_args"] = m.group(1)
-    if m := re.search(r"sglang(?: version)?[ =:]+v?(\d+\.\d+\.\d+\S*)", log_text):
+    if m := re.search(r"(?i)\bsglang(?:[ _]version)?[ =:]+v?(\d+\.\d+\.\d+[^\s,;)]*)", log_text):
         facts["version"] = m.group(1)
     return facts

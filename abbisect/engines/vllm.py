@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from abbisect.engines.base import LaunchPlan, vllm_style_facts
@@ -22,5 +23,13 @@ def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -
     return LaunchPlan(argv, env, (ready.http if ready and ready.http else "/health"), ready.log if ready else None)
 
 
+# How vLLM states its version at start: "vLLM API server version 0.11.0" (up to 0.11), "vLLM server version
+# 0.32.0, serving model M" (later, with VLLM_DISABLE_LOG_LOGO or an unknown formatter), or the logo, whose
+# second line ends in "version 0.32.0" (bold when coloured). Every line may carry "(APIServer pid=N) INFO …".
+VERSION_RE = (r"(?m)vLLM (?:API )?server version (\S+?)(?:,|\s|$)"
+              r"|█\s+version\s+(\S+)\s*$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
 def facts(log_text: str) -> dict[str, object]:
-    return vllm_style_facts(log_text, r"vLLM API server version (\S+)")
+    return vllm_style_facts(_ANSI.sub("", log_text), VERSION_RE)

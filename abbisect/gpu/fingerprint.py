@@ -184,7 +184,7 @@ def render_sides(sides: Mapping[str, Fingerprint]) -> str:
     fields: list[str] = []
     for t in tables.values():
         fields += [k for k in t if k not in fields]
-    lines = ["| field | " + " | ".join(names) + " | |", "|---|" + "---|" * len(names) + "---|"]
+    lines = ["| field | " + " | ".join(names) + " | difference |", "|---|" + "---|" * len(names) + "---|"]
     for f in fields:
         vals = [tables[n].get(f, "-") for n in names]
         mark = "differs" if len(set(vals)) > 1 else ""

@@ -76,21 +76,45 @@ def copy_build_logs(out: Path, results: list[tuple[str, TrialResult]], redactor:
 
 
 def write_results(out: Path, markdown: str, data: dict, results: list[tuple[str, TrialResult]],
-                  names: tuple[str, str] = ("report.md", "results.json"), redactor: Redactor | None = None) -> None:
-    """The report, its data as JSON, outputs.csv, and each trial's build log beside its server log.
+                  names: tuple[str, str] = ("report.md", "results.json"), redactor: Redactor | None = None,
+                  extra: dict[str, str] | None = None) -> None:
+    """The report, its data as JSON, outputs.csv, side files (`extra`: name → text, e.g. outputs.md), and
+    each trial's build log beside its server log.
 
     Everything is written through `redactor`, and every file already in `out` (server and build logs,
-    retries' folders) is scrubbed of the recipe's secrets before this returns.
+    retries' folders) is scrubbed of the recipe's secrets before this returns. Long strings in the JSON and
+    the CSV are cut at FIELD_CAP with a marker (the full outputs are in the side file).
     """
     red = redactor or Redactor()
     copy_build_logs(out, results, red)
     (out / names[0]).write_text(red.text(markdown))
-    (out / names[1]).write_text(json.dumps(red.data(data), indent=2, default=str))
-    frame = outputs_frame(results)
-    if red:
-        frame = frame.map(lambda v: red.text(v) if isinstance(v, str) else v)
+    for name, text in (extra or {}).items():
+        (out / name).write_text(red.text(text))
+    (out / names[1]).write_text(json.dumps(red.data(cap_strings(data)), indent=2, default=str))
+    frame = outputs_frame(results).map(lambda v: red.text(capped(v)) if isinstance(v, str) else v)
     frame.to_csv(out / "outputs.csv", index=False)
     if red:
+        written = {names[0], names[1], "outputs.csv", *(extra or {})}
         for path in out.rglob("*"):
-            if path.is_file() and path.name not in (names[0], names[1], "outputs.csv"):
+            if path.is_file() and path.name not in written:
                 scrub_file(path, red)
+
+
+FIELD_CAP = 65_536  # characters of one string in results.json / outputs.csv
+
+
+def capped(text: str, cap: int = FIELD_CAP) -> str:
+    if len(text) <= cap:
+        return text
+    return text[:cap] + f"… [{len(text) - cap:,} more characters cut; the full output is in outputs.md]"
+
+
+def cap_strings(data):
+    """JSON-able data with every string longer than FIELD_CAP cut (a 20 MB answer must not make a 20 MB JSON)."""
+    if isinstance(data, dict):
+        return {k: cap_strings(v) for k, v in data.items()}
+    if isinstance(data, list | tuple):
+        return [cap_strings(v) for v in data]
+    if isinstance(data, str):
+        return capped(data)
+    return data

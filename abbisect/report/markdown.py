@@ -1,20 +1,60 @@
-"""Paste-ready GitHub markdown from result objects (pure functions: data in, text out)."""
+"""Paste-ready GitHub markdown from result objects (pure functions: data in, text out).
+
+Model text is untrusted: in table cells and prose it is escaped (HTML and markdown punctuation), in code
+blocks it is fenced with more backticks than it contains, so any output renders literally. A report fits
+one GitHub comment (`COMMENT_LIMIT`): `fit` renders with ever smaller `Budget`s until it does, and the
+full outputs go to a side file (`outputs.md`) that the report names.
+"""
 
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+
+import yaml
 
 from abbisect.trial import TrialResult
 
+COMMENT_LIMIT = 65_536  # GitHub's limit for an issue comment, in characters
+MARGIN = 1_536  # room for what a person adds when pasting
 CELL = 90
 SIGNAL_ROWS = ("signatures", "degenerate", "late loops", "answers", "verdict")  # timings always differ a little
+OUTPUTS_FILE = "outputs.md"
+OUTPUT_CAP = 1_000_000  # characters of one output kept in the side file
+SIDE_FILE_CAP = 16_000_000  # characters of the whole side file
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How much of each part a rendering may show; `fit` tries them from the first (most) to the last."""
+
+    cell: int = CELL
+    output: int | None = 4000  # characters of each output in the full-output blocks; None: none shown
+    rows: int | None = None  # rows of the outputs table and the bisect trail; None: all
+    log_lines: int = 40  # matched log lines shown per side
+
+
+BUDGETS = (Budget(), Budget(cell=90, output=1500, rows=60), Budget(cell=60, output=400, rows=40, log_lines=20),
+           Budget(cell=40, output=None, rows=20, log_lines=10), Budget(cell=30, output=None, rows=8, log_lines=5))
+
+_MD_PUNCT = re.compile(r"([\\*_\[\]~|])")
+
+
+def esc(text: str | None) -> str:
+    """Untrusted text as literal inline markdown: HTML entities for <, >, & and `, backslashes for the
+    markdown punctuation that would start emphasis, links, strike-through or a table column."""
+    t = (text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("`", "&#96;")
+    return _MD_PUNCT.sub(r"\\\1", t)
 
 
 def cell(text: str | None, limit: int = CELL) -> str:
-    """One table cell: no newlines or pipes, shortened with an ellipsis."""
-    t = (text or "").replace("\r", "").replace("\n", " ⏎ ").replace("|", "\\|")
-    return t if len(t) <= limit else t[: limit - 1] + "…"
+    """One table cell (or one line of prose) of untrusted text: one line, shortened, escaped."""
+    t = (text or "").replace("\r", "").replace("\n", " ⏎ ")
+    t = t if len(t) <= limit else t[: limit - 1] + "…"
+    return esc(t)
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -28,12 +68,38 @@ def details(summary: str, body: str) -> str:
 
 
 def fence(text: str, lang: str = "text") -> str:
-    ticks = "````" if "```" in text else "```"
+    """A code block that no content can close early: one backtick more than the longest run inside."""
+    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
+    ticks = "`" * max(3, longest + 1)
     return f"{ticks}{lang}\n{text}\n{ticks}"
+
+
+def clip(text: str, limit: int | None, where: str = OUTPUTS_FILE) -> str:
+    """`text` cut to `limit` characters with a marker saying how much is left out and where it is."""
+    if limit is None or len(text) <= limit:
+        return text
+    return text[:limit] + f"\n… [{len(text) - limit:,} more characters; the full text is in {where}]"
+
+
+def heading(level: int, text: str) -> str:
+    return f"{'#' * min(level, 6)} {text}"
 
 
 def _secs(v: float | None) -> str:
     return "—" if v is None else f"{v:.1f} s"
+
+
+def cached_note(r: TrialResult, short: bool = False) -> str:
+    """'fresh', or where a cached result came from: the date of the original run and its logs."""
+    if not r.cached:
+        return "fresh"
+    origin = r.extras.get("cache") or {}
+    stored = origin.get("stored", "an earlier run")
+    if short:
+        return f"cached ({stored})"
+    logs = ", ".join(f"`{Path(r.spec.out_dir).name}/{name}`" for name in origin.get("logs", []))
+    return (f"served from the trial cache: the result of a run at {stored}"
+            + (f"; its logs, kept with the cache entry, are copied here: {logs}" if logs else "; no logs were kept"))
 
 
 def side_summary(r: TrialResult) -> dict[str, str]:
@@ -57,19 +123,6 @@ def side_summary(r: TrialResult) -> dict[str, str]:
     }
 
 
-def cached_note(r: TrialResult, short: bool = False) -> str:
-    """'fresh', or where a cached result came from: the date of the original run and its logs."""
-    if not r.cached:
-        return "fresh"
-    origin = r.extras.get("cache") or {}
-    stored = origin.get("stored", "an earlier run")
-    if short:
-        return f"cached ({stored})"
-    logs = ", ".join(f"`{Path(r.spec.out_dir).name}/{name}`" for name in origin.get("logs", []))
-    return (f"served from the trial cache: the result of a run at {stored}"
-            + (f"; its logs, kept with the cache entry, are copied here: {logs}" if logs else "; no logs were kept"))
-
-
 def summary_table(results: list[tuple[str, TrialResult]]) -> str:
     sums = [side_summary(r) for _, r in results]
     rows = []
@@ -77,47 +130,62 @@ def summary_table(results: list[tuple[str, TrialResult]]) -> str:
         vals = [s[key] for s in sums]
         mark = " ⚠ changed" if key in SIGNAL_ROWS and len(set(vals)) > 1 else ""
         rows.append([key + mark, *vals])
-    return table(["", *[f"{label}: `{r.spec.ref}` ({r.spec.sha[:10]})" for label, r in results]], rows)
+    return table(["signal", *[f"{label}: `{r.spec.ref}` ({r.spec.sha[:10]})" for label, r in results]], rows)
 
 
-def outputs_table(a: TrialResult, b: TrialResult, divergences) -> str:
+def _elide(rows: list[list[str]], limit: int | None, what: str) -> list[list[str]]:
+    """The first and last rows when there are more than `limit`, with one row saying how many are left out."""
+    if limit is None or len(rows) <= limit:
+        return rows
+    head, tail = limit - limit // 3, limit // 3
+    filler = [f"… {len(rows) - head - tail} {what} left out (all in {OUTPUTS_FILE} / the CSV)"]
+    return rows[:head] + [filler + [""] * (len(rows[0]) - 1)] + (rows[-tail:] if tail else [])
+
+
+def outputs_table(a: TrialResult, b: TrialResult, divergences, budget: Budget = Budget()) -> str:
     rows = []
     for n, (oa, ob) in enumerate(zip(a.outputs, b.outputs)):
         d = divergences[n] if n < len(divergences) else None
         where = "—" if d is None else ("identical" if d.identical else f"char {d.char_index} (sim {d.similarity:.2f})")
         la = a.analyses[n].label if n < len(a.analyses) else ""
         lb = b.analyses[n].label if n < len(b.analyses) else ""
-        rows.append([cell(oa.prompt, 40), f"{cell(oa.error or oa.text)} _({la})_", f"{cell(ob.error or ob.text)} _({lb})_",
-                     where])
-    return table(["prompt", "A output", "B output", "first divergence"], rows)
+        rows.append([cell(oa.prompt, 40), f"{cell(oa.error or oa.text, budget.cell)} _({la})_",
+                     f"{cell(ob.error or ob.text, budget.cell)} _({lb})_", where])
+    return table(["prompt", "A output", "B output", "first divergence"], _elide(rows, budget.rows, "prompts"))
 
 
-def evidence_block(label: str, r: TrialResult) -> str:
+def evidence_block(label: str, r: TrialResult, budget: Budget = Budget()) -> str:
     parts = [f"**{label} verdict: {r.verdict.status}** ({r.verdict.outcome})", ""]
-    parts += [f"- {reason}" for reason in r.verdict.reasons]
+    parts += [f"- {cell(reason, 400)}" for reason in r.verdict.reasons]
     if r.cached:
         parts += [f"- {cached_note(r)}"]
     if r.env and not r.env.ok:
-        parts += ["", details(f"{label}: build log tail", fence(r.env.error or ""))]
+        parts += ["", details(f"{label}: build log tail", fence(clip(r.env.error or "", 4000, "build.log")))]
     if r.launch and (r.launch.status != "ready" or r.launch.crashed_while_serving):
-        parts += ["", details(f"{label}: server log tail", fence("\n".join(r.launch.log_tail)))]
+        parts += ["", details(f"{label}: server log tail",
+                              fence("\n".join(line[:400] for line in r.launch.log_tail[-budget.log_lines:])))]
     if r.first_exception:
         parts += ["", (f"First exception in the log (root cause), line {r.first_exception[0]}: "
-                      f"`{cell(r.first_exception[1], 200)}`")]
+                      f"{cell(r.first_exception[1], 200)}")]
     if r.signatures:
+        shown = r.signatures[: budget.log_lines]
+        more = f" (first {len(shown)} shown; all in server.log)" if len(shown) < len(r.signatures) else ""
         sig_rows = [[f"`{s.id}`", s.severity, str(s.line_no), cell(", ".join(s.groups), 40), cell(s.meaning, 80)]
-                    for s in r.signatures]
-        parts += ["", details(f"{label}: matched log lines ({len(r.signatures)})",
+                    for s in shown]
+        parts += ["", details(f"{label}: matched log lines ({len(r.signatures)}){more}",
                               table(["signature", "severity", "line", "captured", "meaning"], sig_rows) + "\n\n" +
-                              fence("\n".join(f"{s.line_no}: {s.line}" for s in r.signatures)))]
+                              fence("\n".join(f"{s.line_no}: {s.line[:300]}" for s in shown)))]
     return "\n".join(parts)
 
 
-def full_outputs(label: str, r: TrialResult) -> str:
-    body = []
-    for o, an in zip(r.outputs, r.analyses):
-        body += [(f"**{cell(o.prompt, 80)}** — {an.label}: {an.reason} "
-                 f"(finish={o.finish_reason}, tokens={o.completion_tokens}, {o.latency_s:.2f} s)"), fence(o.error or o.text)]
+def output_entry(o, an, limit: int | None) -> str:
+    head = (f"**{cell(o.prompt, 80)}** — {an.label}: {cell(an.reason, 200)} "
+            f"(finish={o.finish_reason}, tokens={o.completion_tokens}, {o.latency_s:.2f} s)")
+    return head + "\n\n" + fence(clip(o.error or o.text, limit))
+
+
+def full_outputs(label: str, r: TrialResult, limit: int | None = 4000) -> str:
+    body = [output_entry(o, an, limit) for o, an in zip(r.outputs, r.analyses)]
     return details(f"{label}: full outputs", "\n\n".join(body) or "no outputs")
 
 
@@ -125,7 +193,10 @@ def facts_block(a: TrialResult, b: TrialResult) -> str:
     rows = []
     for label, r in (("A", a), ("B", b)):
         facts = r.launch.facts if r.launch else {}
-        rows.append([label, cell(str(facts.get("version", "—")), 30),
+        version = facts.get("version")
+        if not version and (r.extras.get("fingerprint") or {}).get("engine_version"):
+            version = f"{r.extras['fingerprint']['engine_version']} (from its venv)"
+        rows.append([label, cell(str(version or "—"), 40),
                      cell(json.dumps(facts.get("non_default_args", facts.get("server_args", "—"))), 120)])
     return table(["side", "engine version (from its log)", "non-default args (from its log)"], rows)
 
@@ -153,53 +224,119 @@ def gpu_block(a: TrialResult, b: TrialResult) -> str:
     return table(["side", "when", "GPU", "PIDs", "used MiB", "waited"], rows) if rows else ""
 
 
-def probe_block(label: str, r: TrialResult) -> str:
+def probe_block(label: str, r: TrialResult, level: int = 4) -> str:
     from abbisect.gpu.probe import ProbeResult, render_probe_markdown
 
     data = r.extras.get("probe")
-    return f"#### {label}: kernel probe\n\n{render_probe_markdown(ProbeResult.from_dict(data))}" if data else ""
+    return f"{heading(level, f'{label}: kernel probe')}\n\n{render_probe_markdown(ProbeResult.from_dict(data))}" if data else ""
 
 
-def render_ab(ab) -> str:
+def commit_line(label: str, r: TrialResult, urls: dict[str, str]) -> str:
+    """`- **A**: `ref` = sha — subject`, the sha and the PR linked on GitHub."""
+    sha = f"[{r.spec.sha[:10]}]({urls['commit']})" if urls.get("commit") else r.spec.sha[:10]
+    pr = f" ([#{urls['pr'].rsplit('/', 1)[-1]}]({urls['pr']}))" if urls.get("pr") else ""
+    return f"- **{label}**: `{r.spec.ref}` = {sha} — {cell(r.spec.subject, 100)}{pr}"
+
+
+def recipe_block(recipe: dict | None) -> str:
+    """The recipe itself, portable (no local paths), so a stranger can rerun the report."""
+    if not recipe:
+        return ""
+    text = yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True, width=110)
+    return details(f"Recipe <code>{esc(recipe.get('name', ''))}</code> (save as "
+                   f"<code>{esc(recipe.get('name', 'recipe'))}.yaml</code>)", fence(text, "yaml"))
+
+
+def reproduce_block(commands: list[str], version: str, started: str = "") -> str:
+    when = f", started {started}" if started else ""
+    return details("Reproduce", fence("\n".join(commands), "sh") + f"\n\nabbisect {version}{when}")
+
+
+def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = False,
+              links: Callable[[TrialResult, TrialResult | None], dict[str, str]] | None = None,
+              recipe: dict | None = None) -> str:
+    """The A/B report. `level` is the title's heading level; `embedded` (inside bisect.md) leaves out the
+    title, the recipe, the fingerprint and Reproduce, which the enclosing report shows once."""
     a, b = ab.a, ab.b
-    lines = [f"## abbisect A/B: `{ab.name}`", "",
-             f"- **A**: `{a.spec.ref}` = {a.spec.sha[:10]} — {cell(a.spec.subject, 100)}",
-             f"- **B**: `{b.spec.ref}` = {b.spec.sha[:10]} — {cell(b.spec.subject, 100)}", ""]
+    link = links or (lambda _r, _base: {})
+    h2 = level if embedded else level + 1
+    lines = [] if embedded else [heading(level, f"abbisect A/B: `{ab.name}`"), ""]
+    urls_a, urls_b = link(a, None), link(b, a)
     from abbisect.dependency import render_packages, side_variable
 
+    commits = [commit_line("A", a, urls_a), commit_line("B", b, urls_b)]
     if side_variable(a) or side_variable(b):  # a dependency is the variable: say which, per side
-        lines[2:4] = [f"{line}; {side_variable(r) or 'no pins'}" for line, r in zip(lines[2:4], (a, b))]
+        commits = [f"{line}; {side_variable(r) or 'no pins'}" for line, r in zip(commits, (a, b))]
+    lines += commits
+    if urls_b.get("compare"):
+        lines += [f"- [compare A…B]({urls_b['compare']})"]
+    lines += [""]
     if ab.same_launch:
         lines += ["Launch command (identical on both sides; only the checkout differs):", fence(ab.launch_a or "(not launched)", "sh")]
     else:
         lines += ["⚠ The launch commands differ between sides:", fence(f"A: {ab.launch_a}\nB: {ab.launch_b}", "sh")]
     sampling = ab.recipe["sampling"]
     lines += ["", (f"Sampling: temperature {sampling['temperature']}, max_tokens {sampling['max_tokens']}, "
-                  f"seed {sampling['seed']}, API `{ab.recipe['api']}`."), "", "### Summary", "",
+                  f"seed {sampling['seed']}, API `{ab.recipe['api']}`."), "", heading(h2, "Summary"), "",
               summary_table([("A", a), ("B", b)]), ""]
     diff = ab.signature_diff
     if diff.get("appeared") or diff.get("disappeared"):
         lines += [(f"Log signatures appeared in B: {', '.join(f'`{s}`' for s in diff.get('appeared', [])) or 'none'}; "
                   f"disappeared in B: {', '.join(f'`{s}`' for s in diff.get('disappeared', [])) or 'none'}."), ""]
     if a.outputs or b.outputs:
-        lines += ["### Outputs", "", outputs_table(a, b, ab.divergences), ""]
-    lines += render_packages(a, b)
-    probes = [p for p in (probe_block("A", a), probe_block("B", b)) if p]
+        lines += [heading(h2, "Outputs"), "", outputs_table(a, b, ab.divergences, budget), ""]
+    lines += [line.replace("### ", heading(h2, "")) if line.startswith("### ") else line
+              for line in render_packages(a, b)]
+    probes = [p for p in (probe_block("A", a, h2 + 1), probe_block("B", b, h2 + 1)) if p]
     lines += [x for p in probes for x in (p, "")]
     gpu = gpu_block(a, b)
     if gpu:
-        lines += ["### Same-GPU hygiene", "", gpu, ""]
-    lines += ["### Evidence", "", evidence_block("A", a), "", evidence_block("B", b), "",
-              "### Engine's own record of its flags", "", facts_block(a, b), ""]
-    if a.outputs:
-        lines += [full_outputs("A", a), ""]
-    if b.outputs:
-        lines += [full_outputs("B", b), ""]
-    fp = fingerprint_block(a, b)
+        lines += [heading(h2, "Same-GPU hygiene"), "", gpu, ""]
+    lines += [heading(h2, "Evidence"), "", evidence_block("A", a, budget), "", evidence_block("B", b, budget), "",
+              heading(h2, "Engine's own record of its flags"), "", facts_block(a, b), ""]
+    if a.outputs or b.outputs:
+        if budget.output is None:
+            lines += [f"Full outputs of both sides: `{OUTPUTS_FILE}` next to this report.", ""]
+        else:
+            lines += [f"Full outputs (each cut at {budget.output:,} characters here; complete in `{OUTPUTS_FILE}`):",
+                      ""]
+            lines += [x for r, lab in ((a, "A"), (b, "B")) if r.outputs for x in (full_outputs(lab, r, budget.output), "")]
+    fp = fingerprint_block(a, b) if not embedded else ""
     if fp:
         lines += [fp, ""]
-    timing = table(["", "A", "B"], [[k, _secs(a.timings.get(k)), _secs(b.timings.get(k))]
-                                    for k in ("checkout", "build", "ready", "query", "probe", "teardown", "score", "overhead", "total")])
-    lines += [details("Timings", timing), "",
-              details("Reproduce", fence(ab.command, "sh") + f"\n\nabbisect {ab.version}, started {ab.started}"), ""]
+    timing = table(["stage", "A", "B"], [[k, _secs(a.timings.get(k)), _secs(b.timings.get(k))]
+                                         for k in ("checkout", "build", "ready", "query", "probe", "teardown", "score",
+                                                   "overhead", "total")])
+    lines += [details("Timings", timing), ""]
+    if not embedded:
+        block = recipe_block(recipe)
+        lines += [block, ""] if block else []
+        lines += [reproduce_block([ab.command], ab.version, ab.started), ""]
     return "\n".join(lines)
+
+
+def fit(render: Callable[[Budget], str], limit: int = COMMENT_LIMIT - MARGIN) -> str:
+    """The fullest rendering that fits one GitHub comment; the last resort is cut with a marker."""
+    text = ""
+    for budget in BUDGETS:
+        text = render(budget)
+        if len(text) <= limit:
+            return text
+    marker = f"\n\n… [report cut at {limit:,} characters; everything is in {OUTPUTS_FILE} and the JSON]\n"
+    return text[: limit - len(marker)] + marker
+
+
+def outputs_document(title: str, sides: list[tuple[str, TrialResult]]) -> str:
+    """The side file: every output in full (each up to OUTPUT_CAP, the file up to SIDE_FILE_CAP)."""
+    parts = [f"# {title}: full outputs", ""]
+    used = 0
+    for label, r in sides:
+        parts += [f"## {label}: `{r.spec.ref}` ({r.spec.sha[:10]})", ""]
+        for o, an in zip(r.outputs, r.analyses):
+            left = max(SIDE_FILE_CAP - used, 0)
+            entry = output_entry(o, an, min(OUTPUT_CAP, left) if left else 0)
+            if not left:
+                entry = f"**{cell(o.prompt, 80)}** — left out: the side file reached {SIDE_FILE_CAP:,} characters"
+            used += len(entry)
+            parts += [entry, ""]
+    return "\n".join(parts)

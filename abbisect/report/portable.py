@@ -1,0 +1,142 @@
+"""Reports a stranger can rerun: local paths replaced by portable names, GitHub links for the commits.
+
+The recipe is shown with its engine repository as the remote URL (or its `builtin:` name), a packaged
+model by package, file and sha256, and no path of this machine; every other local path in a report
+(the cache, the engine's clone, the recipe file, the result folder, the home folder) is replaced by a
+placeholder the Reproduce section explains.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from abbisect.recipe import BUILTIN_PREFIX, PackagedModel, Recipe
+from abbisect.trial import TrialResult
+
+_URL = re.compile(r"^[a-z+]+://|^git@")
+
+
+def remote_url(repo: Path | str) -> str | None:
+    """The `origin` remote of a local checkout (credentials in the URL dropped), else None."""
+    proc = subprocess.run(["git", "-C", str(repo), "remote", "get-url", "origin"], capture_output=True, text=True,
+                          check=False)
+    url = proc.stdout.strip() if proc.returncode == 0 else ""
+    return re.sub(r"^(https?://)[^/@]+@", r"\1", url) or None
+
+
+def engine_source(recipe: Recipe) -> str:
+    """How a stranger gets the engine: its builtin name, its URL, or the origin of the local checkout."""
+    repo = recipe.engine.repo
+    if repo.startswith(BUILTIN_PREFIX) or _URL.match(repo):
+        return re.sub(r"^(https?://)[^/@]+@", r"\1", repo)
+    return remote_url(repo) or f"<a local checkout named {Path(repo).name}, with no remote>"
+
+
+def model_sha256(model: PackagedModel, cache: Path) -> str | None:
+    """The GGUF's sha256 recorded when the model was prepared (None before, or for older cache entries)."""
+    from abbisect.models import MARKER, model_dir
+
+    marker = model_dir(model, cache) / MARKER
+    try:
+        return json.loads(marker.read_text()).get("sha256")
+    except (OSError, ValueError):
+        return None
+
+
+def _local(value: str) -> bool:
+    """A path of this machine (an absolute or home path that exists here), not a URL path like /health."""
+    return value.startswith(("/", "~/")) and Path(value).expanduser().exists()
+
+
+def _strip_paths(data):
+    """Whole string values that are local paths become `<local: NAME>` (a wheel, a find-links folder)."""
+    if isinstance(data, dict):
+        return {k: _strip_paths(v) for k, v in data.items()}
+    if isinstance(data, list):
+        return [_strip_paths(v) for v in data]
+    if isinstance(data, str) and _local(data):
+        return f"<local: {Path(data).name}>"
+    return data
+
+
+def portable_recipe(recipe: Recipe, cache: Path) -> dict:
+    """The recipe as a stranger can use it: prompts inlined, no path of this machine, defaults left out."""
+    data = recipe.model_dump(mode="json", exclude_defaults=True)
+    data["engine"] = {**data.get("engine", {}), "kind": recipe.engine.kind, "repo": engine_source(recipe)}
+    if isinstance(recipe.model, PackagedModel):
+        sha = model_sha256(recipe.model, cache)
+        data["model"] = {**data["model"], **({"sha256": sha} if sha else {})}
+    elif isinstance(recipe.model, str) and _local(recipe.model):
+        data["model"] = f"<local: {Path(recipe.model).name}>"
+    data.pop("prompts_file", None)  # folded into prompts when the recipe was loaded
+    return _strip_paths({k: data[k] for k in ("name", *[k for k in data if k != "name"]) if k in data})
+
+
+@dataclass(frozen=True)
+class Portable:
+    """Local paths → placeholders, longest first (a path inside the cache before the cache itself)."""
+
+    pairs: tuple[tuple[str, str], ...] = ()
+
+    @classmethod
+    def build(cls, cache: Path, repo: Path | None = None, recipe_file: Path | None = None,
+              out: Path | None = None, model: str | None = None) -> Portable:
+        pairs: dict[str, str] = {}
+        if model and _local(model):
+            pairs[model] = "$MODEL"
+        if repo is not None:
+            pairs[str(repo)] = "$ENGINE_REPO"
+        if recipe_file is not None:
+            pairs[str(recipe_file.resolve())] = recipe_file.name
+        if out is not None:
+            pairs[str(out)] = "."
+        pairs[str(cache)] = "$ABBISECT_CACHE_DIR"
+        home = os.path.expanduser("~")
+        if home not in ("/", ""):
+            pairs[home] = "~"
+        ordered = sorted(((k, v) for k, v in pairs.items() if len(k) > 1), key=lambda kv: len(kv[0]), reverse=True)
+        return cls(tuple(ordered))
+
+    def text(self, text: str) -> str:
+        for old, new in self.pairs:
+            text = text.replace(old, new)
+        return text
+
+
+def github_links(result: TrialResult, base: TrialResult | None = None) -> dict[str, str]:
+    """Commit, PR and compare (from `base`) links when the engine repository has a GitHub remote."""
+    from abbisect.bisect import history
+
+    try:
+        urls = history.github_urls(result.spec.repo, result.spec.sha, base.spec.sha if base else None)
+    except (RuntimeError, OSError):
+        return {}
+    pr = history.pr_number(result.spec.subject or "")
+    if urls and pr:
+        urls["pr"] = urls["commit"].split("/commit/")[0] + f"/pull/{pr}"
+    return urls
+
+
+def reproduce_command(argv: list[str], recipe_file: Path | None) -> str:
+    """The invocation without this machine's folders (--output, --cache-dir) and with the recipe by name."""
+    import shlex
+
+    shown, skip = ["abbisect"], False
+    for arg in argv:
+        if skip:
+            skip = False
+            continue
+        if arg in ("--output", "-o", "--cache-dir", "--resume"):
+            skip = True
+            continue
+        if arg.startswith(("--output=", "--cache-dir=", "--resume=")):
+            continue
+        if recipe_file is not None and arg.endswith((".yaml", ".yml")) and Path(arg).resolve() == recipe_file.resolve():
+            arg = recipe_file.name
+        shown.append(arg)
+    return shlex.join(shown)

@@ -1,0 +1,33 @@
+"""The A/B report as files: report.md (fits one GitHub comment, portable) and outputs.md (every output)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from abbisect.recipe import PackagedModel, Recipe
+from abbisect.report.markdown import OUTPUTS_FILE, fit, outputs_document, render_ab
+from abbisect.report.portable import Portable, github_links, portable_recipe
+
+
+def model_path(recipe: Recipe, cache: Path) -> str | None:
+    """Where the model the engine loads lies on this machine (a prepared packaged model, or a local path)."""
+    if isinstance(recipe.model, PackagedModel):
+        from abbisect.models import model_dir
+
+        return str(model_dir(recipe.model, cache) / "model")
+    return recipe.model
+
+
+def portable_for(recipe: Recipe, cache: Path, repo: Path | None, recipe_file: Path | None, out: Path) -> Portable:
+    return Portable.build(cache, repo, recipe_file, out, model_path(recipe, cache))
+
+
+def ab_files(ab, recipe: Recipe, cache: Path, repo: Path | None, recipe_file: Path | None, out: Path) -> dict[str, str]:
+    """{file name: text} of an A/B's markdown; local paths replaced."""
+    portable = portable_for(recipe, cache, repo, recipe_file, out)
+    doc = portable_recipe(recipe, cache)
+    report = fit(lambda budget: portable.text(render_ab(ab, budget, links=github_links, recipe=doc)))
+    files = {"report.md": report}
+    if ab.a.outputs or ab.b.outputs:
+        files[OUTPUTS_FILE] = portable.text(outputs_document(f"abbisect A/B `{ab.name}`", [("A", ab.a), ("B", ab.b)]))
+    return files
