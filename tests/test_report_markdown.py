@@ -124,6 +124,7 @@ def test_bisect_report_one_reproduce_and_nested_headings(tmp_path, engine_repo, 
     assert md.count("<summary>Reproduce</summary>") == 1 and md.count("Environment fingerprint") <= 1
     assert md.count("<summary>Recipe") == 1
     decisive = md.split("### Decisive A/B")[1].split("### Trail")[0]
+    decisive = re.sub(r"^(`{3,})\w*\n.*?\n\1$", "", decisive, flags=re.DOTALL | re.MULTILINE)  # not code
     assert not re.search(r"^#{1,3} ", decisive, re.MULTILINE) and re.search(r"^#### Summary", decisive, re.MULTILINE)
     _tables_have_headers(md)
     assert not re.search(r"started\s*$", md, re.MULTILINE)
