@@ -71,7 +71,7 @@ def test_forty_long_outputs_fit_one_comment(tmp_path, engine_repo, cache_dir):
     prose = re.sub(r"^(`{3,})\w*\n.*?\n\1$", "", report, flags=re.DOTALL | re.MULTILINE)  # all but the code blocks
     assert "<think>" not in prose and "&lt;think&gt;" in prose  # escaped outside code blocks
     _tables_have_headers(report)
-    for local in (str(tmp_path), str(cache_dir), str(engine_repo), str(Path.home())):
+    for local in (str(tmp_path), str(cache_dir), str(engine_repo), str(Path.home()), "worktrees/", "venvs/"):
         assert local not in report and local not in full, local
     # the recipe is inlined, with the engine named portably, and the command runs it by file name
     recipe = yaml.safe_load(re.search(r"```yaml\n(.*?)\n```", report, re.DOTALL).group(1))

@@ -45,3 +45,5 @@ def test_longest_path_replaced_first(tmp_path):
     p = Portable.build(cache, cache / "clones" / "x", None, tmp_path / "out", str(cache / "models" / "m" / "model"))
     text = f"{cache}/models/m/model {cache}/clones/x {cache}/venvs/v {tmp_path}/out/a"
     assert p.text(text) == "$MODEL $ENGINE_REPO $ABBISECT_CACHE_DIR/venvs/v ./a"
+    sha = "3e2401aa2d72e83a5704f9be99e079b13cd05e0b"
+    assert p.text(f"-e file://{cache}/worktrees/22aca7886731/{sha}") == "-e file://<checkout of 3e2401aa2d>"

@@ -19,6 +19,7 @@ from abbisect.recipe import BUILTIN_PREFIX, PackagedModel, Recipe
 from abbisect.trial import TrialResult
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
+_WORKTREE = re.compile(r"\$ABBISECT_CACHE_DIR/worktrees/(?:[^/\s]+/)*?([0-9a-f]{40})")
 
 
 def remote_url(repo: Path | str) -> str | None:
@@ -105,7 +106,8 @@ class Portable:
     def text(self, text: str) -> str:
         for old, new in self.pairs:
             text = text.replace(old, new)
-        return text
+        # A commit's worktree (e.g. an editable install in a package list) is named by its commit.
+        return _WORKTREE.sub(lambda m: f"<checkout of {m.group(1)[:10]}>", text)
 
 
 def github_links(result: TrialResult, base: TrialResult | None = None) -> dict[str, str]:
