@@ -77,7 +77,7 @@ def test_forty_long_outputs_fit_one_comment(tmp_path, engine_repo, cache_dir):
     recipe = yaml.safe_load(re.search(r"```yaml\n(.*?)\n```", report, re.DOTALL).group(1))
     assert recipe["name"] == "toy" and len(recipe["prompts"]) == 41
     assert recipe["engine"]["repo"].startswith("<a local checkout named")
-    assert "abbisect run r.yaml" in report and "started 20" in report
+    assert "abbisect run r.yaml" in report and "started 20" in report and "save as <code>r.yaml</code>" in report
 
 
 def test_twenty_megabyte_answer_gives_bounded_files(tmp_path, engine_repo, cache_dir):
@@ -130,5 +130,5 @@ def test_bisect_report_one_reproduce_and_nested_headings(tmp_path, engine_repo, 
     assert not re.search(r"started\s*$", md, re.MULTILINE)
     for local in (str(tmp_path), str(cache_dir), str(engine_repo)):
         assert local not in md, local
-    assert "abbisect bisect r.yaml --good healthy0 --bad broken" in md
+    assert "abbisect bisect r.yaml --good healthy0 --bad broken" in md and "save as <code>r.yaml</code>" in md
     assert len(md) < COMMENT_LIMIT and (out / "outputs.md").is_file()

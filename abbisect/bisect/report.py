@@ -172,7 +172,8 @@ def decisive_ab(run: BisectRun):
     return None
 
 
-def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS[0], recipe: dict | None = None) -> str:
+def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS[0], recipe: dict | None = None,
+                  recipe_file: str | None = None) -> str:
     lines = [f"## abbisect bisect: `{run.recipe.name}`", "",
              f"Range: `{run.old.ref}` ({run.old.short}) .. `{run.new.ref}` ({run.new.short}); "
              f"named good: `{run.good.ref}`, named bad: `{run.bad.ref}`"
@@ -203,7 +204,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
 
         sides = {role: Fingerprint.from_dict({k: v for k, v in fp.items() if k != "key"}) for role, fp in fps.items()}
         lines += [details("Environment fingerprint of the two ends' venvs", render_sides(sides)), ""]
-    block = recipe_block(recipe)
+    block = recipe_block(recipe, recipe_file)
     lines += [block, ""] if block else []
     lines += [reproduce_block(reproduce, __version__), ""]
     return "\n".join(lines)
@@ -224,7 +225,8 @@ def bisect_files(run: BisectRun, reproduce: list[str], cache, recipe_file, out) 
         commands.insert(0, f"# ENGINE_REPO: a git clone of {engine_source(run.recipe)}; "
                            "RECIPE: the absolute path of the recipe above, saved as a file")
     doc = portable_recipe(run.recipe, cache)
-    files = {"bisect.md": fit(lambda budget: portable.text(render_bisect(run, commands, budget, doc)))}
+    files = {"bisect.md": fit(lambda budget: portable.text(render_bisect(run, commands, budget, doc,
+                                                                                 Path(recipe_file).name)))}
     ab = decisive_ab(run)
     if ab is not None and (ab.a.outputs or ab.b.outputs):
         files[OUTPUTS_FILE] = portable.text(outputs_document(f"abbisect bisect `{run.recipe.name}`: parent vs found",

@@ -238,13 +238,15 @@ def commit_line(label: str, r: TrialResult, urls: dict[str, str]) -> str:
     return f"- **{label}**: `{r.spec.ref}` = {sha} — {cell(r.spec.subject, 100)}{pr}"
 
 
-def recipe_block(recipe: dict | None) -> str:
-    """The recipe itself, portable (no local paths), so a stranger can rerun the report."""
+def recipe_block(recipe: dict | None, file_name: str | None = None) -> str:
+    """The recipe itself, portable (no local paths), so a stranger can rerun the report; `file_name` is the
+    name the Reproduce commands use."""
     if not recipe:
         return ""
     text = yaml.safe_dump(recipe, sort_keys=False, allow_unicode=True, width=110)
-    return details(f"Recipe <code>{esc(recipe.get('name', ''))}</code> (save as "
-                   f"<code>{esc(recipe.get('name', 'recipe'))}.yaml</code>)", fence(text, "yaml"))
+    name = file_name or f"{recipe.get('name', 'recipe')}.yaml"
+    return details(f"Recipe <code>{esc(recipe.get('name', ''))}</code> (save as <code>{esc(name)}</code> to rerun)",
+                   fence(text, "yaml"))
 
 
 def reproduce_block(commands: list[str], version: str, started: str = "") -> str:
@@ -254,7 +256,7 @@ def reproduce_block(commands: list[str], version: str, started: str = "") -> str
 
 def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = False,
               links: Callable[[TrialResult, TrialResult | None], dict[str, str]] | None = None,
-              recipe: dict | None = None) -> str:
+              recipe: dict | None = None, recipe_file: str | None = None) -> str:
     """The A/B report. `level` is the title's heading level; `embedded` (inside bisect.md) leaves out the
     title, the recipe, the fingerprint and Reproduce, which the enclosing report shows once."""
     a, b = ab.a, ab.b
@@ -309,7 +311,7 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
                                                    "overhead", "total")])
     lines += [details("Timings", timing), ""]
     if not embedded:
-        block = recipe_block(recipe)
+        block = recipe_block(recipe, recipe_file)
         lines += [block, ""] if block else []
         lines += [reproduce_block([ab.command], ab.version, ab.started), ""]
     return "\n".join(lines)

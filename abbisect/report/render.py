@@ -26,7 +26,8 @@ def ab_files(ab, recipe: Recipe, cache: Path, repo: Path | None, recipe_file: Pa
     """{file name: text} of an A/B's markdown; local paths replaced."""
     portable = portable_for(recipe, cache, repo, recipe_file, out)
     doc = portable_recipe(recipe, cache)
-    report = fit(lambda budget: portable.text(render_ab(ab, budget, links=github_links, recipe=doc)))
+    report = fit(lambda budget: portable.text(render_ab(ab, budget, links=github_links, recipe=doc,
+                                                                  recipe_file=recipe_file.name if recipe_file else None)))
     files = {"report.md": report}
     if ab.a.outputs or ab.b.outputs:
         files[OUTPUTS_FILE] = portable.text(outputs_document(f"abbisect A/B `{ab.name}`", [("A", ab.a), ("B", ab.b)]))
