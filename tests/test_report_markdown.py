@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import yaml
@@ -112,6 +114,17 @@ def test_github_links_and_portable_repo(tmp_path, engine_repo, cache_dir):
     assert f"{base}/pull/23" in report  # "Route lm_head through the quantised method (#23)"
     assert "repo: https://github.com/acme/toyengine.git" in report
     assert str(clone) not in report
+    # the printed command, run as printed from the recipe's folder, gives the same verdicts (from the cache)
+    block = report.rsplit("<summary>Reproduce</summary>", 1)[1]
+    (command,) = re.search(r"```sh\n(.*?)\n```", block, re.DOTALL).group(1).splitlines()
+    assert command == "abbisect run r.yaml --json"
+    again = subprocess.run(command.replace("abbisect", f"{sys.executable} -m abbisect", 1), shell=True, cwd=tmp_path,
+                           capture_output=True, text=True, check=False,
+                           env={**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)},
+                           timeout=600)
+    assert again.returncode == 0, again.stderr
+    rerun = json.loads(again.stdout)
+    assert [rerun[s]["verdict"]["status"] for s in "ab"] == [res[s]["verdict"]["status"] for s in "ab"]
 
 
 def test_bisect_report_one_reproduce_and_nested_headings(tmp_path, engine_repo, cache_dir):
