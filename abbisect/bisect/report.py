@@ -183,7 +183,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
         lines += ["### Ends", "", run.ends_note or (f"The ends are on different branches; merge base "
                                                      f"{', '.join(b[:10] for b in run.merge_bases)}."), ""]
     if run.variable is not None:
-        lines[3:3] = [f"Walking {run.variable.describe()}.", ""]
+        lines[4:4] = [f"Walking {run.variable.describe()}.", ""]
     lines += found_block(run)
     lines += releases_block(run)
     lines += [(f"{len(run.steps)} trials, {run.launches} server launches, {run.builds} venv builds, "
