@@ -376,8 +376,11 @@ def main(argv: list[str] | None = None) -> int:
 
     args = sys.argv[1:] if argv is None else argv
     spec = TrialSpec.from_dict(json.loads(Path(args[0]).read_text()))
-    result = run_trial(spec, lambda msg: print(f"[{spec.side} {spec.sha[:10]}] {msg}", file=sys.stderr))
-    print(json.dumps(result.to_dict(), default=str))
+    from abbisect.redact import Redactor
+
+    red = Redactor.from_recipe(spec.recipe)  # executors log this process's output: no secret in it
+    result = run_trial(spec, red.guard(lambda msg: print(f"[{spec.side} {spec.sha[:10]}] {msg}", file=sys.stderr)))
+    print(json.dumps(red.data(result.to_dict()), default=str))
     return 0
 
 

@@ -113,3 +113,23 @@ def test_planted_secret_is_never_written(tmp_path, engine_repo):
     logs = [p.read_text() for p in (work / "ab").rglob("server.log")]
     assert logs and all(f"sha {want}" in log and f"token {MASK} {MASK}" in log for log in logs)
     assert os.environ.get("OUTER_SECRET") is None
+
+
+def test_trial_seam_prints_no_secret(tmp_path, engine_repo, cache_dir):
+    """`python -m abbisect.trial SPEC.json` (what executors run elsewhere) prints the result without secrets."""
+    import json
+    import subprocess
+    import sys
+
+    from abbisect import checkout
+    from abbisect.ab import trial_spec
+    from abbisect.recipe import parse_recipe
+
+    recipe = parse_recipe(toy_recipe(engine_repo, env={"HF_TOKEN": LITERAL}))
+    spec = trial_spec(recipe, engine_repo, checkout.resolve(engine_repo, "fixed"), "remote", cache_dir, tmp_path)
+    (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))
+    proc = subprocess.run([sys.executable, "-m", "abbisect.trial", str(tmp_path / "spec.json")], check=False,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert LITERAL not in proc.stdout + proc.stderr
+    assert json.loads(proc.stdout)["launch"]["env"]["HF_TOKEN"] == MASK
