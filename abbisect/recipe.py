@@ -60,6 +60,9 @@ class Install(_Strict):
     remove: list[str] = []
     dist_shims: dict[str, str] = {}
     read_pins: bool = False
+    # editable: commits whose declared dependencies are the same share one venv of those dependencies;
+    # each commit gets a thin venv with only its own source on top (see environment/editable.py).
+    share_deps: bool = True
     # vllm-wheels: the per-commit wheel index (default vLLM's own), its CUDA variant (cu129, cu130, …;
     # default: detected from the driver, else the index's default) and whether a commit without a wheel
     # may borrow the nearest first-parent ancestor's (stated in the result) instead of being untestable
@@ -310,10 +313,11 @@ class Recipe(_Strict):
     def fingerprint(self) -> str:
         """Hash of everything that can change a trial's outcome (not the sides: they are the variable)."""
         # Which GPU numbers a trial ran on is placement, not outcome (the machine key holds the GPU models);
-        # verdict.script judges a finished trial again, it never changes what the trial produced.
+        # how many it sees, or whether it is pinned at all, is not; verdict.script judges a finished trial again, it never changes what the trial produced.
         data = self.model_dump(mode="json", exclude={"sides": True, "description": True, "hardware": True,
                                                      "bisect": True, "public_env": True, "secret_env": True,
                                                      "gpus": True, "gpu_slots": True, "verdict": {"script"}})
+        data["gpus"] = None if self.gpus is None else len(self.gpus)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

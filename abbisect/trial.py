@@ -17,6 +17,7 @@ from abbisect import checkout, launch
 from abbisect.dependency import after_engine, installed_packages
 from abbisect.engines import adapter
 from abbisect.environment import EnvResult, ensure_env, needs_source
+from abbisect.environment.store import bin_dirs
 from abbisect.logstream import LineScanner
 from abbisect.proc import scrubbed_env
 from abbisect.progress import Status
@@ -138,9 +139,9 @@ class TrialResult:
         return f"{self.spec.side} {self.spec.ref} ({self.spec.sha[:10]})"
 
 
-def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str) -> dict[str, str]:
+def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | None = None) -> dict[str, str]:
     env = scrubbed_env()
-    env.update({"VIRTUAL_ENV": venv, "PATH": f"{venv}/bin{os.pathsep}{env.get('PATH', '')}",
+    env.update({"VIRTUAL_ENV": venv, "PATH": os.pathsep.join([*bin_dirs(venv, base), env.get("PATH", "")]),
                 "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     if recipe.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in recipe.gpus)
@@ -216,7 +217,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
     scanner = LineScanner(catalogue, plan.ready_log)
-    server = launch.start(plan, server_env(recipe, plan.env, env.path), log_path, source, f"http://{host}:{port}",
+    server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
                           cache=cache, scanner=scanner, grace=recipe.timeouts.teardown)
     prompts = ordered(list(recipe.prompts), recipe.prompt_order)
     outputs: tuple[Completion, ...] = ()

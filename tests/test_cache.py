@@ -86,7 +86,7 @@ def test_gc_keeps_what_another_process_uses(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     _run(tmp_path, engine_repo, cache, "broken", "fixed", "one")
     venvs = sorted(p for p in (cache / "envs").iterdir() if p.is_dir())
-    assert len(venvs) == 2
+    assert len(venvs) == 3  # the shared venv of the dependencies and one thin venv per commit
     script = ("import pathlib, time\nfrom abbisect.cache import hold\n"
               f"hold(pathlib.Path({str(venvs[0])!r}))\nprint('held', flush=True)\ntime.sleep(120)")
     holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
@@ -95,7 +95,7 @@ def test_gc_keeps_what_another_process_uses(tmp_path, engine_repo):
         gc = abbisect("cache", "gc", "--max-size", "1", cwd=tmp_path, cache=cache)
         assert gc.returncode == 0, gc.stderr
         assert "kept (in use)" in gc.stdout
-        assert venvs[0].is_dir() and not venvs[1].exists()
+        assert venvs[0].is_dir() and not venvs[1].exists() and not venvs[2].exists()
     finally:
         holder.kill()
         holder.wait()
@@ -107,8 +107,7 @@ def test_gc_keeps_what_another_process_uses(tmp_path, engine_repo):
 def test_gc_removes_least_recently_used_first(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     _run(tmp_path, engine_repo, cache, "broken", "fixed", "one")
-    venvs = sorted(p for p in (cache / "envs").iterdir() if p.is_dir())
-    old, new = venvs
+    old, new = sorted(p for p in (cache / "envs").iterdir() if p.is_dir())[:2]
     now = time.time()
     os.utime(old.with_name(old.name + ".use"), (now - 3600, now - 3600))
     sizes = {e["path"]: e["bytes"] for e in _listing(cache)}
@@ -123,11 +122,13 @@ def test_gc_removes_least_recently_used_first(tmp_path, engine_repo):
 def test_automatic_budget_evicts_earlier_entries(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     _run(tmp_path, engine_repo, cache, "broken", "fixed", "one")
-    first = {p.name for p in (cache / "envs").iterdir() if p.is_dir()}
+    res = json.loads((tmp_path / "out-one" / "results.json").read_text())
+    first = {res[side]["env"]["key"] for side in ("a", "b")}  # the two commits' own venvs
+    assert first <= {p.name for p in (cache / "envs").iterdir()}
     proc = _run(tmp_path, engine_repo, cache, "healthy0", "healthy0", "two", env={"ABBISECT_CACHE_MAX_SIZE": "1"})
     assert "over its budget" in proc.stderr
     now = {p.name for p in (cache / "envs").iterdir() if p.is_dir()}
-    assert now and not (now & first)  # the earlier run's venvs went, this run's own venv stayed
+    assert now and not (now & first)  # the earlier run's venvs went, this run's own venvs stayed
 
 
 def _nested_engine(tmp_path: Path) -> Path:

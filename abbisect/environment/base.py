@@ -59,6 +59,7 @@ class BuildContext:
 
     install_subdir: str | None = None
     git_dir: Path | None = None  # where the commit's files are read from, when not from `source` (a plan)
+    base: Path | None = None  # a venv of the commit's dependencies this venv is layered on (shared)
 
     @property
     def tree(self) -> CommitTree:

@@ -190,8 +190,61 @@ def _heavy(ctx: BuildContext) -> list[str] | None:
     return heavy_pins(data, tuple(ctx.install.extras)) if data else None
 
 
+def layer_inputs(ctx: BuildContext) -> dict[str, object] | None:
+    """What a venv of the commit's dependencies depends on, when they can be shared: the commit declares
+    them statically (pyproject [project], not `dynamic`) and the recipe keeps `share_deps`. Commits with
+    equal inputs share that venv; each gets a thin venv of its own source on top (see `steps`). None: a
+    full venv per commit (dependencies computed by setup.py, or sharing switched off)."""
+    i = ctx.install
+    if not i.share_deps or i.system_site_packages:
+        return None
+    data = _data(ctx)
+    project = data.get("project")
+    if not isinstance(project, dict):
+        return None
+    dynamic = set(project.get("dynamic", []))
+    if "dependencies" in dynamic or ("optional-dependencies" in dynamic and i.extras):
+        return None
+    deps = sorted({str(r) for r in _requirements(data, tuple(i.extras))})
+    inputs: dict[str, object] = {"deps": deps, "pins": list(i.pins)}
+    if i.read_pins:
+        inputs["heavy"] = heavy_steps_pins(data, tuple(i.extras))
+    return inputs
+
+
+def base_steps(ctx: BuildContext) -> list[Step]:
+    """The shared venv of the dependencies (`ctx.venv` is the shared one): heavy pins first, then the rest."""
+    out = venv_steps(ctx)
+    data = _data(ctx)
+    if ctx.install.read_pins:
+        for index, pins in heavy_steps_pins(data, tuple(ctx.install.extras)):
+            where = ("--extra-index-url", index) if index else ()
+            out.append(pip_install(ctx, *where, *pins, env=dict(ctx.install.env),
+                                   desc="install the commit's heavy pins" + (f" from {index}" if index else "")))
+    deps = sorted({str(r) for r in _requirements(data, tuple(ctx.install.extras))}) + list(ctx.install.pins)
+    if deps:
+        out.append(pip_install(ctx, *deps, desc="install the dependencies (shared)", env=dict(ctx.install.env)))
+    return [*out, *post_steps(ctx)]
+
+
+# Runs in the thin venv: a .pth line is a folder added to sys.path, here the shared venv's site-packages
+# (the same Python, so the same layout under the other prefix).
+_LAYER = ("import pathlib, sys, sysconfig; site = sysconfig.get_paths()['purelib']; "
+          "pathlib.Path(site, '_abbisect_layer.pth').write_text(site.replace(sys.prefix, sys.argv[1], 1) + '\\n')")
+
+
+def _layer_steps(ctx: BuildContext, base: Path) -> list[Step]:
+    env = {**build_needs(ctx).env, **ctx.install.env}
+    return [venv_steps(ctx)[0],
+            Step((ctx.python, "-c", _LAYER, str(base)), "see the shared venv of the dependencies"),
+            pip_install(ctx, "--no-deps", "-e", checkout_target(ctx), desc="install checkout (its own source only)",
+                        env=env)]
+
+
 def key_inputs(ctx: BuildContext) -> dict[str, object]:
     inputs: dict[str, object] = {"sha": ctx.sha}
+    if ctx.base is not None:
+        inputs["layered_on"] = ctx.base.parent.name  # the shared venv's key
     if ctx.install.read_pins:
         inputs["heavy"] = _heavy(ctx)
         inputs["cuda"] = cuda_variant(_data(ctx), tuple(ctx.install.extras))
@@ -220,6 +273,8 @@ def blocker(ctx: BuildContext) -> str | None:
 
 
 def steps(ctx: BuildContext) -> list[Step]:
+    if ctx.base is not None:
+        return _layer_steps(ctx, ctx.base)
     out = venv_steps(ctx)
     if ctx.install.read_pins:
         for index, pins in heavy_steps_pins(_data(ctx), tuple(ctx.install.extras)):

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -52,6 +52,7 @@ class EnvResult:
     # What the strategy derived for this commit, for the report: the CUDA variant (cu12/cu13, cu129),
     # the compiled wheel used and whose commit it is, a Rust build skipped, …
     facts: dict[str, str] = field(default_factory=dict)
+    base: str | None = None  # the shared venv of the dependencies this one is layered on
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -69,6 +70,7 @@ class EnvPlan:
     steps: tuple[Step, ...]
     facts: dict[str, str]
     blocker: str | None  # set when this commit cannot be built here: the trial is untestable, with this reason
+    shared_steps: int = 0  # the first steps build the shared venv of the dependencies (once for many commits)
 
 
 def _strategy(install: Install) -> ModuleType:
@@ -86,17 +88,31 @@ def _load_optional_strategies() -> None:
 
 
 def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
-             git_dir: Path | None = None, after: AfterEngine | None = None) -> tuple[BuildContext, str]:
+             git_dir: Path | None = None, after: AfterEngine | None = None
+             ) -> tuple[BuildContext, str, tuple[BuildContext, str] | None]:
+    """The commit's build context and env key, and the shared venv of its dependencies it is layered on
+    (its context and key) when the strategy shares one (see editable.layer_inputs)."""
     probe = BuildContext(source, sha, install, Path("/nonexistent"), cache, subdir, git_dir)
+    strategy = _strategy(install)
+    common = {"install": install.model_dump(mode="json"), "python": python_version(install),
+              "index": index_args(install, probe), "subdir": subdir}
+    base = None
+    layer = getattr(strategy, "layer_inputs", lambda _c: None)(probe)
+    if layer is not None:
+        base_key = _digest({**common, "layer": layer})
+        base = (replace(probe, venv=cache / "envs" / base_key / "venv"), base_key)
+        probe = replace(probe, base=base[0].venv)
     # Every install setting shapes the venv; the strategy adds what it derives (the sha when the commit's
-    # source is installed, the heavy pins it read, the digest of a base wheel).
-    inputs = {"install": install.model_dump(mode="json"), "python": python_version(install),
-              "index": index_args(install, probe), "subdir": subdir, **_strategy(install).key_inputs(probe)}
+    # source is installed, the heavy pins it read, the digest of a base wheel, the shared venv it sits on).
+    inputs = {**common, **strategy.key_inputs(probe)}
     if after:  # a side's pins or a dependency commit; only when present, so other venvs keep their keys
         inputs["after_engine"] = after.key_inputs()
-    key = hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
-    root = cache / "envs" / key
-    return BuildContext(source, sha, install, root / "venv", cache, subdir, git_dir), key
+    key = _digest(inputs)
+    return replace(probe, venv=cache / "envs" / key / "venv"), key, base
+
+
+def _digest(inputs: dict) -> str:
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
 def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
@@ -110,11 +126,15 @@ def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache
     """The build of `sha` in the worktree `source`, without building anything. The commit's files are
     read from `git_dir` when given (any git directory that holds the commit: see tree.py), else from
     `source` itself. `after` (a side's pins, a dependency commit) is installed last, for every strategy."""
-    ctx, key = _context(source, sha, install, subdir, cache, git_dir, after)
+    ctx, key, base = _context(source, sha, install, subdir, cache, git_dir, after)
     strategy = _strategy(install)
     blocker = getattr(strategy, "blocker", lambda _c: None)(ctx)
     facts = getattr(strategy, "facts", lambda _c: {})(ctx)
-    return EnvPlan(key, (*strategy.steps(ctx), *(after.steps(ctx) if after else ())), facts, blocker)
+    shared = tuple(strategy.base_steps(base[0])) if base else ()
+    if base:
+        facts = {**facts, "dependencies": f"shared venv {base[1]} (commits with the same declared dependencies)"}
+    steps = (*shared, *strategy.steps(ctx), *(after.steps(ctx) if after else ()))
+    return EnvPlan(key, steps, facts, blocker, len(shared))
 
 
 def needs_source(install: Install) -> bool:
@@ -138,34 +158,53 @@ def _healthy(root: Path) -> str | None:
 def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
                timeout: float, on_step=None, after: AfterEngine | None = None) -> EnvResult:
     """Reuse or build the venv for this commit; a failed build is returned, never raised."""
-    ctx, key = _context(source, sha, install, subdir, cache, after=after)
+    ctx, key, base = _context(source, sha, install, subdir, cache, after=after)
     plan = env_plan(source, sha, install, subdir, cache, after=after)
     root = ctx.venv.parent
     log = root / "build.log"
-    steps = list(plan.steps)
-    shown = tuple(s.display() for s in steps)
+    shown = tuple(s.display() for s in plan.steps)
     if plan.blocker:  # untestable here, by the commit's own build: nothing to build, nothing to keep
         return EnvResult(False, key, str(ctx.venv), ctx.python, False, 0.0, str(log), shown, plan.blocker,
                          plan.facts)
     start = time.monotonic()
+    facts = dict(plan.facts)
+    if base is not None:
+        base_ctx, base_key = base
+        ok, reused, error = _ensure(base_ctx, base_key, list(plan.steps[:plan.shared_steps]), sha, timeout, on_step)
+        facts["dependencies"] = f"shared venv {base_key} ({'reused' if reused else 'built for this commit'})"
+        if not ok:
+            return EnvResult(False, key, str(ctx.venv), ctx.python, False, round(time.monotonic() - start, 3),
+                             str(base_ctx.venv.parent / "build.log"), shown, f"shared dependencies: {error}", facts)
+    # Time spent reusing is waiting for a concurrent (background) build of the same venv.
+    ok, reused, error = _ensure(ctx, key, list(plan.steps[plan.shared_steps:]), sha, timeout, on_step)
+    return EnvResult(ok, key, str(ctx.venv), ctx.python, reused, round(time.monotonic() - start, 3), str(log), shown,
+                     error, facts, str(base[0].venv) if base else None)
+
+
+def _ensure(ctx: BuildContext, key: str, steps: list[Step], sha: str, timeout: float,
+            on_step) -> tuple[bool, bool, str | None]:
+    """(ok, reused, error) of one venv of the store: reused when healthy, else built under its lock."""
+    root = ctx.venv.parent
     hold(root)  # in use by this process: `abbisect cache gc` leaves it alone
-    with file_lock(cache / "envs" / f"{key}.lock"):
+    with file_lock(ctx.cache / "envs" / f"{key}.lock"):
         if _healthy(root) is None:
-            # Time spent here is waiting for a concurrent (background) build of the same venv.
-            waited = round(time.monotonic() - start, 3)
-            return EnvResult(True, key, str(ctx.venv), ctx.python, True, waited, str(log), shown, None, plan.facts)
+            return True, True, None
         if root.exists():
             shutil.rmtree(root)
         root.mkdir(parents=True)
-        error = _run_steps(steps, log, ctx, timeout, on_step)
+        start = time.monotonic()
+        error = _run_steps(steps, root / "build.log", ctx, timeout, on_step)
         if _STOPPING.is_set():  # an interrupted build says nothing about the commit: never a verdict
             raise InfraError("build interrupted: abbisect is stopping")
-        seconds = round(time.monotonic() - start, 3)
         if error is None:
-            atomic_write(root / MARKER, json.dumps({"key": key, "sha": sha, "seconds": seconds,
+            atomic_write(root / MARKER, json.dumps({"key": key, "sha": sha, "seconds": round(time.monotonic() - start, 3),
                                                     "built": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}))
-        return EnvResult(error is None, key, str(ctx.venv), ctx.python, False, seconds, str(log), shown, error,
-                         plan.facts)
+        return error is None, False, error
+
+
+def bin_dirs(venv: str, base: str | None) -> list[str]:
+    """What goes before PATH for a venv: its own scripts, then those of the shared venv it sits on."""
+    return [f"{venv}/bin", *([f"{base}/bin"] if base else [])]
 
 
 # Build steps running now, in any thread (bisect prefetch builds run in background threads): their process
@@ -197,7 +236,8 @@ def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, 
     """Each step in its own process group, its output through a capped log; killed on timeout or stop."""
     deadline = time.monotonic() + timeout
     base_env = scrubbed_env()
-    base_env["PATH"] = f"{ctx.venv / 'bin'}{os.pathsep}{base_env.get('PATH', '')}"
+    base_env["PATH"] = os.pathsep.join([*bin_dirs(str(ctx.venv), str(ctx.base) if ctx.base else None),
+                                        base_env.get("PATH", "")])
     out = CappedLog(log, append=True)
     try:
         for step in steps:
