@@ -48,13 +48,13 @@ def test_sharing_can_be_switched_off(tmp_path, engine_repo):
     assert len(_envs(cache)) == 2
 
 
-def _toydep_wheel(tmp_path: Path) -> Path:
-    src = tmp_path / "toydep-src"
-    (src / "toydep").mkdir(parents=True)
-    (src / "toydep" / "__init__.py").write_text("VALUE = 'from toydep 1.0'\n")
+def _sharedep_wheel(tmp_path: Path) -> Path:
+    src = tmp_path / "sharedep-src"
+    (src / "sharedep").mkdir(parents=True)
+    (src / "sharedep" / "__init__.py").write_text("VALUE = 'from sharedep 1.0'\n")
     (src / "pyproject.toml").write_text('[build-system]\nrequires = ["setuptools>=61"]\n'
-                                        'build-backend = "setuptools.build_meta"\n[project]\nname = "toydep"\n'
-                                        'version = "1.0"\n[tool.setuptools]\npackages = ["toydep"]\n')
+                                        'build-backend = "setuptools.build_meta"\n[project]\nname = "sharedep"\n'
+                                        'version = "1.0"\n[tool.setuptools]\npackages = ["sharedep"]\n')
     wheels = tmp_path / "wheels"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w",
                     str(wheels), str(src)], check=True, capture_output=True)
@@ -64,9 +64,9 @@ def _toydep_wheel(tmp_path: Path) -> Path:
 def _add_dependency(repo: Path, _change: str | None, _n: int) -> None:
     py = repo / "pyproject.toml"
     py.write_text(py.read_text().replace('requires-python = ">=3.9"\n',
-                                         'requires-python = ">=3.9"\ndependencies = ["toydep==1.0"]\n'))
+                                         'requires-python = ">=3.9"\ndependencies = ["sharedep==1.0"]\n'))
     server = repo / "toyengine" / "server.py"
-    server.write_text(server.read_text().replace("import toyengine\n", "import toyengine\nimport toydep  # noqa\n"))
+    server.write_text(server.read_text().replace("import toyengine\n", "import toyengine\nimport sharedep  # noqa\n"))
 
 
 def test_a_changed_dependency_gets_its_own_shared_venv(tmp_path):
@@ -74,9 +74,9 @@ def test_a_changed_dependency_gets_its_own_shared_venv(tmp_path):
 
     repo = tmp_path / "engine"
     build_history(repo, [Commit("engine without dependencies", tag="plain")])
-    history.commit(repo, Commit("depend on toydep", tag="withdep"), 1, apply=_add_dependency)
+    history.commit(repo, Commit("depend on sharedep", tag="withdep"), 1, apply=_add_dependency)
     history.commit(repo, Commit("housekeeping", tag="withdep2"), 2)
-    wheels = _toydep_wheel(tmp_path)
+    wheels = _sharedep_wheel(tmp_path)
     cache = tmp_path / "cache"
     install = {"strategy": "editable", "find_links": [str(wheels)]}
     res = _run(tmp_path, repo, cache, "plain", "withdep", "dep", install=install)

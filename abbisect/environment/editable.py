@@ -237,7 +237,7 @@ def _layer_steps(ctx: BuildContext, base: Path) -> list[Step]:
     env = {**build_needs(ctx).env, **ctx.install.env}
     return [venv_steps(ctx)[0],
             Step((ctx.python, "-c", _LAYER, str(base)), "see the shared venv of the dependencies"),
-            pip_install(ctx, "--no-deps", "-e", checkout_target(ctx), desc="install checkout (its own source only)",
+            pip_install(ctx, "--no-deps", "-e", checkout_target(ctx), desc="install checkout",
                         env=env)]
 
 
