@@ -204,6 +204,7 @@ def test_resume_needs_nothing_else_and_checks_what_is_repeated(tmp_path, history
     assert again.returncode == 0, again.stderr
     res = json.loads(again.stdout)
     assert res["launches"] == 0 and all(s["replayed"] for s in res["steps"]) and len(launches(mark)) == n
+    assert (out / "bisect.md").read_text().count("(before the resume)") == len(res["steps"])
     assert res["first_new"] == reference["first_new"] == shas[3]
     agreeing = abbisect("bisect", str(recipe), "--resume", str(out), "--good", "v1", "--bad", shas[-1],
                         cwd=tmp_path, cache=module_cache)
@@ -230,3 +231,22 @@ def test_state_is_written_before_the_ends_are_tested(tmp_path, history, module_c
         assert state["recipe"]["name"] == "toy" and state["options"]["no_cache"] is False
     finally:
         end_our_servers(mark)
+
+
+def test_secrets_stay_out_of_state_and_resume_reads_the_recipe_again(tmp_path, history, module_cache):
+    repo, shas = history
+    secret = "hf_resume_secret_value_42"
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, env={"HF_TOKEN": secret}))
+    out = tmp_path / "out"
+    first = abbisect("bisect", str(recipe), "--good", "v1", "--bad", "v2", "-o", str(out), cwd=tmp_path,
+                     cache=module_cache)
+    assert first.returncode == 0, first.stderr
+    state = (out / "state.json").read_text()
+    assert secret not in state and json.loads(state)["masked"] is True
+    again = abbisect("bisect", "--resume", str(out), "--json", cwd=tmp_path, cache=module_cache)
+    assert again.returncode == 0, again.stderr
+    res = json.loads(again.stdout)
+    assert res["launches"] == 0 and res["first_new"] == shas[3]
+    write_recipe(recipe, toy_recipe(repo, env={"HF_TOKEN": "another-value"}))
+    changed = abbisect("bisect", "--resume", str(out), cwd=tmp_path, cache=module_cache)
+    assert changed.returncode == 2 and "not the recipe the bisect started with" in changed.stderr

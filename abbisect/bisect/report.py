@@ -157,7 +157,8 @@ def trail(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
     for s in run.steps:
         subject = commit_info(run, s.sha).subject
         rows.append([str(s.n), f"`{s.sha[:10]}`", cell(subject, 50), s.role, f"**{s.outcome}**", s.status,
-                     cell(s.evidence, budget.cell), f"{s.seconds:.1f} s" + (" (cached)" if s.cached else "")])
+                     cell(s.evidence, budget.cell), f"{s.seconds:.1f} s" + (" (cached)" if s.cached else "")
+                     + (" (before the resume)" if s.replayed else "")])
     return table(["step", "commit", "subject", "role", "verdict", "status", "evidence", "time"],
                  _elide(rows, budget.rows, "steps"))
 
