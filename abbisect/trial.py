@@ -193,7 +193,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
                      on_step=lambda d: say(Status(f"environment: {d}") if isinstance(d, Status) else f"environment: {d}"),
                      after=after_engine(spec, cache))
     timings["build"] = env.seconds
-    catalogue = load_catalogue(recipe.scoring.signatures or None)
+    catalogue = load_catalogue([s.model_dump() for s in recipe.scoring.signatures] or None)
     if not env.ok:
         # Signatures are shown whatever status wins: a build log names its compiler error too.
         build_scan = _scan_file(Path(env.log), catalogue)

@@ -24,6 +24,8 @@ Runner = Callable[[TrialSpec, Progress], TrialResult]
 # Outcomes that say something about the commit; an infrastructure failure may pass on a retry.
 CACHEABLE = {"ok", "degenerate", "wrong_answer", "warned", "crashed_at_startup", "build_failed", "flag_rejected",
              "timeout"}
+# Outcomes a loaded machine can cause: kept as the commit's truth only once a second attempt confirmed them.
+CONFIRM_FIRST = {"timeout"}
 
 
 def machine_key() -> str:
@@ -111,6 +113,11 @@ class TrialCache:
         if result.verdict.status not in CACHEABLE:
             return
         key = trial_key(spec or result.spec, self.machine)
+        seen, status = self.root / f"{key}.unconfirmed", result.verdict.status
+        if status in CONFIRM_FIRST and (seen.read_text().strip() if seen.is_file() else "") != status:
+            atomic_write(seen, status)  # not kept yet: the next attempt runs again, and if it agrees, it is
+            return
+        seen.unlink(missing_ok=True)
         logs = self.root / key
         logs.mkdir(exist_ok=True)
         out = Path(result.spec.out_dir)

@@ -59,7 +59,7 @@ def test_regression_first_parent_names_the_merge(tmp_path, merge_repo, cache_dir
     repo, shas = merge_repo
     proc, out = bisect(tmp_path, repo, cache_dir, "--good", "v1", "--bad", "broken-release", "--first-parent")
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["mode"] == "regression" and res["first_new"] == shas["M1"]
     md = (out / "bisect.md").read_text()
     assert "**regression**" in md and "#7" in md and shas["M1"] in md and "Decisive A/B" in md
@@ -71,14 +71,14 @@ def test_regression_full_dag_names_the_side_branch_commit(tmp_path, merge_repo, 
     repo, shas = merge_repo
     proc, _ = bisect(tmp_path, repo, cache_dir, "--good", "v1", "--bad", "broken-release")
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["first_new"] == shas["f2"]
+    assert json.loads(proc.stdout)["data"]["first_new"] == shas["f2"]
 
 
 def test_fix_search_when_good_is_actually_bad(tmp_path, merge_repo, cache_dir):
     repo, shas = merge_repo
     proc, out = bisect(tmp_path, repo, cache_dir, "--good", "broken-release", "--bad", "tip", "--first-parent")
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert "is actually bad" in proc.stderr and "fixed" in proc.stderr
     assert res["mode"] == "fix" and res["first_new"] == shas["M2"]
     md = (out / "bisect.md").read_text()
@@ -89,7 +89,7 @@ def test_same_verdict_at_both_ends_stops(tmp_path, merge_repo, cache_dir):
     repo, _ = merge_repo
     proc, out = bisect(tmp_path, repo, cache_dir, "--good", "v1", "--bad", "c1-tag")
     assert proc.returncode == 3, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["mode"] == "no-change" and "nothing to bisect" in res["message"]
     assert "nothing to bisect" in (out / "bisect.md").read_text()
 
@@ -108,7 +108,7 @@ def test_second_bisect_is_served_from_cache(tmp_path, merge_repo, cache_dir):
     (tmp_path / "2").mkdir()
     bisect(tmp_path / "1", repo, cache_dir, "--good", "v1", "--bad", "broken-release", "--first-parent")
     proc, _ = bisect(tmp_path / "2", repo, cache_dir, "--good", "v1", "--bad", "broken-release", "--first-parent")
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["first_new"] == shas["M1"] and res["launches"] == 0
     assert all(s["cached"] for s in res["steps"])
 
@@ -149,7 +149,7 @@ def test_unbuildable_commit_is_skipped_inside_bisect(tmp_path, cache_dir):
                                 Commit("Dispatch quantisation to linear layers only", "break_scale", tag="bad")])
     proc, out = bisect(tmp_path, repo, cache_dir, "--good", "v1", "--bad", "bad")
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     steps = {s["sha"]: s for s in res["steps"]}
     assert res["steps"][2]["sha"] == shas[2]  # git's midpoint of four: the unbuildable commit
     assert steps[shas[2]]["status"] == "build_failed" and steps[shas[2]]["outcome"] == "skip"
@@ -165,7 +165,7 @@ def test_any_change_in_output_is_the_signal(tmp_path, cache_dir):
     proc, _ = bisect(tmp_path, repo, cache_dir, "--good", "v1", "--bad", "v2",
                        recipe_overrides={"verdict": {"bad_if": ["differs_from_good"]}})
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["mode"] == "regression" and res["first_new"] == shas[2]
     ends = {s["role"]: s for s in res["steps"][:2]}
     assert ends["new end"]["outcome"] == "bad" and "differ" in ends["new end"]["evidence"]
@@ -177,6 +177,6 @@ def test_retries_confirm_each_verdict(tmp_path, merge_repo, cache_dir):
     proc, _ = bisect(tmp_path, repo, cache_dir, "--good", "v1", "--bad", "broken-release", "--first-parent",
                      "--retries", "1", "--no-cache")
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["first_new"] == shas["M1"]
     assert res["launches"] == 2 * len(res["steps"])  # every trial ran twice and agreed

@@ -103,7 +103,7 @@ def reference(tmp_path_factory, history, module_cache) -> dict:
     proc = abbisect("bisect", str(recipe), "--good", "v1", "--bad", "v2", "--no-cache", "-o", str(tmp / "out"),
                     "--json", cwd=tmp, cache=module_cache)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert len(launches(mark)) == len(res["steps"])  # every trial launched once
     return res
 
@@ -177,7 +177,7 @@ def test_interrupted_bisect_resumes_without_repeating_a_trial(tmp_path, history,
 
         again = run_printed(printed, tmp_path, cache, tmp_path / "bin")
         assert again.returncode == 0, again.stderr
-        res = json.loads(again.stdout)
+        res = json.loads(again.stdout)["data"]
         assert res["first_new"] == reference["first_new"] and res["mode"] == reference["mode"]
         assert [s["sha"] for s in res["steps"]] == [s["sha"] for s in reference["steps"]]
         replayed = [s["sha"] for s in res["steps"] if s["replayed"]]
@@ -202,7 +202,7 @@ def test_resume_needs_nothing_else_and_checks_what_is_repeated(tmp_path, history
     n = len(launches(mark))
     again = abbisect("bisect", "--resume", str(out), "--json", cwd=tmp_path / "..", cache=module_cache)
     assert again.returncode == 0, again.stderr
-    res = json.loads(again.stdout)
+    res = json.loads(again.stdout)["data"]
     assert res["launches"] == 0 and all(s["replayed"] for s in res["steps"]) and len(launches(mark)) == n
     assert (out / "bisect.md").read_text().count("(before the resume)") == len(res["steps"])
     assert res["first_new"] == reference["first_new"] == shas[3]

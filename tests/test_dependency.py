@@ -43,7 +43,7 @@ def test_ab_across_two_versions_of_a_dependency(tmp_path, engine_repo, cache_dir
     out = tmp_path / "out"
     proc = abbisect("run", str(recipe), "-o", str(out), "--json", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     a, b = res["a"], res["b"]
     assert a["spec"]["sha"] == b["spec"]["sha"]  # the engine is fixed
     assert a["spec"]["pins"] == ["toydep==1.1.0"] and b["spec"]["pins"] == ["toydep==1.3.0"]
@@ -58,7 +58,7 @@ def test_ab_across_two_versions_of_a_dependency(tmp_path, engine_repo, cache_dir
     # the CLI pins replace the recipe's; the same engine commit with identical pins is no difference at all
     proc = abbisect("run", str(recipe), "-o", str(tmp_path / "same"), "--json", "--a-pin", "toydep==1.1.0",
                     "--b-pin", "toydep==1.1.0", cwd=tmp_path, cache=cache_dir)
-    same = json.loads(proc.stdout)
+    same = json.loads(proc.stdout)["data"]
     assert same["a"]["cached"] and same["b"]["cached"]  # same venv key, same trial: from the cache
     assert "package lists are identical" in (tmp_path / "same" / "report.md").read_text()
 
@@ -72,7 +72,7 @@ def test_bisect_over_five_versions_names_the_first_bad_one(tmp_path, engine_repo
     proc = abbisect("bisect", str(recipe), "--good", "1.0.0", "--bad", "1.4.0", "-o", str(out), "--json",
                     cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["mode"] == "regression" and res["first_new"] == "1.2.0"
     assert res["found_parent"] == "1.1.0"
     assert "1.5.0rc1" not in {s["sha"] for s in res["steps"]}
@@ -90,7 +90,7 @@ def test_bisect_over_the_dependency_commits(tmp_path, engine_repo, cache_dir, wh
     proc = abbisect("bisect", str(recipe), "--good", shas[0], "--bad", "main", "-o", str(out), "--json",
                     cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["first_new"] == shas[3], res["steps"]
     assert res["commit"]["subject"] == "Copy scales on a faster path"
     md = (out / "bisect.md").read_text()

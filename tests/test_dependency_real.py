@@ -24,7 +24,7 @@ def test_transformers_ab_on_vllm_cpu(tmp_path):
     proc = subprocess.run([*CLI, "run", str(RECIPE), "-o", str(out), "--cache-dir", str(cache), "--json"],
                           capture_output=True, text=True, timeout=3600, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     a, b = res["a"], res["b"]
     assert a["spec"]["sha"] == b["spec"]["sha"] and res["same_launch"]
     assert a["verdict"]["status"] != "build_failed" and b["verdict"]["status"] != "build_failed"

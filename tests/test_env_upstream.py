@@ -86,7 +86,7 @@ def test_dry_run_plans_the_env_key_and_steps_the_real_run_builds(tmp_path: Path)
 
     real = abbisect("run", str(recipe), "--json", "--output", str(tmp_path / "out"), cwd=tmp_path, cache=cache)
     assert real.returncode == 0, real.stderr
-    env = json.loads(real.stdout)["a"]["env"]
+    env = json.loads(real.stdout)["data"]["a"]["env"]
     assert env["ok"], env
     assert env["key"] == planned_key
     assert list(env["steps"]) == planned_steps[: len(env["steps"])]
@@ -95,7 +95,7 @@ def test_dry_run_plans_the_env_key_and_steps_the_real_run_builds(tmp_path: Path)
 
     # The trial cache's key uses the same plan: a second run is a cache hit, not a rebuild.
     again = abbisect("run", str(recipe), "--json", "--output", str(tmp_path / "out2"), cwd=tmp_path, cache=cache)
-    assert json.loads(again.stdout)["a"]["cached"] is True
+    assert json.loads(again.stdout)["data"]["a"]["cached"] is True
 
 
 def test_plan_for_reads_the_commit_not_the_working_tree(tmp_path: Path) -> None:

@@ -90,7 +90,7 @@ def test_env_command() -> None:
     runner = CliRunner()
     out = runner.invoke(env, ["--json"])
     assert out.exit_code == 0, out.output
-    d = json.loads(out.stdout)
+    d = json.loads(out.stdout)["data"]
     assert len(d["key"]) == 12 and "gpus" in d
     assert runner.invoke(env, ["--key"]).stdout.strip() == d["key"]
     table = runner.invoke(env, [])

@@ -49,7 +49,7 @@ def _run(tmp_path, repo, cache, a, b, **overrides):
     out = tmp_path / "out"
     proc = abbisect("run", str(recipe), "--output", str(out), "--json", cwd=tmp_path, cache=cache)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout), out
+    return json.loads(proc.stdout)["data"], out
 
 
 def test_crash_while_serving_is_bad_and_names_the_prompt(tmp_path, crash_repo, cache_dir):
@@ -90,7 +90,7 @@ def test_bisect_finds_the_commit_that_crashes_while_serving(tmp_path, crash_repo
     proc = abbisect("bisect", str(recipe), "--good", "good", "--bad", "bad", "-o", str(tmp_path / "o"), "--json",
                     cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["mode"] == "regression" and res["first_new"] == shas[3]
 
 

@@ -62,7 +62,7 @@ def test_probe_ab_and_bisect(tmp_path, kernel_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", probe_recipe(repo))
     proc = abbisect("run", str(recipe), "-o", str(tmp_path / "ab"), "--json", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["a"]["verdict"]["status"] == "ok" and res["b"]["verdict"]["status"] == "does_not_fit"
     assert any("131,072" in r and "101,376" in r for r in res["b"]["verdict"]["reasons"])
     rows = {(r["target"]): r["shared_bytes"] for r in res["b"]["extras"]["probe"]["rows"]}
@@ -73,4 +73,4 @@ def test_probe_ab_and_bisect(tmp_path, kernel_repo, cache_dir):
     proc = abbisect("bisect", str(recipe), "--good", "v1", "--bad", "v2", "-o", str(tmp_path / "bis"), "--json",
                     cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    assert json.loads(proc.stdout)["first_new"] == shas[2]
+    assert json.loads(proc.stdout)["data"]["first_new"] == shas[2]

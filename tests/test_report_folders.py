@@ -50,7 +50,7 @@ def test_cached_run_writes_only_its_own_folder(tmp_path, engine_repo, cache_dir)
     before = _snapshot(first)
     proc = abbisect("run", str(recipe), "-o", str(second), "--json", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["a"]["cached"] and res["b"]["cached"]
     assert _snapshot(first) == before  # the earlier run's folder is not touched
     for side in ("a", "b"):

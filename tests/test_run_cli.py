@@ -21,7 +21,7 @@ def run_ab(tmp_path, engine_repo, cache_dir, a, b, **overrides):
     out = tmp_path / "out"
     proc = abbisect("run", str(recipe), "--output", str(out), "--json", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout), out
+    return json.loads(proc.stdout)["data"], out
 
 
 def test_broken_vs_fixed(tmp_path, engine_repo, cache_dir):
@@ -63,7 +63,7 @@ def test_fixed_vs_fixed_is_identical(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "nc.yaml", toy_recipe(engine_repo, sides={"a": "fixed", "b": "healthy0"}))
     proc = abbisect("run", str(recipe), "-o", str(tmp_path / "nc"), "--json", "--no-cache", cwd=tmp_path,
                     cache=cache_dir)
-    fresh = json.loads(proc.stdout)
+    fresh = json.loads(proc.stdout)["data"]
     assert not fresh["a"]["cached"] and fresh["a"]["env"]["reused"] and fresh["b"]["env"]["reused"]
 
 

@@ -64,7 +64,7 @@ def test_json_output_covers_every_log(tmp_path):
     b = _log(tmp_path, "b.log", VLLM_CRASH)
     r = _scan("--json", a, b)
     assert r.returncode == 1
-    out = json.loads(r.stdout)
+    out = json.loads(r.stdout)["data"]
     assert out["failed"] is True and out["fail_on"] == "error"
     assert [log["path"] for log in out["logs"]] == [a, b]
     assert out["logs"][0]["matches"][0]["groups"] == ["lm_head.weight_scale"]

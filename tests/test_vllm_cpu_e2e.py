@@ -50,7 +50,7 @@ def _abbisect(cache: Path, *args: str, timeout: float = 1800) -> dict:
     out = subprocess.run([*CLI, *args, "--cache-dir", str(cache), "--json"], capture_output=True, text=True,
                          timeout=timeout, check=False)
     assert out.returncode in (0, 1), out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1])["data"]
 
 
 def test_history_starts_from_the_wheel_and_has_one_break_and_one_fix(repo: Path, cache: Path) -> None:

@@ -12,14 +12,35 @@ import click
 from abbisect import checkout
 from abbisect.cache import open_cache
 from abbisect.errors import UserError
-from abbisect.progress import Reporter
+from abbisect.progress import Final, Reporter
 from abbisect.recipe import load_recipe, recipe_path
 from abbisect.redact import Redactor
 
-EXIT = {"good": 0, "bad": 1, "skip": 125}
+
+def _epilog(command: str) -> str:
+    from abbisect.cli import exit_help
+
+    return exit_help(command)
 
 
-@click.command()
+def _exit(command: str, ending: str) -> SystemExit:
+    from abbisect.cli import exit_code
+
+    return SystemExit(exit_code(command, ending))
+
+
+def bisect_ending(mode: str, outcome: str | None) -> str:
+    """The row of the exit-code table (abbisect.cli.EXIT_CODES) a finished bisect ends on."""
+    if mode == "no-change":
+        return mode
+    if mode.startswith("untestable-"):  # an end, or the merge base standing in for one
+        return "untestable-end"
+    return "found" if outcome == "found" else "ambiguous"
+
+
+@click.command(epilog=_epilog("bisect") + " 3: both ends got the same verdict; 4: an end (or the merge base) "
+               "could not be tested; 5: no single commit (only untestable commits are left, or the change is "
+               "outside PATHSPEC).")
 @click.argument("recipe", required=False)
 @click.option("--good", "--old", "good", help="a ref or a date YYYY-MM-DD believed good (the old state)")
 @click.option("--bad", "--new", "bad", help="a ref or a date YYYY-MM-DD believed bad (the new state)")
@@ -48,12 +69,15 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
     """
     from abbisect.bisect.driver import BisectRun, Driver, order_ends
     from abbisect.bisect.ends import resolve_ends
-    from abbisect.bisect.report import STOPPED, bisect_files, bisect_json, reproduce_commands
+    from abbisect.bisect.report import bisect_files, bisect_json, reproduce_commands
+    from abbisect.cli import check_output_option
+    from abbisect.envelope import dumps
     from abbisect.judges import make_judge
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.portable import reproduce_command
     from abbisect.trialcache import TrialCache, machine_key
 
+    check_output_option(output)
     given = {"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None}
     flags = {"no_cache": no_cache, "script": script, "interactive": interactive}
     if resume:
@@ -126,12 +150,13 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
                   redactor=red, extra=files)
     from abbisect.bisect.report import headline
 
-    progress(headline(run).replace("`", ""))
-    progress(f"report: {out / 'bisect.md'}")
+    progress(Final(headline(run).replace("`", "")))
+    progress(Final(f"report: {out / 'bisect.md'}"))
     if as_json:
-        click.echo(json.dumps(red.data(bisect_json(run)), default=str))
-    if run.mode in STOPPED:
-        raise SystemExit(3)
+        click.echo(dumps("bisect", red.data(bisect_json(run))))
+    ending = bisect_ending(run.mode, run.result.outcome if run.result else None)
+    if ending != "found":
+        raise _exit("bisect", ending)
 
 
 def _started(recipe, given, flags):
@@ -209,7 +234,8 @@ def _recorded_ends(st, out, repo, variable, good, bad):
     return revs["good"], revs["bad"]
 
 
-@click.command()
+@click.command(epilog=_epilog("check") + " 125 covers every fault on abbisect's side (download, disk, checkout,"
+               " port, lock timeout: git bisect skips the commit); 128 stops git bisect run.")
 @click.argument("recipe", required=False)
 @click.argument("ref", required=False)
 @click.option("--invert", is_flag=True, help="exit 0 for bad and 1 for good (when git's 'old' state is the bad one)")
@@ -224,7 +250,8 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive
 
     Without REF it judges what git is testing: under `git bisect run` (or while a bisect is under way in
     the recipe's repository) BISECT_HEAD when present (bare repositories, --no-checkout), else HEAD.
-    Usage errors exit 128, which makes `git bisect run` stop instead of calling the commit bad.
+    Only a bad verdict exits 1; a fault on abbisect's side exits 125 with the reason on stderr, and usage
+    errors exit 128, which makes `git bisect run` stop instead of calling the commit bad.
     """
     import os
 
@@ -240,26 +267,25 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive
     # calls on the recipe's repository, nor reach a build or a server.
     for name in [n for n in os.environ if is_git_var(n)]:
         del os.environ[name]
-    try:
-        rec, base = load_recipe(recipe_path(recipe))
-        judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
-        red = Redactor.from_recipe(rec)
-        progress = red.guard(Reporter())
-        cache = open_cache(cache_dir, progress)
-        repo = checkout.open_repo(rec.engine.repo, cache, fetch=under is None)
-        if ref is None and under is None:
-            under = bisect_under_way({}, repo)
-        if under is not None:
-            if not has_commit(repo, under[1]):
-                raise UserError(f"git bisect in {under[0]} is testing {under[1][:10]}, which is not in the recipe's "
-                                f"repository {repo}: run it there, or give the commit as REF")
-            rev = checkout.resolve(repo, under[1])
-            rev = checkout.Revision("the commit git bisect is testing", rev.sha, rev.subject)
-        else:
-            rev = checkout.resolve(repo, ref or "HEAD")
-    except UserError as exc:
-        click.echo(f"abbisect: error: {exc}", err=True)
-        raise SystemExit(128) from None
+    from abbisect.envelope import dumps
+
+    # Errors from here on exit as abbisect.cli.EXIT_CODES["check"] says (usage 128, infra 125).
+    rec, base = load_recipe(recipe_path(recipe))
+    judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
+    red = Redactor.from_recipe(rec)
+    progress = red.guard(Reporter())
+    cache = open_cache(cache_dir, progress)
+    repo = checkout.open_repo(rec.engine.repo, cache, fetch=under is None)
+    if ref is None and under is None:
+        under = bisect_under_way({}, repo)
+    if under is not None:
+        if not has_commit(repo, under[1]):
+            raise UserError(f"git bisect in {under[0]} is testing {under[1][:10]}, which is not in the recipe's "
+                            f"repository {repo}: run it there, or give the commit as REF")
+        rev = checkout.resolve(repo, under[1])
+        rev = checkout.Revision("the commit git bisect is testing", rev.sha, rev.subject)
+    else:
+        rev = checkout.resolve(repo, ref or "HEAD")
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     spec = trial_spec(rec, repo, rev, "check", cache, cache / "checks" / rec.name)
     result = judging(trials.fetch, judge, run_trial)(spec, lambda m: progress(f"{rev.short}: {m}"))
@@ -270,8 +296,8 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive
     outcome = result.verdict.outcome
     if invert and outcome != "skip":
         outcome = "good" if outcome == "bad" else "bad"
-    progress(f"{rev.ref} ({rev.short}): {result.verdict.status} → {outcome}"
-             + (" (cached)" if result.cached else "") + f" — {'; '.join(result.verdict.reasons[:2])}")
+    progress(Final(f"{rev.ref} ({rev.short}): {result.verdict.status} → {outcome}"
+                   + (" (cached)" if result.cached else "") + f" — {'; '.join(result.verdict.reasons[:2])}"))
     if as_json:
-        click.echo(json.dumps(red.data(result.to_dict()), default=str))
-    raise SystemExit(EXIT[outcome])
+        click.echo(dumps("check", red.data(result.to_dict())))
+    raise _exit("check", "untestable" if outcome == "skip" else outcome)

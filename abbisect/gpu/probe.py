@@ -52,11 +52,13 @@ class TensorSpec(_Strict):
 
 
 Arg = TensorSpec | bool | int | float | str | None
+Scalar = bool | int | float | str | None  # a YAML scalar: what sweeps, constexprs and shims hold
+ShimValue = Scalar | dict[str, Scalar]  # an attribute's value, or an object's {"method()": value}
 
 
 class BadIf(_Strict):
     not_fits: list[str] = []  # device classes the kernel must fit
-    when: dict[str, list[Any]] = {}  # only rows whose sweep values are among these
+    when: dict[str, list[Scalar]] = {}  # only rows whose sweep values are among these
     # launcher_default: judge only combinations where the swept options equal what the launcher itself
     # chose (the configuration users actually run); all: every row
     scope: Literal["launcher_default", "all"] = "launcher_default"
@@ -71,14 +73,14 @@ class ProbeConfig(_Strict):
     args: list[Arg] = []  # the launcher's positional arguments (the kernel's, without a launcher)
     kwargs: dict[str, Arg] = {}
     grid: list[int] | None = None  # needed without a launcher
-    constexprs: dict[str, Any] = {}  # fixed overrides of the launch: tile constexprs, num_warps, ...
-    sweep: dict[str, list[Any]] = {}  # kernel kwargs/options to override, or ${vars} for args; "launcher"
+    constexprs: dict[str, Scalar] = {}  # fixed overrides of the launch: tile constexprs, num_warps, ...
+    sweep: dict[str, list[Scalar]] = {}  # kernel kwargs/options to override, or ${vars} for args; "launcher"
     targets: list[str]
     mode: Literal["compile", "launch", "both"] = "both"
     bad_if: BadIf = BadIf()
     # modules replaced before loading `file`: {"pkg.mod": {"attr": value, "obj": {"method()": value}}};
     # "@module:x.y" imports the real module x.y
-    shims: dict[str, dict[str, Any]] = {}
+    shims: dict[str, dict[str, ShimValue]] = {}
     timeout_s: float = 1800.0
 
     @model_validator(mode="after")

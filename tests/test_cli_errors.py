@@ -1,0 +1,122 @@
+"""The CLI's contracts: one `--json` envelope on every command, `abbisect schema`, -q/-v, status lines, and a
+timeout that is not cached as the commit's truth until a second attempt confirms it."""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+
+import pytest
+from conftest import abbisect, toy_recipe, write_recipe
+
+from abbisect import __version__, progress
+from abbisect.progress import Final, Reporter, Status
+
+
+def _envelope(stdout: str, command: str) -> dict:
+    doc = json.loads(stdout)
+    assert set(doc) == {"schema", "abbisect", "command", "data"}, doc.keys()
+    assert doc["schema"] == f"abbisect/{command}/v1" and doc["command"] == command
+    assert doc["abbisect"] == __version__
+    return doc["data"]
+
+
+def test_every_json_output_has_the_envelope(tmp_path, engine_repo, cache_dir):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
+    log = tmp_path / "server.log"
+    log.write_text("INFO ready\n")
+    runs = {
+        "run": ["run", str(recipe), "--a", "fixed", "--b", "fixed", "-o", str(tmp_path / "ab"), "--json"],
+        "check": ["check", str(recipe), "fixed", "--json"],
+        "bisect": ["bisect", str(recipe), "--good", "healthy0", "--bad", "broken", "-o", str(tmp_path / "bis"),
+                   "--json"],
+        "scan": ["scan", str(log), "--json"],
+        "env": ["env", "--json"],
+    }
+    for command, args in runs.items():
+        proc = abbisect(*args, cwd=tmp_path, cache=cache_dir)
+        assert proc.returncode == 0, (command, proc.stderr)
+        data = _envelope(proc.stdout, command)
+        assert isinstance(data, dict) and data, command
+    assert "first_new" in _envelope(abbisect(*runs["bisect"][:-3], "-o", str(tmp_path / "bis2"), "--json",
+                                             cwd=tmp_path, cache=cache_dir).stdout, "bisect")
+
+
+def test_schema_command_prints_the_recipe_json_schema(tmp_path, cache_dir):
+    proc = abbisect("schema", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    schema = json.loads(proc.stdout)
+    assert schema["title"] == "Recipe" and {"engine", "prompts", "scoring", "probe"} <= set(schema["properties"])
+    assert schema["$defs"]["Signature"]["properties"]["severity"]["enum"] == ["info", "warning", "error", "fatal"]
+    assert schema["properties"]["name"]["maxLength"] == 100
+    assert "Any" not in proc.stdout and "additionalProperties" in proc.stdout
+
+
+def test_quiet_shows_only_the_final_lines(tmp_path, engine_repo, cache_dir):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
+    loud = abbisect("run", str(recipe), "--a", "fixed", "--b", "fixed", "-o", str(tmp_path / "1"), cwd=tmp_path,
+                    cache=cache_dir)
+    quiet = abbisect("-q", "run", str(recipe), "--a", "fixed", "--b", "fixed", "-o", str(tmp_path / "2"),
+                     cwd=tmp_path, cache=cache_dir)
+    assert loud.returncode == quiet.returncode == 0, quiet.stderr
+    lines = quiet.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("A: ok (good)") and lines[1].startswith("report: "), quiet.stderr
+    assert len(loud.stderr.strip().splitlines()) > 2
+
+
+class _Tty(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_status_is_a_live_line_on_a_terminal_and_throttled_lines_otherwise(monkeypatch):
+    monkeypatch.setattr(progress, "level", progress.NORMAL)
+    tty = _Tty()
+    say = Reporter(tty)
+    for _ in range(3):
+        say(Status("environment: uv pip install (12 packages)"))
+    say("launch: server")
+    out = tty.getvalue()
+    assert out.count("\r\x1b[K") >= 3 and out.count("\n") == 1  # rewritten in place, then cleared by a line
+    assert "environment: uv pip install (12 packages) (0 s)" in out
+
+    plain = io.StringIO()
+    say = Reporter(plain)
+    for _ in range(5):
+        say(Status("waiting for another abbisect building abc", kind="lock"))
+    say(Status("ready: waiting for /health", kind="ready"))
+    lines = plain.getvalue().splitlines()
+    assert len(lines) == 2 and "\r" not in plain.getvalue()  # one per kind within THROTTLE_S
+
+    monkeypatch.setattr(progress, "level", progress.VERBOSE)
+    verbose = io.StringIO()
+    say = Reporter(verbose)
+    for _ in range(3):
+        say(Status("waiting", kind="lock"))
+    assert len(verbose.getvalue().splitlines()) == 3
+
+    monkeypatch.setattr(progress, "level", progress.QUIET)
+    quiet = io.StringIO()
+    say = Reporter(quiet)
+    say("step")
+    say(Status("waiting"))
+    say(Final("A: ok"))
+    assert quiet.getvalue() == "A: ok\n"
+
+
+@pytest.mark.parametrize("attempts", [3])
+def test_a_timeout_is_cached_only_once_confirmed(tmp_path, engine_repo, cache_dir, attempts):
+    """The first timeout may be the machine's load: the next attempt runs again; a second timeout is kept."""
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, name="toy-timeout",
+                                                          timeouts={"build": 300, "ready": 2, "request": 20,
+                                                                    "teardown": 5}))
+    cached = []
+    for _ in range(attempts):
+        t = time.monotonic()
+        proc = abbisect("check", str(recipe), "hang", "--json", cwd=tmp_path, cache=cache_dir)
+        assert proc.returncode == 125, proc.stderr
+        data = _envelope(proc.stdout, "check")
+        assert data["verdict"]["status"] == "timeout"
+        cached.append((data["cached"], round(time.monotonic() - t)))
+    assert [c for c, _ in cached] == [False, False, True], cached
