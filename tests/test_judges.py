@@ -57,7 +57,7 @@ def test_check_with_a_script(tmp_path, reword, cache_dir):
     assert good.returncode == 0, good.stderr
     bad = abbisect("check", str(recipe), "v2", "--script", script, "--json", cwd=tmp_path, cache=cache_dir)
     assert bad.returncode == 1, bad.stderr
-    res = json.loads(bad.stdout)
+    res = json.loads(bad.stdout)["data"]
     # The built-in status stays as evidence; the script's verdict is the outcome.
     assert res["verdict"]["status"] == "ok" and res["verdict"]["outcome"] == "bad"
     assert "said famous log=read" in res["verdict"]["reasons"][0]
@@ -79,7 +79,7 @@ def test_a_script_that_cannot_judge_is_a_skip_never_bad(tmp_path, reword, cache_
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
     proc = abbisect("check", str(recipe), "v2", "--script", script, "--json", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 125, proc.stderr
-    assert why in json.loads(proc.stdout)["verdict"]["reasons"][0]
+    assert why in json.loads(proc.stdout)["data"]["verdict"]["reasons"][0]
 
 
 def test_bisect_with_the_recipe_script_finds_a_change_the_built_in_rules_allow(tmp_path, reword, cache_dir):
@@ -93,7 +93,7 @@ def test_bisect_with_the_recipe_script_finds_a_change_the_built_in_rules_allow(t
     proc = abbisect("bisect", str(recipe), "--good", "v1", "--bad", "v2", "-o", str(out), "--json", cwd=tmp_path,
                     cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["mode"] == "regression" and res["first_new"] == shas[2]
     assert all(s["status"] == "ok" for s in res["steps"])
     assert any("said famous" in s["evidence"] for s in res["steps"])
@@ -106,7 +106,7 @@ def test_run_with_a_script_judges_each_side(tmp_path, reword, cache_dir):
     proc = abbisect("run", str(recipe), "--a", "v1", "--b", "v2", "--script", f"{sys.executable} judge.py", "-o",
                     str(tmp_path / "out"), "--json", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert (res["a"]["verdict"]["outcome"], res["b"]["verdict"]["outcome"]) == ("good", "bad")
     assert "ok → bad" in proc.stderr
 
@@ -120,7 +120,7 @@ def test_interactive_bisect_answered_on_stdin(tmp_path, reword, cache_dir):
     proc = abbisect("bisect", str(recipe), "--good", "v1", "--bad", "v2", "--interactive", "--no-cache", "-o",
                     str(tmp_path / "out"), "--json", cwd=tmp_path, cache=cache_dir, input=answers)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert [s["sha"] for s in res["steps"]] == [shas[0], shas[4], shas[2], shas[1]]
     assert res["first_new"] == shas[2]
     assert res["launches"] == 5  # four trials and the retry
@@ -175,7 +175,7 @@ def test_dates_as_ends(tmp_path, dated, cache_dir):
     proc = abbisect("bisect", str(recipe), "--good", "2026-01-02", "--bad", "v2", "--first-parent", "-o", str(out),
                     "--json", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     # The last first-parent commit of that day: c40, not the side branch's later f45.
     assert res["old"] == s["c40"] and res["good"] == f"2026-01-02 → {s['c40'][:10]}"
     assert res["first_new"] == s["b50"]
@@ -184,7 +184,7 @@ def test_dates_as_ends(tmp_path, dated, cache_dir):
     proc = abbisect("bisect", str(recipe), "--good", "v1", "--bad", "2026-01-03", "--first-parent", "-o",
                     str(tmp_path / "out2"), "--json", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert res["new"] == s["c60"] and res["first_new"] == s["b50"]
     early = abbisect("bisect", str(recipe), "--good", "2025-12-01", "--bad", "v2", cwd=tmp_path, cache=cache_dir)
     assert early.returncode == 2 and "no commit on the first-parent line" in early.stderr

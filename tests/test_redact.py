@@ -132,4 +132,4 @@ def test_trial_seam_prints_no_secret(tmp_path, engine_repo, cache_dir):
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert LITERAL not in proc.stdout + proc.stderr
-    assert json.loads(proc.stdout)["launch"]["env"]["HF_TOKEN"] == MASK
+    assert json.loads(proc.stdout)["data"]["launch"]["env"]["HF_TOKEN"] == MASK

@@ -106,7 +106,7 @@ def test_github_links_and_portable_repo(tmp_path, engine_repo, cache_dir):
     out = tmp_path / "out"
     proc = abbisect("run", str(path), "-o", str(out), "--json", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     report = (out / "report.md").read_text()
     a, b = res["a"]["spec"]["sha"], res["b"]["spec"]["sha"]
     base = "https://github.com/acme/toyengine"
@@ -123,7 +123,7 @@ def test_github_links_and_portable_repo(tmp_path, engine_repo, cache_dir):
                            env={**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)},
                            timeout=600)
     assert again.returncode == 0, again.stderr
-    rerun = json.loads(again.stdout)
+    rerun = json.loads(again.stdout)["data"]
     assert [rerun[s]["verdict"]["status"] for s in "ab"] == [res[s]["verdict"]["status"] for s in "ab"]
 
 
