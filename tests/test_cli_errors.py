@@ -61,7 +61,7 @@ def test_quiet_shows_only_the_final_lines(tmp_path, engine_repo, cache_dir):
                      cwd=tmp_path, cache=cache_dir)
     assert loud.returncode == quiet.returncode == 0, quiet.stderr
     lines = quiet.stderr.strip().splitlines()
-    assert len(lines) == 2 and lines[0].startswith("A: ok (good)") and lines[1].startswith("report: "), quiet.stderr
+    assert len(lines) == 2 and lines[0].startswith("A: ok → good") and lines[1].startswith("report: "), quiet.stderr
     assert len(loud.stderr.strip().splitlines()) > 2
 
 
