@@ -245,7 +245,7 @@ def test_secrets_stay_out_of_state_and_resume_reads_the_recipe_again(tmp_path, h
     assert secret not in state and json.loads(state)["masked"] is True
     again = abbisect("bisect", "--resume", str(out), "--json", cwd=tmp_path, cache=module_cache)
     assert again.returncode == 0, again.stderr
-    res = json.loads(again.stdout)
+    res = json.loads(again.stdout)["data"]
     assert res["launches"] == 0 and res["first_new"] == shas[3]
     write_recipe(recipe, toy_recipe(repo, env={"HF_TOKEN": "another-value"}))
     changed = abbisect("bisect", "--resume", str(out), cwd=tmp_path, cache=module_cache)
