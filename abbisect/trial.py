@@ -8,6 +8,7 @@ checkout → environment → launch → query → score → verdict.
 from __future__ import annotations
 
 import os
+import re
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -18,6 +19,7 @@ from abbisect.dependency import after_engine, installed_packages
 from abbisect.engines import adapter
 from abbisect.environment import EnvResult, ensure_env, needs_source
 from abbisect.environment.store import bin_dirs
+from abbisect.errors import InfraError
 from abbisect.logstream import LineScanner
 from abbisect.proc import scrubbed_env
 from abbisect.progress import Status
@@ -175,6 +177,9 @@ def _discard_worktree(spec: TrialSpec) -> None:
         checkout.discard(repo, where)
 
 
+_PORT_TAKEN = re.compile(r"Address already in use|\[Errno 98\]|EADDRINUSE")
+
+
 def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     say = progress or (lambda _msg: None)
     recipe = spec.recipe_obj
@@ -257,6 +262,11 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     say("score")
     ts = time.monotonic()
     log_text = log_path.read_bytes().decode(errors="replace")  # capped on disk (abbisect.logstream)
+    if ready.status == "exited" and _PORT_TAKEN.search(log_text):
+        # Another process took the port between our probe and the server's bind: the machine's fault, not
+        # the commit's (a crash at startup would call it bad).
+        raise InfraError(f"the server could not bind its port ({port} or one it opens itself): another process "
+                         f"took it (see {log_path}); run again")
     signatures = tuple(scanner.matches)
     thresholds = Thresholds.from_overrides(recipe.scoring.thresholds or None)
     analyses = tuple(analyze(o.text, thresholds) for o in outputs)

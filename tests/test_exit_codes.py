@@ -214,3 +214,17 @@ def test_full_disk_is_untestable_under_check(tmp_path, engine_repo):
         proc = abbisect("check", str(recipe), "fixed", cwd=tmp_path, cache=cache)
     assert proc.returncode == 125, proc.stdout + proc.stderr
     assert "No space left on device" in one_line(proc.stderr)
+
+
+def test_port_taken_is_untestable_not_a_crash(tmp_path, engine_repo, cache_dir):
+    """A server that cannot bind because another process holds the port: 125 under check, never bad."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, launch={
+            "command": ["{python}", "-m", "toyengine.server", "--host", "{host}", "--port", str(port)],
+            "flags": ["--seed", "0"], "ready": {"http": "/health"}}))
+        proc = abbisect("check", str(recipe), "fixed", "--no-cache", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 125, proc.stdout + proc.stderr
+    assert "could not bind its port" in one_line(proc.stderr)
