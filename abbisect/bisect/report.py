@@ -221,7 +221,7 @@ def bisect_files(run: BisectRun, reproduce: list[str], cache, recipe_file, out) 
     # `git -C REPO bisect run` runs its command inside REPO: the recipe is named by an absolute path there.
     repo, recipe = shlex.quote(str(run.repo)), shlex.quote(str(Path(recipe_file).resolve()))
     commands = [c.replace(f"-C {repo} ", '-C "$ENGINE_REPO" ').replace(f" {recipe}", ' "$RECIPE"')
-                for c in reproduce]
+                if c.startswith("git ") else c for c in reproduce]  # elsewhere the recipe is named by its file name
     if any("$ENGINE_REPO" in c for c in commands):
         commands.insert(0, f"# ENGINE_REPO: a git clone of {engine_source(run.recipe)}; "
                            "RECIPE: the absolute path of the recipe above, saved as a file")
