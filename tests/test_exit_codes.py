@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import signal
@@ -22,6 +23,7 @@ import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.cli import EXIT_CODES
+from abbisect.demo.history import Commit, build_history
 
 # A model package that cannot be downloaded: the index is a closed port and there are no local links.
 NO_DOWNLOAD_ENV = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple/", "PIP_CONFIG_FILE": os.devnull, "PIP_RETRIES": "0",
@@ -228,3 +230,16 @@ def test_port_taken_is_untestable_not_a_crash(tmp_path, engine_repo, cache_dir):
         proc = abbisect("check", str(recipe), "fixed", "--no-cache", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 125, proc.stdout + proc.stderr
     assert "could not bind its port" in one_line(proc.stderr)
+
+
+def test_bisect_with_only_untestable_commits_left_is_ambiguous(tmp_path, cache_dir):
+    """good, unbuildable, unbuildable, bad: the first bad commit is one of three — exit 5, not "found"."""
+    repo = tmp_path / "engine"
+    build_history(repo, [Commit("v1", tag="v1"), Commit("Break the package metadata", "break_install"),
+                         Commit("Dispatch quantisation to linear layers only", "break_scale"),
+                         Commit("Repair the package metadata", "fix_install", tag="bad")])
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
+    proc = abbisect("bisect", str(recipe), "--good", "v1", "--bad", "bad", "-o", str(tmp_path / "o"), "--json",
+                    cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == EXIT_CODES["bisect"]["ambiguous"] == 5, proc.stderr
+    assert json.loads(proc.stdout)["data"]["outcome"] == "ambiguous"
