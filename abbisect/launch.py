@@ -15,7 +15,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import uuid
@@ -28,7 +27,6 @@ import httpx
 from abbisect import supervisor
 from abbisect.engines.base import LaunchPlan
 from abbisect.logstream import CappedLog, LineScanner, pump
-from abbisect.proc import scrubbed_env
 from abbisect.progress import Status
 
 STATUS_EVERY_S = 5.0
@@ -95,9 +93,7 @@ def start(plan: LaunchPlan, env: dict[str, str], log_path: Path, cwd: Path, base
     token = uuid.uuid4().hex
     record = (supervisor.write_record(cache, token, argv=list(plan.argv), port=base_url.rsplit(":", 1)[-1],
                                       log=str(log_path)) if cache is not None else None)
-    watchdog = subprocess.Popen([sys.executable, "-m", "abbisect.supervisor", token, str(grace)],
-                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                env=scrubbed_env({"PYTHONPATH": _abbisect_path()}))
+    watchdog = supervisor.watch(token, grace)
     log = CappedLog(log_path, scanner=scanner)
     read_end, write_end = os.pipe()
     try:
@@ -106,34 +102,12 @@ def start(plan: LaunchPlan, env: dict[str, str], log_path: Path, cwd: Path, base
     except BaseException:
         os.close(read_end)
         log.close()
-        _release(watchdog, record)
+        supervisor.release(watchdog, record)
         raise
     finally:
         os.close(write_end)
     reader = pump(read_end, log)
     return Server(proc, proc.pid, base_url, log_path, time.monotonic(), token, log, reader, watchdog, record)
-
-
-def _abbisect_path() -> str:
-    """The watchdog imports this very abbisect (the one running, even from a source tree)."""
-    here = str(Path(__file__).resolve().parent.parent)
-    rest = os.environ.get("PYTHONPATH", "")
-    return f"{here}{os.pathsep}{rest}" if rest else here
-
-
-def _release(watchdog: subprocess.Popen | None, record: Path | None) -> None:
-    if watchdog is not None:
-        try:
-            watchdog.stdin.write(b"release\n")
-            watchdog.stdin.close()
-        except (OSError, ValueError):
-            pass
-        try:
-            watchdog.wait(timeout=5)
-        except subprocess.TimeoutExpired:
-            watchdog.kill()
-    if record is not None:
-        record.unlink(missing_ok=True)
 
 
 def wait_ready(server: Server, plan: LaunchPlan, timeout: float, poll: float = 0.1,
@@ -225,7 +199,7 @@ def stop(server: Server, grace: float = 10.0) -> Teardown:
         server.reader.join(timeout=2.0)  # the pipe closes once the last writer is gone
     if server.log is not None:
         server.log.close()
-    _release(server.watchdog, server.record)
+    supervisor.release(server.watchdog, server.record)
     return Teardown(round(time.monotonic() - t0, 3), how, left)
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -119,10 +120,43 @@ def reap_orphans(cache: Path) -> list[str]:
         path.unlink(missing_ok=True)
         if pids:
             argv = " ".join(rec.get("argv", []))[:160]
-            lines.append(f"abbisect: reaped an orphaned server of a dead abbisect (pid {owner}): killed PIDs "
-                         f"{', '.join(map(str, pids))}{f', still alive: {left}' if left else ''}; port "
-                         f"{rec.get('port')}; {argv}")
+            still = f", still alive: {left}" if left else ""
+            port = f"; port {rec['port']}" if rec.get("port") else ""
+            lines.append(f"abbisect: reaped an orphaned {rec.get('kind', 'server')} of a dead abbisect (pid {owner}):"
+                         f" killed PIDs {', '.join(map(str, pids))}{still}{port}; {argv}")
     return lines
+
+
+def watch(token: str, grace: float) -> subprocess.Popen:
+    """Start the watchdog of one launch (a server, a build step); `release` it when done."""
+    from abbisect.proc import scrubbed_env
+
+    return subprocess.Popen([sys.executable, "-m", "abbisect.supervisor", token, str(grace)],
+                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=scrubbed_env({"PYTHONPATH": _abbisect_path()}))
+
+
+def _abbisect_path() -> str:
+    """The watchdog imports this very abbisect (the one running, even from a source tree)."""
+    here = str(Path(__file__).resolve().parent.parent)
+    rest = os.environ.get("PYTHONPATH", "")
+    return f"{here}{os.pathsep}{rest}" if rest else here
+
+
+def release(watchdog: subprocess.Popen | None, record: Path | None) -> None:
+    """The launch ended in order: the watchdog exits without killing anything, the record goes."""
+    if watchdog is not None:
+        try:
+            watchdog.stdin.write(b"release\n")
+            watchdog.stdin.close()
+        except (OSError, ValueError):
+            pass
+        try:
+            watchdog.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            watchdog.kill()
+    if record is not None:
+        record.unlink(missing_ok=True)
 
 
 def main(argv: list[str]) -> int:

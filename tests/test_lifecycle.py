@@ -160,20 +160,19 @@ def test_sigkill_at_each_stage_leaves_no_server(tmp_path, crash_repo, cache_dir,
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    servers = [p for p in marked_pids(mark) if "sleep" not in _cmdline(p)]
-    if victims == "abbisect" or stage == "build":
-        # the watchdog kills the server as soon as abbisect's pipe closes
-        assert _wait_for(lambda: not [p for p in marked_pids(mark) if "sleep" not in _cmdline(p)], 20)
+    left = marked_pids(mark)  # the server and its daemonized child, or the build step (a `sleep`)
+    if victims == "abbisect":
+        # the watchdog kills them as soon as abbisect's pipe closes
+        assert _wait_for(lambda: not marked_pids(mark), 20), [_cmdline(p) for p in marked_pids(mark)]
     else:
-        assert servers, "the server should still run until the next invocation reaps it"
+        assert left, "they should still run until the next invocation reaps them"
     nxt = abbisect("run", str(recipe), "--dry-run", cwd=tmp_path, cache=cache_dir)
     assert nxt.returncode == 0, nxt.stderr
-    if servers and victims != "abbisect":
-        assert "reaped an orphaned server" in nxt.stderr
-    assert _wait_for(lambda: not [p for p in marked_pids(mark) if "sleep" not in _cmdline(p)], 10)
+    if victims != "abbisect":
+        what = "build step" if stage == "build" else "server"
+        assert f"reaped an orphaned {what} of a dead abbisect (pid {proc.pid})" in nxt.stderr
+    assert _wait_for(lambda: not marked_pids(mark), 10), [_cmdline(p) for p in marked_pids(mark)]
     assert not [p for p in (cache_dir / "servers").glob("*.json") if json.loads(p.read_text())["owner_pid"] == proc.pid]
-    for pid in marked_pids(mark):  # the build step of the killed run (a `sleep`), not a server
-        os.kill(pid, signal.SIGKILL)
 
 
 def _cmdline(pid: int) -> str:

@@ -14,10 +14,12 @@ import signal
 import subprocess
 import threading
 import time
+import uuid
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
+from abbisect import supervisor
 from abbisect.cache import hold
 from abbisect.environment import command, editable
 from abbisect.environment.base import BuildContext, Step, index_args, python_version
@@ -257,16 +259,33 @@ def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, 
 
 def _run_one(step: Step, env: dict[str, str], ctx: BuildContext, out: CappedLog, deadline: float,
              timeout: float, on_step) -> str | None:
+    # Like a server, a build step is recorded and watched: it dies with abbisect, even under SIGKILL.
+    token = uuid.uuid4().hex
+    try:
+        record = supervisor.write_record(ctx.cache, token, argv=list(step.argv), kind="build step")
+    except OSError:
+        record = None  # an unwritable cache fails elsewhere with a clear message; the watchdog still runs
+    watchdog = supervisor.watch(token, 2.0)
     read_end, write_end = os.pipe()
     try:
-        proc = subprocess.Popen(step.argv, stdout=write_end, stderr=subprocess.STDOUT, env=env, cwd=ctx.source,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        proc = subprocess.Popen(step.argv, stdout=write_end, stderr=subprocess.STDOUT, cwd=ctx.source,
+                                env={**env, supervisor.TOKEN_VAR: token}, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
     except OSError as exc:
         os.close(read_end)
+        supervisor.release(watchdog, record)
         out.write(f"\n[abbisect] {exc}\n".encode())
         return f"{step.desc}: {exc}"
     finally:
         os.close(write_end)
+    try:
+        return _wait_step(step, proc, read_end, out, deadline, timeout, on_step)
+    finally:
+        supervisor.release(watchdog, record)
+
+
+def _wait_step(step: Step, proc: subprocess.Popen, read_end: int, out: CappedLog, deadline: float,
+               timeout: float, on_step) -> str | None:
     reader = pump(read_end, out, close=False)
     with _ACTIVE_LOCK:
         _ACTIVE.add(proc)
