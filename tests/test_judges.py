@@ -111,6 +111,17 @@ def test_run_with_a_script_judges_each_side(tmp_path, reword, cache_dir):
     assert "ok → bad" in proc.stderr
 
 
+def test_run_interactive(tmp_path, reword, cache_dir):
+    repo, _ = reword
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
+    proc = abbisect("run", str(recipe), "--a", "v1", "--b", "v2", "--interactive", "-o", str(tmp_path / "out"),
+                    "--json", cwd=tmp_path, cache=cache_dir, input="skip\nbad\n")
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)
+    assert (res["a"]["verdict"]["outcome"], res["b"]["verdict"]["outcome"]) == ("skip", "bad")
+    assert proc.stderr.count("good, bad, skip or retry?") == 2
+
+
 def test_interactive_bisect_answered_on_stdin(tmp_path, reword, cache_dir):
     """Four trials asked in git's order (ends, then the midpoint, then the next); one retry re-runs a trial."""
     repo, shas = reword
