@@ -40,7 +40,7 @@ def main() -> None:
     ref = subprocess.run(abbisect([*base, "-o", str(tmp / "ref")]), env=env, capture_output=True, text=True,
                          check=True)
     ref_wall = time.monotonic() - t
-    reference = json.loads(ref.stdout)
+    reference = json.loads(ref.stdout)["data"]
 
     out = tmp / "killed"
     t = time.monotonic()
@@ -61,7 +61,7 @@ def main() -> None:
     argv = shlex.split(printed)
     again = subprocess.run(abbisect([*argv[1:], "--json"]), env=env, capture_output=True, text=True, check=True)
     resumed_wall = time.monotonic() - t
-    res = json.loads(again.stdout)
+    res = json.loads(again.stdout)["data"]
     replayed = sum(1 for s in res["steps"] if s["replayed"])
 
     print(f"printed resume command: {printed}")

@@ -117,7 +117,7 @@ def test_run_interactive(tmp_path, reword, cache_dir):
     proc = abbisect("run", str(recipe), "--a", "v1", "--b", "v2", "--interactive", "-o", str(tmp_path / "out"),
                     "--json", cwd=tmp_path, cache=cache_dir, input="skip\nbad\n")
     assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     assert (res["a"]["verdict"]["outcome"], res["b"]["verdict"]["outcome"]) == ("skip", "bad")
     assert proc.stderr.count("good, bad, skip or retry?") == 2
 
