@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from collections import defaultdict
 
@@ -30,7 +29,9 @@ def list_(cache_dir: str | None, show_all: bool, as_json: bool) -> None:
     root = cache_root(cache_dir)
     found = entries(root)
     if as_json:
-        click.echo(json.dumps({"cache": str(root), "entries": [
+        from abbisect.envelope import dumps
+
+        click.echo(dumps("cache", {"cache": str(root), "entries": [
             {"kind": e.kind, "path": str(e.path.relative_to(root)), "bytes": e.size,
              "last_used": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(e.last_used))} for e in found]}))
         return

@@ -30,7 +30,7 @@ def one(work: Path, name: str, *flags: str) -> dict:
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(proc.stderr[-2000:])
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     spent = {k: round(sum(0 if res[s]["cached"] else res[s]["timings"].get(k, 0) for s in "ab"), 3) for k in SPENT}
     return {"wall_s": round(wall, 2), **{f"{k}_s": v for k, v in spent.items()},
             "overhead_s": round(wall - sum(spent.values()), 2),

@@ -79,7 +79,7 @@ def run_abbisect(repo: Path, work: Path) -> dict:
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"abbisect bisect failed:\n{proc.stderr[-2000:]}")
-    res = json.loads(proc.stdout)
+    res = json.loads(proc.stdout)["data"]
     data = json.loads((work / "out" / "bisect.json").read_text())
     trials = [json.loads(p.read_text()) for p in (work / "cache" / "trials").glob("*.json")]
     build = sum(t["timings"].get("build", 0) for t in trials)

@@ -63,7 +63,7 @@ def main() -> int:
         if proc.returncode != 0:
             print(f"abbisect run failed (exit {proc.returncode})")
             return 1
-        res = json.loads(stdout)
+        res = json.loads(stdout)["data"]
         print(f"log printed per side:   {args.mb:.0f} MiB ({2 * args.mb:.0f} MiB in all)")
         print(f"abbisect peak RSS:      {peak / 2**20:.1f} MiB")
         for side in ("a", "b"):

@@ -29,7 +29,7 @@ def _run(tmp_path: Path, repo: Path, cache: Path, a: str, b: str, name: str, env
 def _listing(cache: Path) -> list[dict]:
     proc = abbisect("cache", "list", "--json", cwd=cache, cache=cache)
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)["entries"]
+    return json.loads(proc.stdout)["data"]["entries"]
 
 
 def test_parse_sizes_and_ages():

@@ -33,6 +33,7 @@ def test_every_json_output_has_the_envelope(tmp_path, engine_repo, cache_dir):
                    "--json"],
         "scan": ["scan", str(log), "--json"],
         "env": ["env", "--json"],
+        "cache": ["cache", "list", "--json"],
     }
     for command, args in runs.items():
         proc = abbisect(*args, cwd=tmp_path, cache=cache_dir)

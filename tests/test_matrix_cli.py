@@ -72,7 +72,7 @@ def built(runs):
     work, cache, sha = runs
     r = abbisect("matrix", "results", "--checks", "--json", cwd=work, cache=cache)
     assert r.returncode == 0, r.stderr
-    return work, cache, sha, json.loads(r.stdout), r.stderr
+    return work, cache, sha, json.loads(r.stdout)["data"], r.stderr
 
 
 def test_cells_from_run_bisect_and_check(built):
@@ -162,7 +162,7 @@ def test_env_key_marks_cells_and_without_matplotlib_it_still_works(built, tmp_pa
     )
     assert r.returncode == 0, r.stderr
     assert "plots skipped: matplotlib is not installed" in r.stderr
-    marked = [c["commit"] for c in json.loads(r.stdout)["cells"] if c["env_match"]]
+    marked = [c["commit"] for c in json.loads(r.stdout)["data"]["cells"] if c["env_match"]]
     assert len(marked) == 4 and sha["noinstall"] not in marked
     assert not (tmp_path / "m" / "plots").exists() and (tmp_path / "m" / "matrix.html").is_file()
     here = abbisect(
@@ -187,7 +187,7 @@ def test_trial_cache_adds_evidence_to_the_same_cells(built, tmp_path):
         cache=cache,
     )
     assert r.returncode == 0, r.stderr
-    wider = json.loads(r.stdout)
+    wider = json.loads(r.stdout)["data"]
     cached = [s for s in wider["sources"] if "/trials/" in s]
     assert len(cached) == len(list((cache / "trials").glob("*.json"))) >= 5
     assert (

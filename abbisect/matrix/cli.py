@@ -142,4 +142,6 @@ def matrix(
         click.echo(f"not read: {skipped}", err=True)
     click.echo(f"wrote {', '.join(str(out / f) for f in FILES)}", err=True)
     if as_json:
-        click.echo(json.dumps(data))
+        from abbisect.envelope import dumps
+
+        click.echo(dumps("matrix", data))
