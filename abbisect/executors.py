@@ -247,3 +247,17 @@ class RayExecutor:
     def shutdown(self) -> None:
         for future in list(self.refs):
             self.cancel(future)
+
+
+def from_recipe(recipe) -> Executor | None:
+    """The executor a recipe's bisect options ask for; None: trials one after the other in this process."""
+    opts = recipe.bisect
+    slots = slots_for(recipe.gpu_slots, opts.slots)
+    kind = opts.executor if opts.executor != "auto" else ("local" if len(slots) > 1 else "sequential")
+    if kind == "sequential":
+        if len(slots) > 1:
+            raise UserError(f"{len(slots)} slots need an executor that runs trials at once: --executor local or ray")
+        return None
+    if kind == "local":
+        return LocalParallel(slots)
+    return RayExecutor(slots, address=opts.ray_address, resource=opts.ray_resource)

@@ -57,9 +57,15 @@ def bisect_ending(mode: str, outcome: str | None) -> str:
 @click.option("--json", "as_json", is_flag=True, help="print the result as JSON on stdout")
 @click.option("--dry-run", is_flag=True, help="print the ends' plans, candidate counts, merge-base handling and "
               "first midpoints; build and launch nothing")
+@click.option("--slots", type=click.IntRange(1, 64), default=None,
+              help="trials at once without GPUs (CPU engines): k commits a round, ⌈log_(k+1) N⌉ rounds")
+@click.option("--gpus", "gpus", default=None, help="GPU slots, one trial each: 0,1,2,3 or 0+1,2+3 (tensor parallel)")
+@click.option("--executor", type=click.Choice(["auto", "sequential", "local", "ray"]), default=None,
+              help="where trials run: this process, a process per slot, or Ray tasks (pip install 'abbisect[ray]')")
+@click.option("--ray-address", default=None, help="the Ray cluster to attach to (auto = a running one)")
 @click.argument("pathspec", nargs=-1)
 def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interactive, resume, output, cache_dir,
-           as_json, dry_run, pathspec) -> None:
+           as_json, dry_run, slots, gpus, executor, ray_address, pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
 
     Both ends are tested first and the direction is observed, not assumed. A date as an end means the
@@ -78,7 +84,8 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
     from abbisect.trialcache import TrialCache, machine_key
 
     check_output_option(output)
-    given = {"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None}
+    given = {"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None, "slots": slots,
+             "executor": executor, "ray_address": ray_address}
     flags = {"no_cache": no_cache, "script": script, "interactive": interactive}
     if resume:
         rec, opts, st, out = _resumed(Path(resume), recipe, given, flags, output)
@@ -87,6 +94,11 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
             raise UserError("give both ends: --good REF --bad REF (or --old/--new; a date YYYY-MM-DD also works), "
                             "or --resume DIR")
         rec, opts = _started(recipe, given, flags)
+        if gpus:
+            from abbisect.executors import parse_gpus
+
+            gpu_slots = parse_gpus(gpus)
+            rec = rec.model_copy(update={"gpus": gpu_slots[0], "gpu_slots": gpu_slots})
     red = Redactor.from_recipe(rec)
     progress = red.guard(Reporter())
     cache = open_cache(cache_dir, progress)
@@ -130,9 +142,15 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
              f"({bad_rev.short}) → {out}")
     progress(f"state: {out / 'state.json'} (if interrupted, resume with: {resume_cmd})")
     judge = make_judge(opts["script"], opts["interactive"], opts["script_dir"])
+    from abbisect.executors import from_recipe
+
+    executor = from_recipe(rec)
+    if executor is not None:
+        progress(f"{len(executor.slots)} slot(s) on the {executor.name} executor: "
+                 + ", ".join(s.label() for s in executor.slots))
     driver = Driver(rec, repo, cache, out, TrialCache(cache, machine_key(), enabled=not opts["no_cache"]), progress,
-                    retries=rec.bisect.retries, prefetch=rec.bisect.prefetch, variable=variable, judge=judge,
-                    redact=red.data)
+                    retries=rec.bisect.retries, prefetch=0 if executor and len(executor.slots) > 1 else rec.bisect.prefetch,
+                    variable=variable, judge=judge, redact=red.data, executor=executor)
     driver.save(run)  # before the ends are tested: an interrupt at any moment leaves a resumable folder
     try:
         run = driver.run(run, replay)

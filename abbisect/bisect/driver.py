@@ -10,7 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,9 +18,11 @@ from typing import Any
 from abbisect import checkout, judges
 from abbisect.ab import trial_spec
 from abbisect.bisect import history
+from abbisect.bisect.multisect import fold, pick, still_useful
 from abbisect.bisect.search import NEW, OLD, SKIP, SearchResult, SearchState, start
 from abbisect.environment import ensure_env, needs_source
 from abbisect.errors import UserError
+from abbisect.executors import Executor
 from abbisect.judges import Judge
 from abbisect.locks import atomic_write
 from abbisect.recipe import Recipe
@@ -42,11 +44,15 @@ class Step:
     result: TrialResult | None = field(default=None, repr=False)
     remaining: int | None = None  # candidates left after this step (the range shrinking, for the pictures)
     replayed: bool = False  # taken from the saved state of an interrupted run, not run again
+    round: int | None = None  # with several slots: the multisection round, and where and when it ran
+    slot: int | None = None
+    start_s: float | None = None  # seconds since the bisect began
 
     def to_dict(self) -> dict:
         return {"n": self.n, "sha": self.sha, "role": self.role, "outcome": self.outcome, "status": self.status,
                 "evidence": self.evidence, "seconds": self.seconds, "cached": self.cached,
-                "remaining": self.remaining, "replayed": self.replayed}
+                "remaining": self.remaining, "replayed": self.replayed, "round": self.round, "slot": self.slot,
+                "start_s": self.start_s}
 
 
 @dataclass
@@ -75,6 +81,10 @@ class BisectRun:
     # engine's commits; None walks the engine's history.
     variable: object | None = None
     options: dict = field(default_factory=dict)  # command-line choices a resumed run must keep (no_cache, …)
+    # Multisection: how many trials ran at once, where, and each round's commits and wall time.
+    slots: int = 1
+    executor: str = "sequential"
+    rounds: list[dict] = field(default_factory=list)
 
 
 def order_ends(repo: Path, good: checkout.Revision,
@@ -97,8 +107,15 @@ def order_ends(repo: Path, good: checkout.Revision,
 class Driver:
     def __init__(self, recipe: Recipe, repo: Path, cache: Path, out: Path, trial_cache: TrialCache,
                  progress: Progress, runner: Runner = run_trial, retries: int = 0, prefetch: int = 2,
-                 variable=None, judge: Judge | None = None, redact: Callable[[Any], Any] | None = None) -> None:
+                 variable=None, judge: Judge | None = None, redact: Callable[[Any], Any] | None = None,
+                 executor: Executor | None = None) -> None:
         self.recipe, self.repo, self.cache, self.out = recipe, repo, cache, out
+        # Several slots: trials go to the executor, k at a time (multisection); one slot: as before.
+        self.executor = executor
+        self.slots = executor.slots if executor is not None else []
+        self.local = threading.local()  # the slot the current thread's trial runs on
+        self.trial_futures: dict[str, Future[TrialResult]] = {}
+        self.t0 = time.monotonic()
         self.variable = variable  # what a candidate is when it is not an engine commit (bisect.over)
         self.trials, self.say, self.runner = trial_cache, progress, runner
         self.retries, self.prefetch, self.judge = retries, prefetch, judge
@@ -110,6 +127,20 @@ class Driver:
         self.launches = 0
         self.builds = 0
         self.count_lock = threading.Lock()
+        self.save_lock = threading.Lock()
+        if executor is not None:
+            self.runner = self._on_slot
+
+    @property
+    def parallel(self) -> bool:
+        return len(self.slots) > 1
+
+    def _on_slot(self, spec: TrialSpec, progress: Progress) -> TrialResult:
+        """The runner with an executor: the trial goes to the slot this thread was given."""
+        slot = getattr(self.local, "slot", self.slots[0])  # one slot: the main thread runs every trial
+        future = self.executor.submit(spec, slot, progress)
+        self.trial_futures[spec.sha] = future
+        return future.result()
 
     # -- trials --------------------------------------------------------------------------------------
     def spec(self, sha: str, label: str) -> TrialSpec:
@@ -145,8 +176,9 @@ class Driver:
         result = self.trials.fetch(self.spec(sha, label), lambda msg: self.say(f"{label} {sha[:10]}: {msg}"),
                                    self.runner)
         if not result.cached:
-            self.launches += 1 if result.launch else 0
-            self.builds += 0 if (result.env is None or result.env.reused) else 1
+            with self.count_lock:  # several slots report at once
+                self.launches += 1 if result.launch else 0
+                self.builds += 0 if (result.env is None or result.env.reused) else 1
         return result, result.cached
 
     def judged(self, sha: str, label: str, ends: dict[str, TrialResult] | None) -> tuple[str, TrialResult, bool, str]:
@@ -174,7 +206,8 @@ class Driver:
     def _again(self, sha: str, label: str) -> TrialResult:
         """The trial once more, never from the cache (a retry, or a person asking to see it again)."""
         again = self.runner(self.spec(sha, label), lambda m: self.say(f"{label}: {m}"))
-        self.launches += 1 if again.launch else 0
+        with self.count_lock:
+            self.launches += 1 if again.launch else 0
         return again
 
     # -- the search ----------------------------------------------------------------------------------
@@ -196,8 +229,12 @@ class Driver:
                      f"roughly {state.steps_left() + 1} steps after the two ends")
             self.prefetch_build([s for s in (state.next_commit(), *state.lookahead()) if s])
 
-        for rev, role in zip((run.old, run.new), roles, strict=True):
-            self._step(run, rev.sha, role, None, recorded)
+        if self.parallel:  # both ends at once, one slot each
+            self._steps_at_once(run, [(rev.sha, role) for rev, role in zip((run.old, run.new), roles, strict=True)],
+                                recorded)
+        else:
+            for rev, role in zip((run.old, run.new), roles, strict=True):
+                self._step(run, rev.sha, role, None, recorded)
         if "differs_from_good" in self.recipe.verdict.bad_if and self.judge is None:
             self._judge_ends_by_change(run)
             self.save(run)
@@ -231,6 +268,8 @@ class Driver:
                      f"{run.bad.ref} is {'good' if named_good_is_old else 'bad'}: searching for the commit that "
                      f"{'fixed' if run.mode == 'fix' else 'broke'} it")
         term = {o: OLD, n: NEW}
+        if self.parallel:
+            state = self._multisect(run, state, term, rel, recorded)
         while (sha := state.next_commit()) is not None:
             self.prefetch_build(list(state.lookahead()))
             self.say(f"step {len(run.steps) - 1}: {len(state.remaining())} left, roughly {state.steps_left()} "
@@ -251,6 +290,75 @@ class Driver:
             except RuntimeError as exc:  # a report without the releases beats no report
                 self.say(f"could not look up releases and backports: {exc}")
         return self._finish(run, t0)
+
+    # -- several slots -------------------------------------------------------------------------------
+    def _slot_step(self, slot, run: BisectRun, sha: str, role: str, ends, recorded: dict) -> Step:
+        self.local.slot = slot
+        start_s = round(time.monotonic() - self.t0, 2)
+        step = self._step(run, sha, role, ends, recorded)
+        step.slot, step.start_s = slot.index, start_s
+        return step
+
+    def _steps_at_once(self, run: BisectRun, items: list[tuple[str, str]], recorded: dict) -> None:
+        """Steps on separate slots at the same time, recorded in the order given (the ends: old, new)."""
+        first = len(run.steps)
+        with ThreadPoolExecutor(max_workers=len(items), thread_name_prefix="slot") as pool:
+            futures = [pool.submit(self._slot_step, slot, run, sha, role, None, recorded)
+                       for (sha, role), slot in zip(items, self.slots)]
+            steps = [f.result() for f in futures]
+        run.steps[first:] = steps
+        for n, s in enumerate(run.steps):
+            s.n = n
+        self.save(run)
+
+    def _multisect(self, run: BisectRun, state: SearchState, term: dict[str, str], rel, recorded: dict) -> SearchState:
+        """Rounds of k trials at once (k = the slots): k commits that split the range into k + 1 parts, all
+        verdicts folded in; a skipped commit is replaced within the round while it can still help, and a
+        trial whose verdict can no longer matter (the others decided it) is stopped."""
+        k = len(self.slots)
+        with ThreadPoolExecutor(max_workers=k, thread_name_prefix="slot") as pool:
+            while not state.done():
+                t_round = time.monotonic()
+                number = len(run.rounds) + 1
+                tested: list[str] = []
+                free = list(self.slots)
+                running: dict[Future[Step], tuple[str, object]] = {}
+
+                def launch(shas, running=running, free=free, tested=tested) -> None:
+                    for sha in shas:
+                        slot = free.pop(0)
+                        tested.append(sha)
+                        running[pool.submit(self._slot_step, slot, run, sha, "candidate", rel, recorded)] = (sha, slot)
+
+                self.say(f"round {number}: {len(state.remaining())} left; testing {min(k, len(state.remaining()))} "
+                         f"commit(s) at once")
+                launch(pick(state, k))
+                while running:
+                    done, _ = wait(running, return_when=FIRST_COMPLETED)
+                    for future in done:
+                        sha, slot = running.pop(future)
+                        free.append(slot)
+                        step = future.result()
+                        step.round = number
+                        verdict = term.get(step.outcome, SKIP)
+                        useful = still_useful(state, sha)
+                        if useful:
+                            state = fold(state, [(sha, verdict)])
+                        else:  # stopped (or finished) after the other verdicts had decided it: not evidence
+                            step.role = "candidate (no longer needed)"
+                            self.results.pop(sha, None)
+                        step.remaining = len(state.remaining())
+                        self.save(run, state)
+                        if verdict == SKIP and useful and not state.done():
+                            busy = [s for s, _ in running.values()]
+                            launch([s for s in pick(state, len(free), busy) if s not in tested][:1])
+                    for future, (sha, _) in list(running.items()):
+                        if not still_useful(state, sha) and sha in self.trial_futures:
+                            self.say(f"round {number}: {sha[:10]} no longer matters; stopping its trial")
+                            self.executor.cancel(self.trial_futures[sha])
+                run.rounds.append({"round": number, "commits": tested, "seconds": round(time.monotonic() - t_round, 2),
+                                   "remaining": len(state.remaining())})
+        return state
 
     def _across_branches(self, run: BisectRun, rel: dict[str, TrialResult], recorded: dict) -> bool:
         """Ends on different branches: test the merge base(s) and pick the range to search.
@@ -324,10 +432,15 @@ class Driver:
     def save(self, run: BisectRun, state: SearchState | None = None) -> None:
         """state.json: everything `--resume DIR` needs (recipe, ends, options, every finished trial)."""
         self.out.mkdir(parents=True, exist_ok=True)
-        atomic_write(self.out / "state.json", json.dumps(save_state(run, state, self.redact), indent=1, default=str))
+        with self.save_lock:  # slots finish at the same time: one writer at a time
+            atomic_write(self.out / "state.json", json.dumps(save_state(run, state, self.redact), indent=1,
+                                                             default=str))
 
     def _finish(self, run: BisectRun, t0: float) -> BisectRun:
         self.pool.shutdown(wait=True, cancel_futures=True)
+        if self.executor is not None:
+            self.executor.shutdown()
+            run.slots, run.executor = len(self.slots), self.executor.name
         run.launches, run.builds = self.launches, self.builds
         run.wall_s = round(time.monotonic() - t0, 2)
         return run

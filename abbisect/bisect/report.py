@@ -189,12 +189,16 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += releases_block(run)
     lines += [(f"{len(run.steps)} trials, {run.launches} server launches, {run.builds} venv builds, "
               f"{run.wall_s:.1f} s wall time."), ""]
+    if run.rounds:
+        per_round = ", ".join(f"{r['seconds']:.0f} s ({len(r['commits'])})" for r in run.rounds)
+        lines += [(f"{run.slots} slots on the {run.executor} executor (ends tested at once): {len(run.rounds)} "
+                   f"rounds after the ends — time per round (commits tested): {per_round}."), ""]
     ab = decisive_ab(run)
     if ab is not None:
         lines += ["### Decisive A/B: parent vs the found commit", "",
                   render_ab(ab, budget, level=4, embedded=True, links=github_links), ""]
     lines += ["### Trail", "", trail(run, budget), ""]
-    skipped = [s for s in run.steps if s.outcome == "skip"]
+    skipped = [s for s in run.steps if s.outcome == "skip" and s.role != "candidate (no longer needed)"]
     if skipped:
         lines += ["### Skipped (untestable) commits", ""]
         lines += [f"- `{s.sha[:10]}`: {s.status} — {cell(s.evidence, 150)}" for s in skipped]
@@ -247,6 +251,7 @@ def bisect_json(run: BisectRun) -> dict:
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
             "releases": run.releases.to_dict() if run.releases else None,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "slots": run.slots, "executor": run.executor, "rounds": run.rounds,
             "trials": [trial_record(run, s) for s in run.steps if s.result is not None]}
 
 
