@@ -58,7 +58,7 @@ def test_local_slots_find_the_same_commit_in_fewer_rounds(tmp_path, long_history
 def test_two_slots_on_ray(tmp_path, long_history, cache_dir):
     pytest.importorskip("ray", reason="Ray is not installed (pip install 'abbisect[ray]')")
     repo, shas = long_history
-    res, md, _ = _bisect(tmp_path, repo, cache_dir, "ray", "--slots", "2", "--executor", "ray")
+    res, _, _ = _bisect(tmp_path, repo, cache_dir, "ray", "--slots", "2", "--executor", "ray")
     assert res["first_new"] == shas[CULPRIT] and res["executor"] == "ray"
     assert len(res["rounds"]) <= math.ceil(math.log(19, 3))
 
