@@ -106,8 +106,13 @@ def start(plan: LaunchPlan, env: dict[str, str], log_path: Path, cwd: Path, base
         raise
     finally:
         os.close(write_end)
-    reader = pump(read_end, log)
-    return Server(proc, proc.pid, base_url, log_path, time.monotonic(), token, log, reader, watchdog, record)
+    server = Server(proc, proc.pid, base_url, log_path, time.monotonic(), token, log, None, watchdog, record)
+    try:
+        server.reader = pump(read_end, log)
+    except BaseException:  # e.g. Ctrl-C right now: the caller never gets the server to tear it down
+        stop(server, 1.0)
+        raise
+    return server
 
 
 def wait_ready(server: Server, plan: LaunchPlan, timeout: float, poll: float = 0.1,

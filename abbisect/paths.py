@@ -23,7 +23,10 @@ def cache_path(override: str | Path | None = None) -> Path:
     else:
         xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
         root = Path(xdg) / "abbisect"
-    return root.expanduser().resolve()
+    root = root.expanduser().resolve()
+    if root.is_dir():  # even a dry run: servers left by a killed abbisect die now, said once
+        _reap_once(root)
+    return root
 
 
 def cache_root(override: str | Path | None = None) -> Path:
@@ -45,7 +48,6 @@ def cache_root(override: str | Path | None = None) -> Path:
     except OSError as exc:
         raise InfraError(f"cache folder {root} is not usable: {describe_os_error(exc)}") from None
     last_root = root
-    _reap_once(root)
     return root
 
 

@@ -222,11 +222,12 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
     scanner = LineScanner(catalogue, plan.ready_log)
-    server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
-                          cache=cache, scanner=scanner, grace=recipe.timeouts.teardown)
     prompts = ordered(list(recipe.prompts), recipe.prompt_order)
     outputs: tuple[Completion, ...] = ()
     crash: dict = {}
+    # Nothing between the start and the try: a Ctrl-C in between would leave the server to its watchdog.
+    server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
+                          cache=cache, scanner=scanner, grace=recipe.timeouts.teardown)
     try:
         ready = launch.wait_ready(server, plan, recipe.timeouts.ready, progress=say)
         timings["ready"] = round(time.monotonic() - t_launch, 3)
