@@ -48,7 +48,10 @@ def neutral_launch(result: TrialResult) -> str:
         return ""
     argv = list(result.launch.argv)
     venv = result.env.path if result.env else None
-    port = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--port"), None)
+    # The port: after --port (the engines' own flag), or where a `command` recipe's template says {port}.
+    template = (result.spec.recipe.get("launch") or {}).get("command") or []
+    port = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--port"),
+                next((argv[i] for i, a in enumerate(template) if a == "{port}" and i < len(argv)), None))
     shown = []
     for a in argv:
         if venv and a.startswith(venv):

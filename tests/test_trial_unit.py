@@ -28,3 +28,20 @@ def test_trial_runs_from_a_json_spec_in_another_process(tmp_path, engine_repo, c
     assert result.analyses[0].label == "degenerate" and result.signatures
     # the round trip is lossless: what an executor sends back is what ran
     assert TrialResult.from_dict(json.loads(json.dumps(result.to_dict(), default=str))) == result
+
+
+def test_neutral_launch_hides_the_port_wherever_the_template_puts_it():
+    """Two sides of an A/B launch on different ports; the report must still see identical commands."""
+    from types import SimpleNamespace as NS
+
+    from abbisect.ab import neutral_launch
+
+    def result(port: str, flag: bool):
+        template = ["{python}", "server.py", "--port" if flag else "{port}", *(["{port}"] if flag else []), "2048"]
+        argv = ("/venv/bin/python", "server.py", *(["--port"] if flag else []), port, "2048")
+        return NS(launch=NS(argv=argv, env={"A": "1"}), env=NS(path="/venv"),
+                  spec=NS(recipe={"launch": {"command": template}}))
+
+    for flag in (True, False):
+        a, b = neutral_launch(result("54085", flag)), neutral_launch(result("39987", flag))
+        assert a == b and "$PORT" in a and "54085" not in a
