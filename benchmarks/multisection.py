@@ -5,7 +5,7 @@ standing in for a real engine's start-up; venvs are shared (same dependencies) a
 so the numbers compare searching, not building. Prints rounds after the ends, launches and wall time per k,
 the ratio to k = 1, and the ideal ratio log2 N / log_(k+1) N.
 
-    python benchmarks/multisection.py [--commits 1000] [--ready 3] [--slots 1,2,4,8]
+    python benchmarks/multisection.py [--commits 1000] [--ready 3] [--slots 1,2,4,8] [--no-install]
 """
 
 from __future__ import annotations
@@ -28,9 +28,12 @@ from bisect_vs_git import history
 from abbisect.demo.history import build_history
 
 
-def bisect(repo: Path, work: Path, cache: Path, k: int, ready: float) -> dict:
+def bisect(repo: Path, work: Path, cache: Path, k: int, ready: float, install: bool) -> dict:
     recipe = {
         "name": f"multi{k}", "engine": {"kind": "command", "repo": str(repo)},
+        # Without installing, the server runs from the commit's worktree (python -m finds it there): for a
+        # machine with no package index, where an editable install cannot fetch its build backend.
+        **({} if install else {"install": {"strategy": "command", "commands": ["true"]}}),
         "launch": {"command": ["{python}", "-m", "toyengine.server", "--host", "{host}", "--port", "{port}"],
                    "flags": ["--seed", "0"]},
         "env": {"TOYENGINE_LOAD_SECONDS": str(ready)},
@@ -58,6 +61,7 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=1000)
     ap.add_argument("--ready", type=float, default=3.0, help="seconds each server takes to become ready")
     ap.add_argument("--slots", default="1,2,4,8")
+    ap.add_argument("--no-install", action="store_true", help="run each commit from its worktree, install nothing")
     args = ap.parse_args()
     ks = [int(k) for k in args.slots.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
@@ -65,11 +69,11 @@ def main() -> None:
         commits, bug = history(args.commits)
         shas = build_history(work / "engine", commits)
         cache = work / "cache"
-        rows = [bisect(work / "engine", work, cache, k, args.ready) for k in ks]
+        rows = [bisect(work / "engine", work, cache, k, args.ready, not args.no_install) for k in ks]
     n = args.commits - 1
     base = next((r for r in rows if r["k"] == 1), rows[0])
     print(f"{args.commits} commits, culprit {shas[bug][:10]}, server ready after {args.ready:g} s; "
-          f"ends tested first (at once when k > 1)")
+          f"ends tested first (at once when k > 1); {os.cpu_count()} CPU cores")
     print(f"{'k':>3} {'rounds':>7} {'launches':>9} {'wall s':>8} {'wall/k=1':>9} {'log2N/log(k+1)N':>16} {'found':>6}")
     for r in rows:
         ideal = math.log2(n) / math.log(n, r["k"] + 1)
