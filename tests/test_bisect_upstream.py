@@ -157,7 +157,7 @@ def run_bisect(tmp_path: Path, engine_repo: str, cache: Path, *args: str):
 
 def reproduce_lines(md: str) -> list[str]:
     block = md.rsplit("<summary>Reproduce</summary>", 1)[1]  # the bisect's own, not the A/B's
-    body = re.search(r"```sh\n(.*?)\n```", block, re.S).group(1)
+    body = re.search(r"```sh\n(.*?)\n```", block, re.DOTALL).group(1)
     return [line for line in body.splitlines() if line and not line.startswith("#")]
 
 
@@ -264,7 +264,7 @@ def test_fix_on_one_line_printed_commands_agree_in_a_bare_clone(upstream, tmp_pa
 def test_untestable_merge_base_stops_with_the_evidence(tmp_path, cache_dir) -> None:
     """The release branch was cut at a commit that does not install: no range can be chosen."""
     repo = tmp_path / "engine"
-    a0, a1 = build_history(repo, [Commit("Initial engine"), Commit("New build backend (#5)", "break_install")])
+    _, a1 = build_history(repo, [Commit("Initial engine"), Commit("New build backend (#5)", "break_install")])
     _git(repo, "checkout", "-q", "-b", "release/v1")
     commit(repo, Commit("Repair the metadata for the release", "fix_install", tag="v1.0"), 10)
     _git(repo, "checkout", "-q", "main")
