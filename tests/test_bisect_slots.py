@@ -53,6 +53,11 @@ def test_local_slots_find_the_same_commit_in_fewer_rounds(tmp_path, long_history
     assert "4 slots on the local executor" in md and "round 1:" in err
     tested = [s["sha"] for s in four["steps"]]
     assert len(tested) == len(set(tested)), "a commit was tested twice"
+    # the serving matrix's timeline draws the slots of this run and the back-to-back trials of the other
+    plots = pytest.importorskip("abbisect.matrix.plots")
+    pytest.importorskip("matplotlib", reason="the pictures need matplotlib (pip install 'abbisect[plots]')")
+    for data in (four, one):
+        assert plots.bisect_timeline(data).startswith(b"\x89PNG")
 
 
 def test_two_slots_on_ray(tmp_path, long_history, cache_dir):

@@ -61,8 +61,10 @@ def bisect_timeline(data: Mapping[str, Any]) -> bytes | None:
     labels = []
     for y, step in enumerate(steps):
         t = trials[step["n"]]
-        slot = int(step.get("slot", 0))
-        x = float(step.get("start_s", clock.get(slot, 0.0)))
+        # A sequential bisect records no slot or start (None): one slot, its trials back to back.
+        slot = int(step.get("slot") or 0)
+        start = step.get("start_s")
+        x = float(start) if start is not None else clock.get(slot, 0.0)
         # A cached trial cost nothing in this run: its original timings would draw time that was not spent.
         timings = {} if t.get("cached") else t.get("timings") or {}
         for name, colour in SEGMENTS:
@@ -72,7 +74,8 @@ def bisect_timeline(data: Mapping[str, Any]) -> bytes | None:
                 x += width
         clock[slot] = x
         cached = " (cached)" if t.get("cached") else ""
-        labels.append(f"round {step.get('round', step['n'])} · slot {slot} · {step['sha'][:8]}{cached}")
+        rnd = step.get("round") if step.get("round") is not None else step["n"]
+        labels.append(f"round {rnd} · slot {slot} · {step['sha'][:8]}{cached}")
         ax.text(
             x,
             y,
