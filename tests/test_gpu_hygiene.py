@@ -112,6 +112,11 @@ def test_a_leftover_is_named_with_its_pid_and_command(monkeypatch: pytest.Monkey
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     leftover = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", "leftover-server-marker"])
     try:
+        # Until the child has exec'd, its command line is still the forking parent's (a loaded machine).
+        deadline = time.monotonic() + 30
+        while b"leftover-server-marker" not in Path(f"/proc/{leftover.pid}/cmdline").read_bytes():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
         nvml = FakeNvml(["0:1"], used=[[30000]], procs=[[[leftover.pid]]])
         rep = check_idle([0], nvml=nvml)
         assert rep.busy and f"PID {leftover.pid} (" in rep.notice and "leftover-server-marker" in rep.notice
