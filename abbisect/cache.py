@@ -20,6 +20,7 @@ import os
 import re
 import shutil
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -41,8 +42,10 @@ EVICTABLE = ("worktrees", "venvs")
 BUDGET_ENV = "ABBISECT_CACHE_MAX_SIZE"
 _SIDECARS = (".lock", ".use")
 
-# Descriptors of the `.use` locks this process holds, kept open until it exits (or releases them).
-_HELD: dict[Path, int] = {}
+# The `.use` locks this process holds: descriptor and how many holders (threads: a trial and a background
+# build may hold the same entry), kept open until the last holder releases it or the process exits.
+_HELD: dict[Path, list[int]] = {}
+_HELD_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -88,21 +91,37 @@ def sidecar(entry: Path, suffix: str) -> Path:
 
 
 def hold(entry: Path) -> None:
-    """Mark `entry` as used by this process until it exits, and stamp its last use."""
+    """Mark `entry` as used by this process until it exits (or releases it as often as it held it), and stamp
+    its last use."""
     entry = Path(entry)
-    if entry in _HELD:
-        os.utime(sidecar(entry, ".use"))
-        return
     mark = sidecar(entry, ".use")
+    with _HELD_LOCK:
+        if entry in _HELD:
+            _HELD[entry][1] += 1
+            os.utime(mark)
+            return
     mark.parent.mkdir(parents=True, exist_ok=True)
-    _HELD[entry] = locked_open(mark, fcntl.LOCK_SH)  # waits only while an eviction of this entry runs
+    fd = locked_open(mark, fcntl.LOCK_SH)  # waits only while an eviction of this entry runs
+    with _HELD_LOCK:
+        if entry in _HELD:  # another thread of this process took it meanwhile: one descriptor is enough
+            _HELD[entry][1] += 1
+            os.close(fd)
+        else:
+            _HELD[entry] = [fd, 1]
     os.utime(mark)
 
 
 def release(entry: Path) -> None:
-    fd = _HELD.pop(Path(entry), None)
-    if fd is not None:
-        os.close(fd)
+    """One holder of this process is done with `entry`; the lock goes with the last one."""
+    with _HELD_LOCK:
+        held = _HELD.get(Path(entry))
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] > 0:
+            return
+        del _HELD[Path(entry)]
+    os.close(held[0])
 
 
 def _try_exclusive(path: Path) -> int | None:

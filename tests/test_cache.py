@@ -173,3 +173,25 @@ def test_overlay_build_drops_the_worktree(tmp_path, engine_repo):
     listed = subprocess.run(["git", "-C", str(engine_repo), "worktree", "list"], check=False,
                             capture_output=True, text=True)
     assert str(cache) not in listed.stdout
+
+
+def test_holds_are_counted_within_a_process(tmp_path):
+    """A trial and a background build of the same process may hold one worktree: the first to let go must
+    not free it for removal under the other (a bisect once lost its candidate's worktree that way)."""
+    from abbisect.cache import hold, release
+
+    entry = tmp_path / "worktrees" / "repo" / "abc"
+    entry.mkdir(parents=True)
+    probe = ("import sys, pathlib\nfrom abbisect.cache import remove_if_unused\n"
+             "print(remove_if_unused(pathlib.Path(sys.argv[1])))")
+
+    def removable() -> bool:
+        out = subprocess.run([sys.executable, "-c", probe, str(entry)], check=True, capture_output=True, text=True)
+        return out.stdout.strip() == "True"
+
+    hold(entry)
+    hold(entry)
+    release(entry)
+    assert not removable() and entry.is_dir()  # the other holder still has it
+    release(entry)
+    assert removable() and not entry.exists()
