@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -87,3 +88,12 @@ def marked_pids(mark: str) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def run_ab(tmp_path: Path, repo: Path, cache: Path, a: str, b: str, **overrides) -> tuple[dict, Path]:
+    """`abbisect run` of the toy recipe on refs a and b (with recipe overrides); its --json data and folder."""
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, sides={"a": a, "b": b}, **overrides))
+    out = tmp_path / "out"
+    proc = abbisect("run", str(recipe), "--output", str(out), "--json", cwd=tmp_path, cache=cache)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["data"], out

@@ -14,7 +14,7 @@ import uuid
 from pathlib import Path
 
 import pytest
-from conftest import abbisect, marked_pids, toy_recipe, write_recipe
+from conftest import abbisect, marked_pids, run_ab, toy_recipe, write_recipe
 
 from abbisect.demo.history import Commit, build_history
 from abbisect.logstream import CappedLog, LineScanner
@@ -44,17 +44,9 @@ def crash_repo(tmp_path_factory) -> tuple[Path, list[str]]:
     return repo, build_history(repo, CRASH_HISTORY)
 
 
-def _run(tmp_path, repo, cache, a, b, **overrides):
-    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, sides={"a": a, "b": b}, **overrides))
-    out = tmp_path / "out"
-    proc = abbisect("run", str(recipe), "--output", str(out), "--json", cwd=tmp_path, cache=cache)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)["data"], out
-
-
 def test_crash_while_serving_is_bad_and_names_the_prompt(tmp_path, crash_repo, cache_dir):
     repo, _ = crash_repo
-    res, out = _run(tmp_path, repo, cache_dir, "good", "bad", prompts=PROMPTS)
+    res, out = run_ab(tmp_path, repo, cache_dir, "good", "bad", prompts=PROMPTS)
     a, b = res["a"], res["b"]
     assert a["verdict"]["status"] == "ok"
     assert b["verdict"]["status"] == "crashed_while_serving" and b["verdict"]["outcome"] == "bad"
@@ -77,7 +69,7 @@ def test_crash_while_serving_is_bad_and_names_the_prompt(tmp_path, crash_repo, c
 def test_by_tag_order_sends_the_tagged_prompt_last(tmp_path, crash_repo, cache_dir):
     repo, _ = crash_repo
     tagged_first = [PROMPTS[2], PROMPTS[0], PROMPTS[1], PROMPTS[3]]
-    res, _ = _run(tmp_path, repo, cache_dir, "good", "bad", prompts=tagged_first, prompt_order="by_tag")
+    res, _ = run_ab(tmp_path, repo, cache_dir, "good", "bad", prompts=tagged_first, prompt_order="by_tag")
     b = res["b"]
     # untagged first: p0, p1, p3 answered... and the third request (p3) is the one that crashes
     assert [o["prompt_id"] for o in b["outputs"]] == ["p0", "p1", "p3", "p2"]
@@ -96,7 +88,7 @@ def test_bisect_finds_the_commit_that_crashes_while_serving(tmp_path, crash_repo
 
 def test_http_500_from_a_living_server_is_an_output_error(tmp_path, crash_repo, cache_dir):
     repo, _ = crash_repo
-    res, _ = _run(tmp_path, repo, cache_dir, "good", "good", env={"TOYENGINE_FAIL_ON": "copper"})
+    res, _ = run_ab(tmp_path, repo, cache_dir, "good", "good", env={"TOYENGINE_FAIL_ON": "copper"})
     b = res["b"]
     assert b["verdict"]["status"] == "request_errors" and b["verdict"]["outcome"] == "bad"
     errors = [o for o in b["outputs"] if o["error"]]
@@ -108,7 +100,7 @@ def test_http_500_from_a_living_server_is_an_output_error(tmp_path, crash_repo, 
 def test_a_server_that_daemonizes_a_child_is_torn_down(tmp_path, crash_repo, cache_dir):
     repo, _ = crash_repo
     mark = uuid.uuid4().hex
-    res, _ = _run(tmp_path, repo, cache_dir, "good", "good",
+    res, _ = run_ab(tmp_path, repo, cache_dir, "good", "good",
                   env={"TOYENGINE_DAEMON": "1", "ABBISECT_TEST_MARK": mark})
     for side in ("a", "b"):
         assert res[side]["verdict"]["status"] == "ok"
@@ -234,7 +226,7 @@ def test_a_failed_build_still_shows_its_signatures(tmp_path, crash_repo, cache_d
     repo, _ = crash_repo
     install = {"strategy": "command", "env": {"MARK": uuid.uuid4().hex},
                "commands": [BUILD_ERROR]}
-    res, out = _run(tmp_path, repo, cache_dir, "good", "good", install=install)
+    res, out = run_ab(tmp_path, repo, cache_dir, "good", "good", install=install)
     b = res["b"]
     assert b["verdict"]["status"] == "build_failed"
     assert "static_assertion_failed" in [s["id"] for s in b["signatures"]]

@@ -13,15 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 import pytest
-from conftest import abbisect, marked_pids, toy_recipe, write_recipe
-
-
-def run_ab(tmp_path, engine_repo, cache_dir, a, b, **overrides):
-    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, sides={"a": a, "b": b}, **overrides))
-    out = tmp_path / "out"
-    proc = abbisect("run", str(recipe), "--output", str(out), "--json", cwd=tmp_path, cache=cache_dir)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)["data"], out
+from conftest import abbisect, marked_pids, run_ab, toy_recipe, write_recipe
 
 
 def test_broken_vs_fixed(tmp_path, engine_repo, cache_dir):
