@@ -43,11 +43,11 @@ def open_repo(spec: str, cache: Path, fetch: bool = True) -> Path:
     With `fetch` False an existing clone is used as it is: `check` under `git bisect run` must neither
     need the network at every step nor move the refs of the clone git is bisecting in."""
     if spec == DEMO_REPO:
-        from abbisect.demo.history import ensure_demo_repo
+        from abbisect.builtin.history import ensure_demo_repo
 
         return ensure_demo_repo(cache / "demo-engine")
     if spec.startswith(BUILTIN_PREFIX):
-        from abbisect.realengine import BUILTINS
+        from abbisect.builtin.realengine import BUILTINS
 
         if spec not in BUILTINS:
             raise UserError(f"unknown builtin repository {spec!r}; known: {DEMO_REPO}, {', '.join(BUILTINS)}")

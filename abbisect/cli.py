@@ -259,11 +259,11 @@ def schema() -> None:
 
 
 def _register() -> None:
-    from abbisect.bisect.cli import bisect, check
-    from abbisect.cachecmd import cache
-    from abbisect.envcmd import env
-    from abbisect.matrix.cli import matrix
-    from abbisect.scan import scan
+    from abbisect.commands.bisect import bisect, check
+    from abbisect.commands.cache import cache
+    from abbisect.commands.env import env
+    from abbisect.commands.matrix import matrix
+    from abbisect.commands.scan import scan
 
     for command in (bisect, check, scan, env, cache, matrix):
         main.add_command(command)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import yaml
 
-from abbisect.demo.history import Commit, build_history
+from abbisect.builtin.history import Commit, build_history
 
 PLAIN_SCRIPT = textwrap.dedent("""\
     #!/usr/bin/env bash

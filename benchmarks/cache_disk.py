@@ -18,8 +18,8 @@ import tempfile
 from pathlib import Path
 
 from abbisect import checkout
+from abbisect.builtin.realengine import ensure_vllm_cpu_repo
 from abbisect.cache import _size, human
-from abbisect.realengine import ensure_vllm_cpu_repo
 
 
 def du(path: Path) -> int:

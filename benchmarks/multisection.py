@@ -25,7 +25,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bisect_vs_git import history
 
-from abbisect.demo.history import build_history
+from abbisect.builtin.history import build_history
 
 
 def bisect(repo: Path, work: Path, cache: Path, k: int, ready: float, install: bool) -> dict:

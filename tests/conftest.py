@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from abbisect.demo.history import Commit, build_history
+from abbisect.builtin.history import Commit, build_history
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.demo.history import Commit, _git, build_history, commit
+from abbisect.builtin.history import Commit, _git, build_history, commit
 
 
 def merge(repo: Path, branch: str, message: str, n: int) -> str:

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.demo.history import Commit, build_history
+from abbisect.builtin.history import Commit, build_history
 
 HISTORY = [Commit("v1", tag="v1"), Commit("docs"), Commit("tidy"),
            Commit("Dispatch quantisation to linear layers only", "break_scale"), Commit("more docs"),

@@ -9,7 +9,7 @@ import math
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.demo.history import Commit, build_history
+from abbisect.builtin.history import Commit, build_history
 
 CULPRIT = 13
 

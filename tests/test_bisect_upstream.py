@@ -14,7 +14,7 @@ import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.bisect import history
-from abbisect.demo.history import Commit, _git, build_history, cherry_pick, commit, merge
+from abbisect.builtin.history import Commit, _git, build_history, cherry_pick, commit, merge
 
 
 def upstream_history(repo: Path, crash: bool) -> dict[str, str]:

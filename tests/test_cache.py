@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
+from abbisect.builtin.history import TEMPLATE, Commit, _git, commit
 from abbisect.cache import Entry, parse_age, parse_size, select
-from abbisect.demo.history import TEMPLATE, Commit, _git, commit
 from abbisect.errors import UserError
 
 

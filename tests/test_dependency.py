@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.demo import toydep
+from abbisect.builtin import toydep
 from abbisect.dependency import diff_packages, resolve_versions
 from abbisect.errors import UserError
 from abbisect.recipe import Install, Over

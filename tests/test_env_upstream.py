@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.demo.history import Commit, _git, commit, init_repo
+from abbisect.builtin.history import Commit, _git, commit, init_repo
 from abbisect.environment import ensure_env
 from abbisect.environment.editable import cuda_variant, heavy_pins
 from abbisect.plan import env_plan_for, plan_for

@@ -22,8 +22,8 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
+from abbisect.builtin.history import Commit, build_history
 from abbisect.cli import EXIT_CODES
-from abbisect.demo.history import Commit, build_history
 
 # A model package that cannot be downloaded: the index is a closed port and there are no local links.
 NO_DOWNLOAD_ENV = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple/", "PIP_CONFIG_FILE": os.devnull, "PIP_RETRIES": "0",

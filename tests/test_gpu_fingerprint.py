@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from abbisect.envcmd import env
+from abbisect.commands.env import env
 from abbisect.errors import UserError
 from abbisect.gpu.devices import class_for_capability
 from abbisect.gpu.fingerprint import Fingerprint, GpuInfo, collect, render_sides, render_table

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, marked_pids, run_ab, toy_recipe, write_recipe
 
-from abbisect.demo.history import Commit, build_history
+from abbisect.builtin.history import Commit, build_history
 from abbisect.logstream import CappedLog, LineScanner
 from abbisect.recipe import Verdicts
 from abbisect.score.signatures import load_catalogue

@@ -10,7 +10,7 @@ import pytest
 from conftest import abbisect, write_recipe
 from triton_kernels import GEMM_WITH_LAUNCHER
 
-from abbisect.demo.history import _git
+from abbisect.builtin.history import _git
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None,

@@ -19,7 +19,7 @@ RuntimeError: Engine core initialization failed. See root cause above. Failed co
 
 def _scan(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, "-m", "abbisect.scan", *args],
+        [sys.executable, "-m", "abbisect.commands.scan", *args],
         check=False,
         capture_output=True,
         text=True,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.demo.history import Commit, build_history
+from abbisect.builtin.history import Commit, build_history
 
 
 def _run(tmp_path: Path, repo: Path, cache: Path, a: str, b: str, name: str, **over) -> dict:
@@ -70,7 +70,7 @@ def _add_dependency(repo: Path, _change: str | None, _n: int) -> None:
 
 
 def test_a_changed_dependency_gets_its_own_shared_venv(tmp_path):
-    from abbisect.demo import history
+    from abbisect.builtin import history
 
     repo = tmp_path / "engine"
     build_history(repo, [Commit("engine without dependencies", tag="plain")])

