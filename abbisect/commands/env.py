@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from abbisect.commands.options import json_option
 from abbisect.gpu.fingerprint import collect, render_table
 
 
 @click.command("env")
-@click.option("--json", "as_json", is_flag=True, help="Print the fingerprint as JSON (includes `key`).")
+@json_option("Print the fingerprint as JSON (includes `key`).")
 @click.option("--python", "python", type=click.Path(dir_okay=False), default=None,
               help="Interpreter to describe, e.g. a per-commit venv's bin/python (default: this one).")
 @click.option("--key", "key_only", is_flag=True, help="Print only the short stable key.")

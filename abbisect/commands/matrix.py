@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
+from abbisect.commands.options import cache_dir_option, json_option, output_option
 from abbisect.errors import UserError
 from abbisect.matrix import plots
 from abbisect.matrix.cells import Matrix, build_cells, mark_env, stack_from
@@ -63,20 +64,16 @@ def pictures(sources: list[Source]) -> list[tuple[str, str, bytes]]:
 
 @click.command("matrix")
 @click.argument("results_dirs", nargs=-1, type=click.Path(file_okay=False))
-@click.option(
-    "--output", "-o", help="folder for matrix.{md,json,csv,html} and plots/ (default RESULTS_DIR/matrix)"
-)
+@output_option("folder for matrix.{md,json,csv,html} and plots/ (default RESULTS_DIR/matrix)")
 @click.option(
     "--checks", is_flag=True, help="also read `abbisect check` verdicts kept in the cache (CACHE/checks)"
 )
 @click.option("--trial-cache", is_flag=True, help="also read every cached trial (CACHE/trials/*.json)")
-@click.option(
-    "--cache-dir", envvar="ABBISECT_CACHE_DIR", help="the abbisect cache (for --checks, --trial-cache)"
-)
+@cache_dir_option("the abbisect cache (for --checks, --trial-cache)")
 @click.option("--env", "mark_here", is_flag=True, help="mark the cells whose GPU stack is this machine's")
 @click.option("--env-key", help="mark the cells of this GPU stack key (as `abbisect env --key` prints it)")
 @click.option("--no-plots", is_flag=True, help="skip the pictures")
-@click.option("--json", "as_json", is_flag=True, help="print matrix.json on stdout")
+@json_option("print matrix.json on stdout")
 def matrix(
     results_dirs: tuple[str, ...],
     output: str | None,

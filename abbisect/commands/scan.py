@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from abbisect.commands.options import json_option
 from abbisect.errors import UserError
 from abbisect.score.signatures import (
     SEVERITIES,
@@ -68,7 +69,7 @@ def _table(path: str, matches: list[SignatureMatch], root: tuple[int, str] | Non
     show_default=True,
     help="Exit 1 when a signature at or above this severity is found.",
 )
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of a table.")
+@json_option("Print one JSON object instead of a table.")
 def scan(logs: tuple[str, ...], fail_on: str, as_json: bool) -> None:
     """Scan server logs for known failure signatures and explain them."""
     texts = {path: _read(path) for path in logs}  # read all first: a missing file fails before output

@@ -1,0 +1,90 @@
+"""`abbisect check`: one commit judged, exiting as a `git bisect run` script (0 good, 1 bad, 125 skip)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from abbisect import checkout
+from abbisect.cache import open_cache
+from abbisect.cli import exit_code, exit_help
+from abbisect.commands.options import (
+    cache_dir_option,
+    json_option,
+    judge_options,
+    no_cache_option,
+    recipe_argument,
+)
+from abbisect.errors import UserError
+from abbisect.progress import Final, Reporter
+from abbisect.recipe import load_recipe, recipe_path
+from abbisect.redact import Redactor
+
+
+@click.command(epilog=exit_help("check") + " 125 covers every fault on abbisect's side (download, disk, checkout,"
+               " port, lock timeout: git bisect skips the commit); 128 stops git bisect run.")
+@recipe_argument
+@click.argument("ref", required=False)
+@click.option("--invert", is_flag=True, help="exit 0 for bad and 1 for good (when git's 'old' state is the bad one)")
+@cache_dir_option()
+@no_cache_option("ignore a cached result for this commit")
+@json_option("print the trial result as JSON on stdout")
+@judge_options("the trial")
+def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive) -> None:
+    """Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.
+
+    Without REF it judges what git is testing: under `git bisect run` (or while a bisect is under way in
+    the recipe's repository) BISECT_HEAD when present (bare repositories, --no-checkout), else HEAD.
+    Only a bad verdict exits 1; a fault on abbisect's side exits 125 with the reason on stderr, and usage
+    errors exit 128, which makes `git bisect run` stop instead of calling the commit bad.
+    """
+    import os
+
+    from abbisect.ab import trial_spec
+    from abbisect.bisect.history import bisect_under_way, has_commit
+    from abbisect.judges import judging, make_judge
+    from abbisect.proc import is_git_var
+    from abbisect.trial import run_trial
+    from abbisect.trialcache import TrialCache, machine_key
+
+    under = bisect_under_way(dict(os.environ), Path.cwd()) if ref is None else None
+    # git bisect run exports GIT_DIR (and more): from here on they must not steer abbisect's own git
+    # calls on the recipe's repository, nor reach a build or a server.
+    for name in [n for n in os.environ if is_git_var(n)]:
+        del os.environ[name]
+    from abbisect.envelope import dumps
+
+    # Errors from here on exit as abbisect.cli.EXIT_CODES["check"] says (usage 128, infra 125).
+    rec, base = load_recipe(recipe_path(recipe))
+    judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
+    red = Redactor.from_recipe(rec)
+    progress = red.guard(Reporter())
+    cache = open_cache(cache_dir, progress)
+    repo = checkout.open_repo(rec.engine.repo, cache, fetch=under is None)
+    if ref is None and under is None:
+        under = bisect_under_way({}, repo)
+    if under is not None:
+        if not has_commit(repo, under[1]):
+            raise UserError(f"git bisect in {under[0]} is testing {under[1][:10]}, which is not in the recipe's "
+                            f"repository {repo}: run it there, or give the commit as REF")
+        rev = checkout.resolve(repo, under[1])
+        rev = checkout.Revision("the commit git bisect is testing", rev.sha, rev.subject)
+    else:
+        rev = checkout.resolve(repo, ref or "HEAD")
+    trials = TrialCache(cache, machine_key(), enabled=not no_cache)
+    spec = trial_spec(rec, repo, rev, "check", cache, cache / "checks" / rec.name)
+    result = judging(trials.fetch, judge, run_trial)(spec, lambda m: progress(f"{rev.short}: {m}"))
+    # The verdict kept beside the logs, so `abbisect matrix <cache>/checks` can read it.
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    kept = json.dumps(red.data(result.to_dict()), indent=1, default=str)
+    (Path(spec.out_dir) / "trial.json").write_text(kept)
+    outcome = result.verdict.outcome
+    if invert and outcome != "skip":
+        outcome = "good" if outcome == "bad" else "bad"
+    progress(Final(f"{rev.ref} ({rev.short}): {result.verdict.status} → {outcome}"
+                   + (" (cached)" if result.cached else "") + f" — {'; '.join(result.verdict.reasons[:2])}"))
+    if as_json:
+        click.echo(dumps("check", red.data(result.to_dict())))
+    raise SystemExit(exit_code("check", "untestable" if outcome == "skip" else outcome))

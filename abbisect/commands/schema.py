@@ -1,0 +1,15 @@
+"""`abbisect schema`: the recipe's JSON Schema, for editors."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.command("schema")
+def schema() -> None:
+    """Print the recipe's JSON Schema (for editors: yaml-language-server, VS Code)."""
+    import json
+
+    from abbisect.recipe import Recipe
+
+    click.echo(json.dumps(Recipe.model_json_schema(), indent=2))
