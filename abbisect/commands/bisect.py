@@ -1,4 +1,4 @@
-"""`abbisect bisect`: the commit between two ends where the verdict changes (`check` is git's own bisect)."""
+"""`abbisect bisect`: the commit between two ends where the verdict changes (a regression or a fix)."""
 
 from __future__ import annotations
 
