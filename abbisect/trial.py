@@ -36,7 +36,7 @@ from abbisect.score import (
     load_catalogue,
     severity_at_least,
 )
-from abbisect.verdict import Evidence, Verdict, judge
+from abbisect.verdict import PROBE_STATUS, Evidence, Verdict, judge
 
 Progress = Callable[[str], None]
 LOG_TAIL_LINES = 30
@@ -343,8 +343,7 @@ def _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say) -> Tr
     extras["probe"] = result.to_dict()
     outcome = probe_status(result, config)
     _, evidence = probe_verdict(result, config)
-    status = {"good": "ok", "bad": "does_not_fit", "skip": "infra_error"}[outcome]
-    verdict = Verdict(status, outcome, tuple(evidence) or ("every probed configuration fits its targets",))
+    verdict = Verdict(PROBE_STATUS[outcome], outcome, tuple(evidence) or ("every probed configuration fits its targets",))
     return _result(spec, env, None, (), (), (), (), None, verdict, timings, t0, extras)
 
 

@@ -17,15 +17,10 @@ from abbisect.locks import atomic_write
 from abbisect.plan import plan_for
 from abbisect.recipe import Recipe
 from abbisect.redact import Redactor
+from abbisect.status import Status
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
-
-# Outcomes that say something about the commit; an infrastructure failure may pass on a retry.
-CACHEABLE = {"ok", "degenerate", "wrong_answer", "warned", "crashed_at_startup", "build_failed", "flag_rejected",
-             "timeout"}
-# Outcomes a loaded machine can cause: kept as the commit's truth only once a second attempt confirmed them.
-CONFIRM_FIRST = {"timeout"}
 
 
 def machine_key() -> str:
@@ -110,11 +105,12 @@ class TrialCache:
 
     def put(self, result: TrialResult, spec: TrialSpec | None = None) -> None:
         """Keep a result (and its out_dir's logs); `spec` is the unredacted spec the key is computed from."""
-        if result.verdict.status not in CACHEABLE:
+        status = Status(result.verdict.status)
+        if not status.cacheable:  # it says nothing about the commit (abbisect/status.py)
             return
         key = trial_key(spec or result.spec, self.machine)
-        seen, status = self.root / f"{key}.unconfirmed", result.verdict.status
-        if status in CONFIRM_FIRST and (seen.read_text().strip() if seen.is_file() else "") != status:
+        seen = self.root / f"{key}.unconfirmed"
+        if status.confirm_first and (seen.read_text().strip() if seen.is_file() else "") != status:
             atomic_write(seen, status)  # not kept yet: the next attempt runs again, and if it agrees, it is
             return
         seen.unlink(missing_ok=True)
