@@ -61,7 +61,7 @@ def parse_gpus(text: str) -> list[list[int]]:
 def on_slot(spec: TrialSpec, slot: Slot) -> TrialSpec:
     if slot.gpus is None:
         return spec
-    return replace(spec, recipe={**spec.recipe, "gpus": list(slot.gpus)})
+    return replace(spec, recipe=spec.recipe.model_copy(update={"gpus": list(slot.gpus)}))
 
 
 def placed(result: TrialResult, executor: str, slot: Slot, started: float) -> TrialResult:
@@ -190,7 +190,7 @@ def _ray_trial(spec_dict: dict, pid_file: str | None = None) -> dict:
     spec = TrialSpec.from_dict(spec_dict)
     gpus = ray.get_gpu_ids()
     if gpus:
-        spec = replace(spec, recipe={**spec.recipe, "gpus": [int(g) for g in gpus]})
+        spec = replace(spec, recipe=spec.recipe.model_copy(update={"gpus": [int(g) for g in gpus]}))
     return run_trial(spec).to_dict()
 
 

@@ -366,12 +366,26 @@ class Recipe(_Strict):
         return self
 
     def fingerprint(self) -> str:
-        """Hash of everything that can change a trial's outcome (not the sides: they are the variable)."""
-        # Which GPU numbers a trial ran on is placement, not outcome (the machine key holds the GPU models);
-        # how many it sees, or whether it is pinned at all, is not; verdict.script judges a finished trial again, it never changes what the trial produced.
+        """Hash of everything that can change a trial's result; it keys cached trials (abbisect/trialcache.py).
+
+        The rule, key by key: what decides what a trial builds, launches, sends, and how its evidence becomes
+        a status and an outcome is in: `name` (the model name a `command` engine is asked for), `engine`,
+        `install`, `model`, `launch`, `env`, `prompts` (a `prompts_file` is read into them, so the same prompts
+        inline or in a file are one key), `prompt_order`, `sampling`, `api`, `scoring`, `verdict`, `probe`, and
+        how many GPUs a trial sees (or whether it is pinned at all).
+        What only names, places, schedules or presents a trial is out: `description`, `hardware`, `sides` (the
+        variable), `bisect` (how the search walks), `public_env`/`secret_env` (which values reports show),
+        which GPU numbers (placement; the machine key holds the GPU models) and `verdict.script` (it judges a
+        finished trial again and never changes what the trial produced).
+        `timeouts` are out: they bound how long abbisect waits, not what a commit does. The statuses that a
+        timeout may have caused (`timeout` by `timeouts.ready`, `build_failed` by `timeouts.build`; see
+        `Status.bounded_by`) are reused only from a run that waited at least as long; `request_errors`, from a
+        request timeout, is never cached, and `teardown` decides no status.
+        """
         data = self.model_dump(mode="json", exclude={"sides": True, "description": True, "hardware": True,
                                                      "bisect": True, "public_env": True, "secret_env": True,
-                                                     "gpus": True, "gpu_slots": True, "verdict": {"script"}})
+                                                     "gpus": True, "gpu_slots": True, "verdict": {"script"},
+                                                     "timeouts": True})
         data["gpus"] = None if self.gpus is None else len(self.gpus)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -10,7 +10,10 @@ status compares equal to its string. Each member carries:
   it says nothing about the engine's answers; a degenerate output cannot be skipped: it is the evidence);
 - `cacheable`: the result says something about the commit, so the trial cache keeps it; a status the
   machine can cause is run again next time instead;
-- `confirm_first`: cacheable only once a second attempt agrees (a loaded machine can cause it too).
+- `confirm_first`: cacheable only once a second attempt agrees (a loaded machine can cause it too);
+- `bounded_by`: the `timeouts` key whose expiry it may be (a hung server, a build that ran out of time):
+  timeouts are not part of the trial cache key, so a cached result of this status stands only for a run
+  that would not have waited longer.
 
 The recipe's rule lists, their defaults and the trial cache are all derived from this table, so a new
 status is one new member here (cargo-bisect-rustc's documented `RegressOn` is the pattern).
@@ -24,10 +27,10 @@ from typing import Self
 
 class Status(StrEnum):
     # The order is the order `verdict.status_of` decides them in: the first that applies wins.
-    BUILD_FAILED = ("build_failed", "build_failed", "skip", ("skip",), True)
+    BUILD_FAILED = ("build_failed", "build_failed", "skip", ("skip",), True, False, "build")
     FLAG_REJECTED = ("flag_rejected", "flag_rejected", "skip", ("skip",), True)
     CRASHED_AT_STARTUP = ("crashed_at_startup", "crashed_at_startup", "bad", ("bad", "skip"), True)
-    TIMEOUT = ("timeout", "timeout", "skip", ("bad", "skip"), True, True)
+    TIMEOUT = ("timeout", "timeout", "skip", ("bad", "skip"), True, True, "ready")
     # A server dying mid-run (the OOM killer) or a request failing (a loaded host's request timeout) can be
     # the machine's doing: never cached, the next run tries again.
     CRASHED_WHILE_SERVING = ("crashed_while_serving", "crashed_while_serving", "bad", ("bad", "skip"), False)
@@ -46,13 +49,14 @@ class Status(StrEnum):
     may: tuple[str, ...]
     cacheable: bool
     confirm_first: bool
+    bounded_by: str | None
 
     def __new__(cls, value: str, rule: str | None, default: str, may: tuple[str, ...], cacheable: bool,
-                confirm_first: bool = False) -> Self:
+                confirm_first: bool = False, bounded_by: str | None = None) -> Self:
         obj = str.__new__(cls, value)
         obj._value_ = value
         obj.rule, obj.default, obj.may = rule, default, may
-        obj.cacheable, obj.confirm_first = cacheable, confirm_first
+        obj.cacheable, obj.confirm_first, obj.bounded_by = cacheable, confirm_first, bounded_by
         return obj
 
 

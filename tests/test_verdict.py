@@ -76,9 +76,12 @@ def test_a_signature_the_recipe_names_is_bad_whatever_bad_if_says():
 
 def test_statuses_not_decided_from_evidence():
     """infra_error comes from the executor (or a probe that measured nothing), does_not_fit from a probe."""
+    from abbisect.recipe import parse_recipe
     from abbisect.trial import TrialSpec
 
-    spec = TrialSpec({}, "a", "HEAD", "0" * 40, "s", "/repo", "/cache", "/out")
+    recipe = parse_recipe({"name": "t", "engine": {"kind": "command", "repo": "builtin:demo"},
+                           "launch": {"command": ["serve"]}, "prompts": ["hi"]})
+    spec = TrialSpec(recipe, "a", "HEAD", "0" * 40, "s", "/repo", "/cache", "/out")
     lost = infra_result(spec, "the trial process exited with -9").verdict
     assert (lost.status, lost.outcome) == (Status.INFRA_ERROR, "skip") and lost.outcome == Status.INFRA_ERROR.default
     assert {outcome: (s, s.default) for outcome, s in PROBE_STATUS.items()} == {
