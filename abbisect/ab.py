@@ -49,7 +49,7 @@ def neutral_launch(result: TrialResult) -> str:
     argv = list(result.launch.argv)
     venv = result.env.path if result.env else None
     # The port: after --port (the engines' own flag), or where a `command` recipe's template says {port}.
-    template = (result.spec.recipe.get("launch") or {}).get("command") or []
+    template = result.spec.recipe.launch.command
     port = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a == "--port"),
                 next((argv[i] for i, a in enumerate(template) if a == "{port}" and i < len(argv)), None))
     shown = []
@@ -74,7 +74,7 @@ def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, starte
 
 def trial_spec(recipe: Recipe, repo: Path, rev: checkout.Revision, side: str, cache: Path, out: Path,
                pins: tuple[str, ...] | list[str] = ()) -> TrialSpec:
-    return TrialSpec(recipe.model_dump(mode="json"), side, rev.ref, rev.sha, rev.subject, str(repo), str(cache),
+    return TrialSpec(recipe, side, rev.ref, rev.sha, rev.subject, str(repo), str(cache),
                      str(out / f"{side}-{rev.short}"), list(pins))
 
 

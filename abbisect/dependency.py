@@ -283,7 +283,7 @@ class _FixedEngine:
     def _spec(self, label: str, slug: str, out: Path, pins: list[str], dependency: dict | None):
         from abbisect.trial import TrialSpec
 
-        return TrialSpec(self.recipe.model_dump(mode="json"), label, self.engine.ref, self.engine.sha,
+        return TrialSpec(self.recipe, label, self.engine.ref, self.engine.sha,
                          self.engine.subject, str(self.engine_repo), str(self.cache),
                          str(out / f"{label.replace(' ', '-')}-{slug}"), pins, dependency)
 

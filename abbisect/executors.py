@@ -25,6 +25,7 @@ from typing import Protocol
 
 from abbisect.errors import UserError
 from abbisect.proc import scrubbed_env
+from abbisect.status import Status
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 from abbisect.verdict import Verdict
 
@@ -60,7 +61,7 @@ def parse_gpus(text: str) -> list[list[int]]:
 def on_slot(spec: TrialSpec, slot: Slot) -> TrialSpec:
     if slot.gpus is None:
         return spec
-    return replace(spec, recipe={**spec.recipe, "gpus": list(slot.gpus)})
+    return replace(spec, recipe=spec.recipe.model_copy(update={"gpus": list(slot.gpus)}))
 
 
 def placed(result: TrialResult, executor: str, slot: Slot, started: float) -> TrialResult:
@@ -72,7 +73,7 @@ def placed(result: TrialResult, executor: str, slot: Slot, started: float) -> Tr
 
 def infra_result(spec: TrialSpec, reason: str) -> TrialResult:
     """The result of a trial that the executor could not carry out (not the commit's fault)."""
-    return TrialResult(spec, None, None, (), (), (), (), None, Verdict("infra_error", "skip", (reason,)),
+    return TrialResult(spec, None, None, (), (), (), (), None, Verdict(Status.INFRA_ERROR, "skip", (reason,)),
                        {}, {"executor_error": reason})
 
 
@@ -189,7 +190,7 @@ def _ray_trial(spec_dict: dict, pid_file: str | None = None) -> dict:
     spec = TrialSpec.from_dict(spec_dict)
     gpus = ray.get_gpu_ids()
     if gpus:
-        spec = replace(spec, recipe={**spec.recipe, "gpus": [int(g) for g in gpus]})
+        spec = replace(spec, recipe=spec.recipe.model_copy(update={"gpus": [int(g) for g in gpus]}))
     return run_trial(spec).to_dict()
 
 

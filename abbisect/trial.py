@@ -11,7 +11,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from abbisect import checkout, launch
@@ -36,7 +36,7 @@ from abbisect.score import (
     load_catalogue,
     severity_at_least,
 )
-from abbisect.verdict import Evidence, Verdict, judge
+from abbisect.verdict import PROBE_STATUS, Evidence, Verdict, judge
 
 Progress = Callable[[str], None]
 LOG_TAIL_LINES = 30
@@ -44,7 +44,7 @@ LOG_TAIL_LINES = 30
 
 @dataclass(frozen=True)
 class TrialSpec:
-    recipe: dict  # Recipe.model_dump(mode="json"), with paths already resolved
+    recipe: Recipe  # validated once where it was read (the YAML file, or this spec's JSON), paths resolved
     side: str  # "a", "b", or a bisect step label
     ref: str
     sha: str
@@ -58,15 +58,12 @@ class TrialSpec:
     dependency: dict | None = None
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "recipe": self.recipe.model_dump(mode="json")}
 
     @classmethod
     def from_dict(cls, d: dict) -> TrialSpec:
-        return cls(**d)
-
-    @property
-    def recipe_obj(self) -> Recipe:
-        return Recipe.model_validate(self.recipe)
+        """The spec of JSON (another process's, a stored result's): its recipe validated here, once."""
+        return cls(**{**d, "recipe": Recipe.model_validate(d["recipe"])})
 
 
 @dataclass(frozen=True)
@@ -170,7 +167,7 @@ def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
 def _discard_worktree(spec: TrialSpec) -> None:
     """After a build that copied the source in (or never read it), the commit's worktree is dead weight
     (vLLM's: about 68 MB a commit); it is removed unless another process uses it."""
-    recipe = spec.recipe_obj
+    recipe = spec.recipe
     if recipe.probe is None and not needs_source(recipe.install):
         repo = Path(spec.repo)
         where = checkout.worktree_path(repo, spec.sha, Path(spec.cache_dir), tuple(recipe.engine.sparse))
@@ -182,7 +179,7 @@ _PORT_TAKEN = re.compile(r"Address already in use|\[Errno 98\]|EADDRINUSE")
 
 def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     say = progress or (lambda _msg: None)
-    recipe = spec.recipe_obj
+    recipe = spec.recipe
     cache = Path(spec.cache_dir)
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -333,9 +330,9 @@ def _gpu_released(gpus: list[int], before: dict | None, say: Progress):
 
 def _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say) -> TrialResult:
     """A kernel probe replaces the server: compile (and where a GPU is, launch) the kernel per config."""
-    from abbisect.gpu.probe import ProbeConfig, probe_status, probe_verdict, run_probe
+    from abbisect.gpu.probe import probe_status, probe_verdict, run_probe
 
-    config = ProbeConfig.model_validate(recipe.probe)  # already validated with the recipe
+    config = recipe.probe
     say(f"probe: {config.kernel} over {', '.join(config.targets)}")
     tp = time.monotonic()
     result = run_probe(config, env.python, source, out)
@@ -343,8 +340,7 @@ def _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say) -> Tr
     extras["probe"] = result.to_dict()
     outcome = probe_status(result, config)
     _, evidence = probe_verdict(result, config)
-    status = {"good": "ok", "bad": "does_not_fit", "skip": "infra_error"}[outcome]
-    verdict = Verdict(status, outcome, tuple(evidence) or ("every probed configuration fits its targets",))
+    verdict = Verdict(PROBE_STATUS[outcome], outcome, tuple(evidence) or ("every probed configuration fits its targets",))
     return _result(spec, env, None, (), (), (), (), None, verdict, timings, t0, extras)
 
 

@@ -15,17 +15,11 @@ from pathlib import Path
 from abbisect.dependency import after_engine
 from abbisect.locks import atomic_write
 from abbisect.plan import plan_for
-from abbisect.recipe import Recipe
 from abbisect.redact import Redactor
+from abbisect.status import Status
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
-
-# Outcomes that say something about the commit; an infrastructure failure may pass on a retry.
-CACHEABLE = {"ok", "degenerate", "wrong_answer", "warned", "crashed_at_startup", "build_failed", "flag_rejected",
-             "timeout"}
-# Outcomes a loaded machine can cause: kept as the commit's truth only once a second attempt confirmed them.
-CONFIRM_FIRST = {"timeout"}
 
 
 def machine_key() -> str:
@@ -51,7 +45,7 @@ def machine_key() -> str:
 
 
 def trial_key(spec: TrialSpec, machine: str) -> str:
-    recipe = Recipe.model_validate(spec.recipe)
+    recipe = spec.recipe
     # The env key as the build will compute it, from the commit's own tree in the repository.
     env_key, _ = plan_for(recipe, Path(spec.repo), spec.sha, Path(spec.cache_dir),
                           after_engine(spec, Path(spec.cache_dir), planning=True))
@@ -82,6 +76,8 @@ class TrialCache:
             return None
         data = json.loads(path.read_text())
         result = TrialResult.from_dict(data)
+        if _waited_less(result, spec):
+            return None  # it may have run out of a time this run gives longer: run again (put replaces it)
         logs = self.root / key
         origin = {"stored": data.get("stored") or _mtime(path), "out_dir": result.spec.out_dir,
                   "logs": sorted(p.name for p in logs.iterdir()) if logs.is_dir() else []}
@@ -110,11 +106,12 @@ class TrialCache:
 
     def put(self, result: TrialResult, spec: TrialSpec | None = None) -> None:
         """Keep a result (and its out_dir's logs); `spec` is the unredacted spec the key is computed from."""
-        if result.verdict.status not in CACHEABLE:
+        status = Status(result.verdict.status)
+        if not status.cacheable:  # it says nothing about the commit (abbisect/status.py)
             return
         key = trial_key(spec or result.spec, self.machine)
-        seen, status = self.root / f"{key}.unconfirmed", result.verdict.status
-        if status in CONFIRM_FIRST and (seen.read_text().strip() if seen.is_file() else "") != status:
+        seen = self.root / f"{key}.unconfirmed"
+        if status.confirm_first and (seen.read_text().strip() if seen.is_file() else "") != status:
             atomic_write(seen, status)  # not kept yet: the next attempt runs again, and if it agrees, it is
             return
         seen.unlink(missing_ok=True)
@@ -175,6 +172,13 @@ def scrub_file(path: Path, redactor: Redactor) -> None:
         tmp.replace(path)
     else:
         tmp.unlink()
+
+
+def _waited_less(result: TrialResult, spec: TrialSpec) -> bool:
+    """A cached status that a timeout may have caused (timeout: ready; build_failed: build), from a run that
+    gave it less time than `spec` does (timeouts are not in the key: abbisect/recipe.py `fingerprint`)."""
+    bound = Status(result.verdict.status).bounded_by
+    return bound is not None and getattr(result.spec.recipe.timeouts, bound) < getattr(spec.recipe.timeouts, bound)
 
 
 def _mtime(path: Path) -> str:

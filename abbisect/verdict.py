@@ -8,14 +8,10 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 
 from abbisect.recipe import Verdicts
+from abbisect.status import Status
 
-# Statuses in the order they are decided; earlier ones leave nothing to score.
-STATUSES = ("build_failed", "flag_rejected", "crashed_at_startup", "timeout", "crashed_while_serving",
-            "infra_error", "request_errors", "degenerate", "wrong_answer", "warned", "ok")
-_RULE_OF = {"degenerate": "degenerate", "wrong_answer": "answer_mismatch", "warned": "signature",
-            "crashed_at_startup": "crashed_at_startup", "timeout": "timeout", "build_failed": "build_failed",
-            "flag_rejected": "flag_rejected", "infra_error": "infra_error",
-            "crashed_while_serving": "crashed_while_serving", "request_errors": "request_errors"}
+# A kernel probe's outcome (decided by its own `probe.bad_if`, abbisect/gpu/probe.py) as a status.
+PROBE_STATUS = {"good": Status.OK, "bad": Status.DOES_NOT_FIT, "skip": Status.INFRA_ERROR}
 
 
 @dataclass(frozen=True)
@@ -45,7 +41,7 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Verdict:
-    status: str
+    status: Status
     outcome: str  # "good" | "bad" | "skip"
     reasons: tuple[str, ...]
 
@@ -54,50 +50,50 @@ class Verdict:
 
     @classmethod
     def from_dict(cls, d: dict) -> Verdict:
-        return cls(d["status"], d["outcome"], tuple(d["reasons"]))
+        return cls(Status(d["status"]), d["outcome"], tuple(d["reasons"]))
 
 
-def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[str, list[str]]:
+def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[Status, list[str]]:
     if not ev.build_ok:
-        return "build_failed", [f"venv build failed: {ev.build_error}"]
+        return Status.BUILD_FAILED, [f"venv build failed: {ev.build_error}"]
     if ev.ready == "exited":
         if ev.rejected_flags:
-            return "flag_rejected", [f"the engine rejected flag(s) {', '.join(ev.rejected_flags)} (flag drift)"]
-        return "crashed_at_startup", [f"server exited before ready: {ev.first_exception or 'see log tail'}"]
+            return Status.FLAG_REJECTED, [f"the engine rejected flag(s) {', '.join(ev.rejected_flags)} (flag drift)"]
+        return Status.CRASHED_AT_STARTUP, [f"server exited before ready: {ev.first_exception or 'see log tail'}"]
     if ev.ready == "timeout":
-        return "timeout", ["server never became ready within the ready timeout"]
+        return Status.TIMEOUT, ["server never became ready within the ready timeout"]
     if ev.exited_while_serving:
         where = (f"while serving prompt {ev.crash_prompt}" if ev.crash_prompt
                  else f"after prompt {ev.crash_after}" if ev.crash_after else "before the first request")
         sigs = list(dict.fromkeys(ev.bad_signatures + ev.serious_signatures))
-        return "crashed_while_serving", [(f"server exited (code {ev.exit_code}) {where}: "
+        return Status.CRASHED_WHILE_SERVING, [(f"server exited (code {ev.exit_code}) {where}: "
                                           f"{ev.first_exception or 'see the log lines below'}"),
                                          *([f"log signatures: {', '.join(sigs[:5])}"] if sigs else [])]
     if ev.request_errors:
-        return "request_errors", [(f"{len(ev.request_errors)}/{ev.n_outputs} request(s) failed while the server "
+        return Status.REQUEST_ERRORS, [(f"{len(ev.request_errors)}/{ev.n_outputs} request(s) failed while the server "
                                   "stayed up"), *ev.request_errors[:3]]
     reasons: list[str] = []
     if ev.n_outputs and len(ev.degenerate) / ev.n_outputs >= degenerate_fraction:
-        return "degenerate", [f"{len(ev.degenerate)}/{ev.n_outputs} outputs degenerate", *ev.degenerate[:3]]
+        return Status.DEGENERATE, [f"{len(ev.degenerate)}/{ev.n_outputs} outputs degenerate", *ev.degenerate[:3]]
     if ev.degenerate:
         reasons.append(f"{len(ev.degenerate)}/{ev.n_outputs} outputs degenerate (below the "
                        f"{degenerate_fraction:.0%} threshold)")
     if ev.answer_misses:
-        return "wrong_answer", [f"{len(ev.answer_misses)} expected answer(s) missing", *ev.answer_misses[:3], *reasons]
+        return Status.WRONG_ANSWER, [f"{len(ev.answer_misses)} expected answer(s) missing", *ev.answer_misses[:3], *reasons]
     if ev.serious_signatures or ev.bad_signatures:
         sigs = list(dict.fromkeys(ev.bad_signatures + ev.serious_signatures))
-        return "warned", [f"log signatures: {', '.join(sigs[:5])}", *reasons]
+        return Status.WARNED, [f"log signatures: {', '.join(sigs[:5])}", *reasons]
     if ev.late_loops:
         reasons.append(f"{len(ev.late_loops)} output(s) loop late after sensible text (not counted as broken)")
-    return "ok", reasons or ["no degenerate output, no serious log signature"]
+    return Status.OK, reasons or ["no degenerate output, no serious log signature"]
 
 
 def judge(ev: Evidence, rules: Verdicts) -> Verdict:
     status, reasons = status_of(ev, rules.degenerate_fraction)
-    rule = _RULE_OF.get(status)
+    rule = status.rule
     if rule in rules.skip_if:
         outcome = "skip"
-    elif status == "warned" and ev.bad_signatures or rule in rules.bad_if:
+    elif status is Status.WARNED and ev.bad_signatures or rule in rules.bad_if:
         outcome = "bad"
     else:
         outcome = "good"

@@ -58,7 +58,7 @@ def test_gpu_slot_pins_the_trial(tmp_path, engine_repo, cache_dir):
     """On a CPU machine the slot's GPU is still what the trial pins (hygiene is skipped with its notice)."""
     (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["fixed"])
     result = InProcess([Slot(0, (3,))]).submit(spec, Slot(0, (3,)), lambda m: None).result()
-    assert result.spec.recipe["gpus"] == [3]
+    assert result.spec.recipe.gpus == [3]
     assert result.extras["gpu_before"]["skipped"] and result.extras["gpu_before"]["notice"]
 
 

@@ -74,3 +74,22 @@ def test_probe_ab_and_bisect(tmp_path, kernel_repo, cache_dir):
                     cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["data"]["first_new"] == shas[2]
+
+
+def test_a_probe_that_does_not_fit_is_cached_and_reused(tmp_path, kernel_repo):
+    """does_not_fit is the commit's truth (its compiled kernel is too large): the second run takes it from the
+    trial cache instead of compiling again, and says so."""
+    repo, _ = kernel_repo
+    cache = tmp_path / "cache"
+    recipe = write_recipe(tmp_path / "r.yaml", probe_recipe(repo))
+    runs = []
+    for n in (1, 2):
+        proc = abbisect("run", str(recipe), "-o", str(tmp_path / f"ab{n}"), "--json", cwd=tmp_path, cache=cache)
+        assert proc.returncode == 0, proc.stderr
+        runs.append((json.loads(proc.stdout)["data"], proc.stderr))
+    (first, _), (second, log) = runs
+    assert first["b"]["verdict"]["status"] == "does_not_fit" and not first["b"]["cached"]
+    assert second["b"]["verdict"] == first["b"]["verdict"] and second["b"]["cached"]
+    assert "cached result from a run at" in log and ": does_not_fit" in log
+    assert second["b"]["extras"]["probe"] == first["b"]["extras"]["probe"]
+    assert second["b"]["timings"] == first["b"]["timings"]  # the original run's, not a new compile's

@@ -40,7 +40,7 @@ def test_neutral_launch_hides_the_port_wherever_the_template_puts_it():
         template = ["{python}", "server.py", "--port" if flag else "{port}", *(["{port}"] if flag else []), "2048"]
         argv = ("/venv/bin/python", "server.py", *(["--port"] if flag else []), port, "2048")
         return NS(launch=NS(argv=argv, env={"A": "1"}), env=NS(path="/venv"),
-                  spec=NS(recipe={"launch": {"command": template}}))
+                  spec=NS(recipe=NS(launch=NS(command=template))))
 
     for flag in (True, False):
         a, b = neutral_launch(result("54085", flag)), neutral_launch(result("39987", flag))
