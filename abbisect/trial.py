@@ -11,7 +11,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from abbisect import checkout, launch
@@ -36,6 +36,7 @@ from abbisect.score import (
     load_catalogue,
     severity_at_least,
 )
+from abbisect.serial import dump, load
 from abbisect.verdict import Evidence, Verdict, judge
 
 Progress = Callable[[str], None]
@@ -56,13 +57,6 @@ class TrialSpec:
     # ({"repo", "sha", "commands", "env"}); part of the env key.
     pins: list[str] = field(default_factory=list)
     dependency: dict | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrialSpec:
-        return cls(**d)
 
     @property
     def recipe_obj(self) -> Recipe:
@@ -101,40 +95,6 @@ class TrialResult:
     timings: dict[str, float]
     extras: dict = field(default_factory=dict)  # hygiene, fingerprint, probe: optional stages
     cached: bool = False
-
-    def to_dict(self) -> dict:
-        return {
-            "spec": self.spec.to_dict(),
-            "env": self.env.to_dict() if self.env else None,
-            "launch": asdict(self.launch) if self.launch else None,
-            "outputs": [o.to_dict() for o in self.outputs],
-            "analyses": [a.to_dict() for a in self.analyses],
-            "answers": [a.to_dict() if a else None for a in self.answers],
-            "signatures": [s.to_dict() for s in self.signatures],
-            "first_exception": list(self.first_exception) if self.first_exception else None,
-            "verdict": self.verdict.to_dict(),
-            "timings": self.timings,
-            "extras": self.extras,
-            "cached": self.cached,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrialResult:
-        la = d["launch"]
-        return cls(
-            spec=TrialSpec.from_dict(d["spec"]),
-            env=EnvResult.from_dict(d["env"]) if d["env"] else None,
-            launch=LaunchInfo(**{**la, "argv": tuple(la["argv"]), "log_tail": tuple(la["log_tail"])}) if la else None,
-            outputs=tuple(Completion.from_dict(o) for o in d["outputs"]),
-            analyses=tuple(OutputAnalysis.from_dict(a) for a in d["analyses"]),
-            answers=tuple(AnswerCheck.from_dict(a) if a else None for a in d["answers"]),
-            signatures=tuple(SignatureMatch.from_dict(s) for s in d["signatures"]),
-            first_exception=tuple(d["first_exception"]) if d["first_exception"] else None,
-            verdict=Verdict.from_dict(d["verdict"]),
-            timings=d["timings"],
-            extras=d.get("extras", {}),
-            cached=d.get("cached", False),
-        )
 
     @property
     def label(self) -> str:
@@ -218,7 +178,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     plan = mod.plan(recipe, env.python, model, host, port)
     log_path = out / "server.log"
     if recipe.gpus is not None:
-        extras["gpu_before"] = _gpu_idle(recipe.gpus, say).to_dict()
+        extras["gpu_before"] = dump(_gpu_idle(recipe.gpus, say))
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
     scanner = LineScanner(catalogue, plan.ready_log)
@@ -235,7 +195,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
             if recipe.gpus is not None:  # evidence that the check sees this side's own server on the GPU
                 from abbisect.gpu.hygiene import check_idle
 
-                extras["gpu_during"] = check_idle(recipe.gpus).to_dict()
+                extras["gpu_during"] = dump(check_idle(recipe.gpus))
             say(f"query: {len(prompts)} prompt(s)")
             tq = time.monotonic()
             run = query_all(server.base_url, recipe.api, prompts, recipe.sampling, recipe.timeouts.request,
@@ -258,7 +218,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         teardown = launch.stop(server, recipe.timeouts.teardown)
         timings["teardown"] = teardown.seconds
         if recipe.gpus is not None:
-            extras["gpu_after"] = _gpu_released(recipe.gpus, extras.get("gpu_before"), say).to_dict()
+            extras["gpu_after"] = dump(_gpu_released(recipe.gpus, extras.get("gpu_before"), say))
 
     say("score")
     ts = time.monotonic()
@@ -274,7 +234,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, (_, p) in zip(outputs, prompts))
     exc = scanner.first_exception
     info = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
-                      str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), asdict(teardown),
+                      str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
                       mod.facts(log_text), **crash)
     ev = _evidence(recipe, env, info, outputs, analyses, answers, signatures, exc)
     verdict = judge(ev, recipe.verdict)
@@ -308,7 +268,7 @@ def _fingerprint(python: str, recipe: Recipe, spec: TrialSpec) -> dict:
     from abbisect.gpu.fingerprint import collect
 
     fp = collect(python, extra={"engine": recipe.engine.kind, "engine_sha": spec.sha}, timeout_s=120)
-    return {**fp.to_dict(), "key": fp.key}
+    return fp.to_dict()
 
 
 def _gpu_idle(gpus: list[int], say: Progress):
@@ -340,7 +300,7 @@ def _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say) -> Tr
     tp = time.monotonic()
     result = run_probe(config, env.python, source, out)
     timings["probe"] = round(time.monotonic() - tp, 3)
-    extras["probe"] = result.to_dict()
+    extras["probe"] = dump(result)
     outcome = probe_status(result, config)
     _, evidence = probe_verdict(result, config)
     status = {"good": "ok", "bad": "does_not_fit", "skip": "infra_error"}[outcome]
@@ -387,12 +347,12 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = sys.argv[1:] if argv is None else argv
-    spec = TrialSpec.from_dict(json.loads(Path(args[0]).read_text()))
+    spec = load(TrialSpec, json.loads(Path(args[0]).read_text()))
     from abbisect.redact import Redactor
 
     red = Redactor.from_recipe(spec.recipe)  # executors log this process's output: no secret in it
     result = run_trial(spec, red.guard(lambda msg: print(f"[{spec.side} {spec.sha[:10]}] {msg}", file=sys.stderr)))
-    print(json.dumps(red.data(result.to_dict()), default=str))
+    print(json.dumps(red.data(dump(result)), default=str))
     return 0
 
 

@@ -17,6 +17,7 @@ from abbisect.locks import atomic_write
 from abbisect.plan import plan_for
 from abbisect.recipe import Recipe
 from abbisect.redact import Redactor
+from abbisect.serial import dump, load
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
@@ -81,7 +82,7 @@ class TrialCache:
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
-        result = TrialResult.from_dict(data)
+        result = load(TrialResult, data)
         logs = self.root / key
         origin = {"stored": data.get("stored") or _mtime(path), "out_dir": result.spec.out_dir,
                   "logs": sorted(p.name for p in logs.iterdir()) if logs.is_dir() else []}
@@ -104,7 +105,7 @@ class TrialCache:
         redactor = Redactor.from_recipe(spec.recipe)
         result = run(spec, redactor.guard(progress))
         scrub_logs(result, redactor)
-        clean = TrialResult.from_dict(redactor.data(result.to_dict())) if redactor else result
+        clean = load(TrialResult, redactor.data(dump(result))) if redactor else result
         self.put(clean, spec)
         return clean
 
@@ -128,7 +129,7 @@ class TrialCache:
             if src.is_file():
                 shutil.copyfile(src, logs / name)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        atomic_write(self.root / f"{key}.json", json.dumps({**result.to_dict(), "stored": stamp}, default=str))
+        atomic_write(self.root / f"{key}.json", json.dumps({**dump(result), "stored": stamp}, default=str))
 
     def _copy_logs(self, spec: TrialSpec) -> list[str]:
         logs = self.root / trial_key(spec, self.machine)

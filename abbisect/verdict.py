@@ -5,7 +5,7 @@ Pure functions: the same evidence always gives the same verdict, and the reasons
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from abbisect.recipe import Verdicts
 
@@ -48,13 +48,6 @@ class Verdict:
     status: str
     outcome: str  # "good" | "bad" | "skip"
     reasons: tuple[str, ...]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Verdict:
-        return cls(d["status"], d["outcome"], tuple(d["reasons"]))
 
 
 def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[str, list[str]]:

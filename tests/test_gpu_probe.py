@@ -25,6 +25,7 @@ from abbisect.gpu.probe import (
     render_probe_markdown,
     run_probe,
 )
+from abbisect.serial import dump, load
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "vllm-mla-fp8kv-smem-probe.yaml"
@@ -116,7 +117,7 @@ def test_render_and_round_trip() -> None:
     res = ProbeResult("k", "f.py", rows, triton="3.6.0")
     md = render_probe_markdown(res)
     assert "| float8_e4m3fn | 2 * | 102,400 | **102,400 (over by 1,024)** |" in md
-    assert ProbeResult.from_dict(res.to_dict()) == res
+    assert load(ProbeResult, dump(res)) == res
 
 
 # ---------------------------------------------------------------- cross-compiling without a GPU
