@@ -24,11 +24,12 @@ from abbisect.logstream import LineScanner
 from abbisect.proc import scrubbed_env
 from abbisect.progress import Status
 from abbisect.query import Completion, label, ordered, query_all
-from abbisect.recipe import Recipe
+from abbisect.recipe import Prompt, Recipe
 from abbisect.redact import expand_env
 from abbisect.score import (
     AnswerCheck,
     OutputAnalysis,
+    Signature,
     SignatureMatch,
     Thresholds,
     analyze,
@@ -101,6 +102,34 @@ class TrialResult:
         return f"{self.spec.side} {self.spec.ref} ({self.spec.sha[:10]})"
 
 
+@dataclass
+class TrialRecord:
+    """A trial in the making: each stage of `run_trial` fills in its part, `result()` freezes it."""
+
+    spec: TrialSpec
+    env: EnvResult | None = None
+    launch: LaunchInfo | None = None
+    outputs: tuple[Completion, ...] = ()
+    analyses: tuple[OutputAnalysis, ...] = ()
+    answers: tuple[AnswerCheck | None, ...] = ()
+    signatures: tuple[SignatureMatch, ...] = ()
+    first_exception: tuple[int, str] | None = None
+    verdict: Verdict | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
+
+    def result(self) -> TrialResult:
+        if self.verdict is None:
+            raise RuntimeError(f"trial {self.spec.sha[:10]} ended without a verdict")
+        timings = dict(self.timings)
+        timings["total"] = round(time.monotonic() - self.t0, 3)
+        spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "teardown", "probe"))
+        timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
+        return TrialResult(self.spec, self.env, self.launch, self.outputs, self.analyses, self.answers,
+                           self.signatures, self.first_exception, self.verdict, timings, self.extras)
+
+
 def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | None = None) -> dict[str, str]:
     env = scrubbed_env()
     env.update({"VIRTUAL_ENV": venv, "PATH": os.pathsep.join([*bin_dirs(venv, base), env.get("PATH", "")]),
@@ -141,36 +170,70 @@ _PORT_TAKEN = re.compile(r"Address already in use|\[Errno 98\]|EADDRINUSE")
 
 
 def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
+    """The pipeline: each stage fills in its part of the record; a stage with nothing left to do for the
+    next one (a failed build, a kernel probe) ends it early."""
     say = progress or (lambda _msg: None)
     recipe = spec.recipe_obj
-    cache = Path(spec.cache_dir)
-    out = Path(spec.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, float] = {}
-    t0 = time.monotonic()
+    rec = TrialRecord(spec)
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    source = _checkout(rec, recipe, say)
+    if not _build(rec, recipe, source, say):
+        return rec.result()
+    if recipe.probe is not None:
+        from abbisect.gpu.probe_trial import probe_trial
 
+        probe = probe_trial(recipe.probe, rec.env.python, source, Path(spec.out_dir), say)
+        rec.timings["probe"], rec.extras["probe"], rec.verdict = probe.seconds, dump(probe.result), probe.verdict
+        return rec.result()
+    prompts = ordered(list(recipe.prompts), recipe.prompt_order)
+    _launch_and_query(rec, recipe, source, prompts, say)
+    say("score")
+    ts = time.monotonic()
+    _score(rec, recipe, prompts)
+    rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
+    rec.timings["score"] = round(time.monotonic() - ts, 4)
+    return rec.result()
+
+
+def _checkout(rec: TrialRecord, recipe: Recipe, say: Progress) -> Path:
     say("checkout")
-    source = checkout.worktree(Path(spec.repo), spec.sha, cache, tuple(recipe.engine.sparse))
-    timings["checkout"] = round(time.monotonic() - t0, 3)
+    spec = rec.spec
+    source = checkout.worktree(Path(spec.repo), spec.sha, Path(spec.cache_dir), tuple(recipe.engine.sparse))
+    rec.timings["checkout"] = round(time.monotonic() - rec.t0, 3)
+    return source
 
+
+def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> bool:
+    """The commit's venv; on failure the build log's signatures and the verdict, and False."""
     say("environment")
+    spec, cache = rec.spec, Path(rec.spec.cache_dir)
     env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
                      on_step=lambda d: say(Status(f"environment: {d}") if isinstance(d, Status) else f"environment: {d}"),
                      after=after_engine(spec, cache))
-    timings["build"] = env.seconds
-    catalogue = load_catalogue([s.model_dump() for s in recipe.scoring.signatures] or None)
+    rec.env = env
+    rec.timings["build"] = env.seconds
     if not env.ok:
         # Signatures are shown whatever status wins: a build log names its compiler error too.
-        build_scan = _scan_file(Path(env.log), catalogue)
-        ev = _evidence(recipe, env, None, (), (), (), build_scan.matches, build_scan.first_exception)
-        return _result(spec, env, None, (), (), (), build_scan.matches, build_scan.first_exception,
-                       judge(ev, recipe.verdict), timings, t0)
-
+        build_scan = _scan_file(Path(env.log), _catalogue(recipe))
+        rec.signatures, rec.first_exception = tuple(build_scan.matches), build_scan.first_exception
+        rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
+        return False
     # The full package list proves what differs between two sides (and what does not).
-    extras: dict = {"fingerprint": _fingerprint(env.python, recipe, spec), "packages": installed_packages(env.python)}
-    if recipe.probe is not None:
-        return _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say)
+    rec.extras.update(fingerprint=_fingerprint(env.python, recipe, spec), packages=installed_packages(env.python))
+    return True
 
+
+def _catalogue(recipe: Recipe) -> list[Signature]:
+    """The packaged log signatures plus the recipe's own."""
+    return load_catalogue([s.model_dump() for s in recipe.scoring.signatures] or None)
+
+
+def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: list[tuple[str, Prompt]],
+                      say: Progress) -> None:
+    """Start the server, wait for ready, send the prompts, stop it: the launch, the outputs and the log's
+    signatures."""
+    spec, env, extras, timings = rec.spec, rec.env, rec.extras, rec.timings
+    cache, out = Path(spec.cache_dir), Path(spec.out_dir)
     model = resolve_model(recipe, cache, say)
     mod = adapter(recipe.engine.kind)
     host = "127.0.0.1"
@@ -181,9 +244,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         extras["gpu_before"] = dump(_gpu_idle(recipe.gpus, say))
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
-    scanner = LineScanner(catalogue, plan.ready_log)
-    prompts = ordered(list(recipe.prompts), recipe.prompt_order)
-    outputs: tuple[Completion, ...] = ()
+    scanner = LineScanner(_catalogue(recipe), plan.ready_log)
     crash: dict = {}
     # Nothing between the start and the try: a Ctrl-C in between would leave the server to its watchdog.
     server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
@@ -200,7 +261,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
             tq = time.monotonic()
             run = query_all(server.base_url, recipe.api, prompts, recipe.sampling, recipe.timeouts.request,
                             model or recipe.name, alive=server.alive, between=server.track)
-            outputs = run.outputs
+            rec.outputs = run.outputs
             timings["query"] = round(time.monotonic() - tq, 3)
             if not server.alive():
                 by_id = dict(prompts)
@@ -220,26 +281,23 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         if recipe.gpus is not None:
             extras["gpu_after"] = dump(_gpu_released(recipe.gpus, extras.get("gpu_before"), say))
 
-    say("score")
-    ts = time.monotonic()
     log_text = log_path.read_bytes().decode(errors="replace")  # capped on disk (abbisect.logstream)
     if ready.status == "exited" and _PORT_TAKEN.search(log_text):
         # Another process took the port between our probe and the server's bind: the machine's fault, not
         # the commit's (a crash at startup would call it bad).
         raise InfraError(f"the server could not bind its port ({port} or one it opens itself): another process "
                          f"took it (see {log_path}); run again")
-    signatures = tuple(scanner.matches)
+    rec.signatures, rec.first_exception = tuple(scanner.matches), scanner.first_exception
+    rec.launch = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
+                            str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
+                            mod.facts(log_text), **crash)
+
+
+def _score(rec: TrialRecord, recipe: Recipe, prompts: list[tuple[str, Prompt]]) -> None:
+    """Each output labelled (degeneration) and checked against its prompt's expected answer."""
     thresholds = Thresholds.from_overrides(recipe.scoring.thresholds or None)
-    analyses = tuple(analyze(o.text, thresholds) for o in outputs)
-    answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, (_, p) in zip(outputs, prompts))
-    exc = scanner.first_exception
-    info = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
-                      str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
-                      mod.facts(log_text), **crash)
-    ev = _evidence(recipe, env, info, outputs, analyses, answers, signatures, exc)
-    verdict = judge(ev, recipe.verdict)
-    timings["score"] = round(time.monotonic() - ts, 4)
-    return _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0, extras)
+    rec.analyses = tuple(analyze(o.text, thresholds) for o in rec.outputs)
+    rec.answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, (_, p) in zip(rec.outputs, prompts))
 
 
 def _scan_file(path: Path, catalogue) -> LineScanner:
@@ -252,15 +310,6 @@ def _scan_file(path: Path, catalogue) -> LineScanner:
     except OSError:
         pass
     return scanner
-
-
-def _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0,
-            extras=None) -> TrialResult:
-    timings["total"] = round(time.monotonic() - t0, 3)
-    spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "teardown", "probe"))
-    timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
-    return TrialResult(spec, env, info, tuple(outputs), tuple(analyses), tuple(answers), tuple(signatures),
-                       exc, verdict, timings, extras or {})
 
 
 def _fingerprint(python: str, recipe: Recipe, spec: TrialSpec) -> dict:
@@ -291,25 +340,9 @@ def _gpu_released(gpus: list[int], before: dict | None, say: Progress):
     return rep
 
 
-def _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say) -> TrialResult:
-    """A kernel probe replaces the server: compile (and where a GPU is, launch) the kernel per config."""
-    from abbisect.gpu.probe import ProbeConfig, probe_status, probe_verdict, run_probe
-
-    config = ProbeConfig.model_validate(recipe.probe)  # already validated with the recipe
-    say(f"probe: {config.kernel} over {', '.join(config.targets)}")
-    tp = time.monotonic()
-    result = run_probe(config, env.python, source, out)
-    timings["probe"] = round(time.monotonic() - tp, 3)
-    extras["probe"] = dump(result)
-    outcome = probe_status(result, config)
-    _, evidence = probe_verdict(result, config)
-    status = {"good": "ok", "bad": "does_not_fit", "skip": "infra_error"}[outcome]
-    verdict = Verdict(status, outcome, tuple(evidence) or ("every probed configuration fits its targets",))
-    return _result(spec, env, None, (), (), (), (), None, verdict, timings, t0, extras)
-
-
-def _evidence(recipe: Recipe, env: EnvResult, info: LaunchInfo | None, outputs, analyses, answers, signatures,
-              exc) -> Evidence:
+def _evidence(recipe: Recipe, rec: TrialRecord) -> Evidence:
+    env, info, outputs, analyses, answers = rec.env, rec.launch, rec.outputs, rec.analyses, rec.answers
+    signatures, exc = rec.signatures, rec.first_exception
     warn = recipe.scoring.warn_severity
     named = set(recipe.verdict.bad_signatures)
     rejected = tuple(g for s in signatures if s.id == "flag_rejected" for g in (s.groups or (s.line,)) if g)
