@@ -261,3 +261,15 @@ def _assert_compiled_equals_launched(res: ProbeResult) -> None:
     for r in launched:
         compiled = [c for c in res.rows if c.method == "compile" and c.target == local and c.combo == r.combo]
         assert compiled and compiled[0].shared_bytes == r.shared_bytes, (r.combo, compiled, r)
+
+
+def test_a_probe_that_measures_nothing_leaves_the_commit_untested(tmp_path) -> None:
+    """gpu/probe_trial: a probe that could not measure its scope is `infra_error` → skip, never a verdict."""
+    from abbisect.gpu.probe_trial import probe_trial
+
+    config = ProbeConfig(file="no_such_kernel.py", kernel="k", grid=[1], targets=["sm_90"], mode="compile",
+                         bad_if={"not_fits": ["sm_90"]})
+    said: list[str] = []
+    t = probe_trial(config, sys.executable, tmp_path, tmp_path / "out", said.append)
+    assert t.result.error and t.verdict.status == "infra_error" and t.verdict.outcome == "skip"
+    assert t.verdict.reasons[0].startswith("probe failed:") and said == ["probe: k over sm_90"]
