@@ -10,6 +10,7 @@ from pathlib import Path
 from abbisect import __version__, checkout
 from abbisect.recipe import Recipe
 from abbisect.score import Divergence, diff_signatures, divergence
+from abbisect.serial import dump
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 
 
@@ -35,11 +36,8 @@ class ABResult:
         return self.launch_a == self.launch_b
 
     def to_dict(self) -> dict:
-        return {"recipe": self.recipe, "a": self.a.to_dict(), "b": self.b.to_dict(),
-                "divergences": [d.to_dict() if d else None for d in self.divergences],
-                "signature_diff": self.signature_diff, "launch_a": self.launch_a, "launch_b": self.launch_b,
-                "same_launch": self.same_launch, "command": self.command, "version": self.version,
-                "started": self.started}
+        """The fields and whether the two launches match (what results.json records)."""
+        return {**dump(self), "same_launch": self.same_launch}
 
 
 def neutral_launch(result: TrialResult) -> str:

@@ -25,6 +25,7 @@ from typing import Protocol
 
 from abbisect.errors import UserError
 from abbisect.proc import scrubbed_env
+from abbisect.serial import dump, load
 from abbisect.status import Status
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 from abbisect.verdict import Verdict
@@ -130,7 +131,7 @@ class LocalParallel:
 
     def _run(self, spec: TrialSpec, slot: Slot, progress: Progress, holder: dict) -> TrialResult:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as fh:
-            json.dump(spec.to_dict(), fh)
+            json.dump(dump(spec), fh)
         # abbisect itself must be importable in the child even when it runs from a source tree.
         root = str(Path(__file__).resolve().parent.parent)
         env = scrubbed_env({"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH")) if p)})
@@ -155,7 +156,7 @@ class LocalParallel:
         if rc != 0:
             return infra_result(spec, f"the trial process on {slot.label()} exited with {rc}")
         try:
-            result = TrialResult.from_dict(json.loads("".join(out).strip().splitlines()[-1]))
+            result = load(TrialResult, json.loads("".join(out).strip().splitlines()[-1]))
         except (ValueError, IndexError, KeyError, TypeError) as exc:
             return infra_result(spec, f"the trial process on {slot.label()} gave no result ({exc})")
         return placed(result, self.name, slot, started)
@@ -187,11 +188,11 @@ def _ray_trial(spec_dict: dict, pid_file: str | None = None) -> dict:
 
     if pid_file:  # lets a test find (and kill) the worker that runs this trial
         Path(pid_file).write_text(str(os.getpid()))
-    spec = TrialSpec.from_dict(spec_dict)
+    spec = load(TrialSpec, spec_dict)
     gpus = ray.get_gpu_ids()
     if gpus:
         spec = replace(spec, recipe=spec.recipe.model_copy(update={"gpus": [int(g) for g in gpus]}))
-    return run_trial(spec).to_dict()
+    return dump(run_trial(spec))
 
 
 class RayExecutor:
@@ -224,14 +225,14 @@ class RayExecutor:
         if slot.gpus:
             opts["num_gpus"] = len(slot.gpus)
         progress(f"{slot.label()}: sent to Ray")
-        ref = self.task.options(**opts).remote(spec.to_dict(), self.pid_files.get(spec.sha))
+        ref = self.task.options(**opts).remote(dump(spec), self.pid_files.get(spec.sha))
         raw = ref.future()
         result: Future[TrialResult] = Future()
         started = time.time()
 
         def done(f) -> None:
             try:
-                result.set_result(placed(TrialResult.from_dict(f.result()), self.name, slot, started))
+                result.set_result(placed(load(TrialResult, f.result()), self.name, slot, started))
             except Exception as exc:  # noqa: BLE001 -- any Ray failure is the executor's, not the commit's
                 result.set_result(infra_result(spec, f"Ray could not run the trial: {type(exc).__name__}: "
                                                      f"{str(exc).splitlines()[0] if str(exc) else ''}"))

@@ -21,6 +21,7 @@ import click
 
 from abbisect.errors import UserError
 from abbisect.proc import scrubbed_env
+from abbisect.serial import dump
 from abbisect.trial import Progress, TrialResult, TrialSpec
 from abbisect.verdict import Verdict
 
@@ -83,7 +84,7 @@ class Script:
                             "ABBISECT_TRIAL_REF": result.spec.ref, "ABBISECT_TRIAL_STATUS": result.verdict.status,
                             "ABBISECT_TRIAL_OUTCOME": result.verdict.outcome})
         try:
-            proc = subprocess.run(argv, input=json.dumps(result.to_dict(), default=str), capture_output=True,
+            proc = subprocess.run(argv, input=json.dumps(dump(result), default=str), capture_output=True,
                                   text=True, cwd=self.cwd, env=env, timeout=self.timeout, check=False)
         except FileNotFoundError:
             return Decision("skip", by, f"the script cannot run: {argv[0]} not found")
@@ -148,7 +149,7 @@ def rejudged(result: TrialResult, d: Decision) -> TrialResult:
     v = result.verdict
     reasons = (f"{d.by}: {d.outcome} ({d.reason})", f"built-in: {v.status} → {v.outcome}", *v.reasons)
     extras = {**result.extras, "judge": {"by": d.by, "outcome": d.outcome, "reason": d.reason,
-                                         "builtin": v.to_dict()}}
+                                         "builtin": dump(v)}}
     return replace(result, verdict=Verdict(v.status, d.outcome, reasons), extras=extras)
 
 

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import httpx
 
@@ -28,13 +28,6 @@ class Completion:
     completion_tokens: int | None
     latency_s: float
     error: str | None = None
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Completion:
-        return cls(**d)
 
 
 def served_model(client: httpx.Client, base_url: str, fallback: str) -> str:

@@ -11,7 +11,7 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from abbisect import checkout, launch
@@ -24,11 +24,12 @@ from abbisect.logstream import LineScanner
 from abbisect.proc import scrubbed_env
 from abbisect.progress import Status
 from abbisect.query import Completion, label, ordered, query_all
-from abbisect.recipe import Recipe
+from abbisect.recipe import Prompt, Recipe
 from abbisect.redact import expand_env
 from abbisect.score import (
     AnswerCheck,
     OutputAnalysis,
+    Signature,
     SignatureMatch,
     Thresholds,
     analyze,
@@ -36,7 +37,8 @@ from abbisect.score import (
     load_catalogue,
     severity_at_least,
 )
-from abbisect.verdict import PROBE_STATUS, Evidence, Verdict, judge
+from abbisect.serial import dump, load
+from abbisect.verdict import Evidence, Verdict, judge
 
 Progress = Callable[[str], None]
 LOG_TAIL_LINES = 30
@@ -57,13 +59,6 @@ class TrialSpec:
     pins: list[str] = field(default_factory=list)
     dependency: dict | None = None
 
-    def to_dict(self) -> dict:
-        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "recipe": self.recipe.model_dump(mode="json")}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrialSpec:
-        """The spec of JSON (another process's, a stored result's): its recipe validated here, once."""
-        return cls(**{**d, "recipe": Recipe.model_validate(d["recipe"])})
 
 
 @dataclass(frozen=True)
@@ -99,43 +94,37 @@ class TrialResult:
     extras: dict = field(default_factory=dict)  # hygiene, fingerprint, probe: optional stages
     cached: bool = False
 
-    def to_dict(self) -> dict:
-        return {
-            "spec": self.spec.to_dict(),
-            "env": self.env.to_dict() if self.env else None,
-            "launch": asdict(self.launch) if self.launch else None,
-            "outputs": [o.to_dict() for o in self.outputs],
-            "analyses": [a.to_dict() for a in self.analyses],
-            "answers": [a.to_dict() if a else None for a in self.answers],
-            "signatures": [s.to_dict() for s in self.signatures],
-            "first_exception": list(self.first_exception) if self.first_exception else None,
-            "verdict": self.verdict.to_dict(),
-            "timings": self.timings,
-            "extras": self.extras,
-            "cached": self.cached,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict) -> TrialResult:
-        la = d["launch"]
-        return cls(
-            spec=TrialSpec.from_dict(d["spec"]),
-            env=EnvResult.from_dict(d["env"]) if d["env"] else None,
-            launch=LaunchInfo(**{**la, "argv": tuple(la["argv"]), "log_tail": tuple(la["log_tail"])}) if la else None,
-            outputs=tuple(Completion.from_dict(o) for o in d["outputs"]),
-            analyses=tuple(OutputAnalysis.from_dict(a) for a in d["analyses"]),
-            answers=tuple(AnswerCheck.from_dict(a) if a else None for a in d["answers"]),
-            signatures=tuple(SignatureMatch.from_dict(s) for s in d["signatures"]),
-            first_exception=tuple(d["first_exception"]) if d["first_exception"] else None,
-            verdict=Verdict.from_dict(d["verdict"]),
-            timings=d["timings"],
-            extras=d.get("extras", {}),
-            cached=d.get("cached", False),
-        )
-
     @property
     def label(self) -> str:
         return f"{self.spec.side} {self.spec.ref} ({self.spec.sha[:10]})"
+
+
+@dataclass
+class TrialRecord:
+    """A trial in the making: each stage of `run_trial` fills in its part, `result()` freezes it."""
+
+    spec: TrialSpec
+    env: EnvResult | None = None
+    launch: LaunchInfo | None = None
+    outputs: tuple[Completion, ...] = ()
+    analyses: tuple[OutputAnalysis, ...] = ()
+    answers: tuple[AnswerCheck | None, ...] = ()
+    signatures: tuple[SignatureMatch, ...] = ()
+    first_exception: tuple[int, str] | None = None
+    verdict: Verdict | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
+
+    def result(self) -> TrialResult:
+        if self.verdict is None:
+            raise RuntimeError(f"trial {self.spec.sha[:10]} ended without a verdict")
+        timings = dict(self.timings)
+        timings["total"] = round(time.monotonic() - self.t0, 3)
+        spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "teardown", "probe"))
+        timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
+        return TrialResult(self.spec, self.env, self.launch, self.outputs, self.analyses, self.answers,
+                           self.signatures, self.first_exception, self.verdict, timings, self.extras)
 
 
 def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | None = None) -> dict[str, str]:
@@ -178,36 +167,70 @@ _PORT_TAKEN = re.compile(r"Address already in use|\[Errno 98\]|EADDRINUSE")
 
 
 def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
+    """The pipeline: each stage fills in its part of the record; a stage with nothing left to do for the
+    next one (a failed build, a kernel probe) ends it early."""
     say = progress or (lambda _msg: None)
-    recipe = spec.recipe
-    cache = Path(spec.cache_dir)
-    out = Path(spec.out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    timings: dict[str, float] = {}
-    t0 = time.monotonic()
+    recipe = spec.recipe_obj
+    rec = TrialRecord(spec)
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    source = _checkout(rec, recipe, say)
+    if not _build(rec, recipe, source, say):
+        return rec.result()
+    if recipe.probe is not None:
+        from abbisect.gpu.probe_trial import probe_trial
 
+        probe = probe_trial(recipe.probe, rec.env.python, source, Path(spec.out_dir), say)
+        rec.timings["probe"], rec.extras["probe"], rec.verdict = probe.seconds, dump(probe.result), probe.verdict
+        return rec.result()
+    prompts = ordered(list(recipe.prompts), recipe.prompt_order)
+    _launch_and_query(rec, recipe, source, prompts, say)
+    say("score")
+    ts = time.monotonic()
+    _score(rec, recipe, prompts)
+    rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
+    rec.timings["score"] = round(time.monotonic() - ts, 4)
+    return rec.result()
+
+
+def _checkout(rec: TrialRecord, recipe: Recipe, say: Progress) -> Path:
     say("checkout")
-    source = checkout.worktree(Path(spec.repo), spec.sha, cache, tuple(recipe.engine.sparse))
-    timings["checkout"] = round(time.monotonic() - t0, 3)
+    spec = rec.spec
+    source = checkout.worktree(Path(spec.repo), spec.sha, Path(spec.cache_dir), tuple(recipe.engine.sparse))
+    rec.timings["checkout"] = round(time.monotonic() - rec.t0, 3)
+    return source
 
+
+def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> bool:
+    """The commit's venv; on failure the build log's signatures and the verdict, and False."""
     say("environment")
+    spec, cache = rec.spec, Path(rec.spec.cache_dir)
     env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
                      on_step=lambda d: say(Status(f"environment: {d}") if isinstance(d, Status) else f"environment: {d}"),
                      after=after_engine(spec, cache))
-    timings["build"] = env.seconds
-    catalogue = load_catalogue([s.model_dump() for s in recipe.scoring.signatures] or None)
+    rec.env = env
+    rec.timings["build"] = env.seconds
     if not env.ok:
         # Signatures are shown whatever status wins: a build log names its compiler error too.
-        build_scan = _scan_file(Path(env.log), catalogue)
-        ev = _evidence(recipe, env, None, (), (), (), build_scan.matches, build_scan.first_exception)
-        return _result(spec, env, None, (), (), (), build_scan.matches, build_scan.first_exception,
-                       judge(ev, recipe.verdict), timings, t0)
-
+        build_scan = _scan_file(Path(env.log), _catalogue(recipe))
+        rec.signatures, rec.first_exception = tuple(build_scan.matches), build_scan.first_exception
+        rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
+        return False
     # The full package list proves what differs between two sides (and what does not).
-    extras: dict = {"fingerprint": _fingerprint(env.python, recipe, spec), "packages": installed_packages(env.python)}
-    if recipe.probe is not None:
-        return _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say)
+    rec.extras.update(fingerprint=_fingerprint(env.python, recipe, spec), packages=installed_packages(env.python))
+    return True
 
+
+def _catalogue(recipe: Recipe) -> list[Signature]:
+    """The packaged log signatures plus the recipe's own."""
+    return load_catalogue([s.model_dump() for s in recipe.scoring.signatures] or None)
+
+
+def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: list[tuple[str, Prompt]],
+                      say: Progress) -> None:
+    """Start the server, wait for ready, send the prompts, stop it: the launch, the outputs and the log's
+    signatures."""
+    spec, env, extras, timings = rec.spec, rec.env, rec.extras, rec.timings
+    cache, out = Path(spec.cache_dir), Path(spec.out_dir)
     model = resolve_model(recipe, cache, say)
     mod = adapter(recipe.engine.kind)
     host = "127.0.0.1"
@@ -215,12 +238,10 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     plan = mod.plan(recipe, env.python, model, host, port)
     log_path = out / "server.log"
     if recipe.gpus is not None:
-        extras["gpu_before"] = _gpu_idle(recipe.gpus, say).to_dict()
+        extras["gpu_before"] = dump(_gpu_idle(recipe.gpus, say))
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
-    scanner = LineScanner(catalogue, plan.ready_log)
-    prompts = ordered(list(recipe.prompts), recipe.prompt_order)
-    outputs: tuple[Completion, ...] = ()
+    scanner = LineScanner(_catalogue(recipe), plan.ready_log)
     crash: dict = {}
     # Nothing between the start and the try: a Ctrl-C in between would leave the server to its watchdog.
     server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
@@ -232,12 +253,12 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
             if recipe.gpus is not None:  # evidence that the check sees this side's own server on the GPU
                 from abbisect.gpu.hygiene import check_idle
 
-                extras["gpu_during"] = check_idle(recipe.gpus).to_dict()
+                extras["gpu_during"] = dump(check_idle(recipe.gpus))
             say(f"query: {len(prompts)} prompt(s)")
             tq = time.monotonic()
             run = query_all(server.base_url, recipe.api, prompts, recipe.sampling, recipe.timeouts.request,
                             model or recipe.name, alive=server.alive, between=server.track)
-            outputs = run.outputs
+            rec.outputs = run.outputs
             timings["query"] = round(time.monotonic() - tq, 3)
             if not server.alive():
                 by_id = dict(prompts)
@@ -255,28 +276,25 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         teardown = launch.stop(server, recipe.timeouts.teardown)
         timings["teardown"] = teardown.seconds
         if recipe.gpus is not None:
-            extras["gpu_after"] = _gpu_released(recipe.gpus, extras.get("gpu_before"), say).to_dict()
+            extras["gpu_after"] = dump(_gpu_released(recipe.gpus, extras.get("gpu_before"), say))
 
-    say("score")
-    ts = time.monotonic()
     log_text = log_path.read_bytes().decode(errors="replace")  # capped on disk (abbisect.logstream)
     if ready.status == "exited" and _PORT_TAKEN.search(log_text):
         # Another process took the port between our probe and the server's bind: the machine's fault, not
         # the commit's (a crash at startup would call it bad).
         raise InfraError(f"the server could not bind its port ({port} or one it opens itself): another process "
                          f"took it (see {log_path}); run again")
-    signatures = tuple(scanner.matches)
+    rec.signatures, rec.first_exception = tuple(scanner.matches), scanner.first_exception
+    rec.launch = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
+                            str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
+                            mod.facts(log_text), **crash)
+
+
+def _score(rec: TrialRecord, recipe: Recipe, prompts: list[tuple[str, Prompt]]) -> None:
+    """Each output labelled (degeneration) and checked against its prompt's expected answer."""
     thresholds = Thresholds.from_overrides(recipe.scoring.thresholds or None)
-    analyses = tuple(analyze(o.text, thresholds) for o in outputs)
-    answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, (_, p) in zip(outputs, prompts))
-    exc = scanner.first_exception
-    info = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
-                      str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), asdict(teardown),
-                      mod.facts(log_text), **crash)
-    ev = _evidence(recipe, env, info, outputs, analyses, answers, signatures, exc)
-    verdict = judge(ev, recipe.verdict)
-    timings["score"] = round(time.monotonic() - ts, 4)
-    return _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0, extras)
+    rec.analyses = tuple(analyze(o.text, thresholds) for o in rec.outputs)
+    rec.answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, (_, p) in zip(rec.outputs, prompts))
 
 
 def _scan_file(path: Path, catalogue) -> LineScanner:
@@ -291,21 +309,12 @@ def _scan_file(path: Path, catalogue) -> LineScanner:
     return scanner
 
 
-def _result(spec, env, info, outputs, analyses, answers, signatures, exc, verdict, timings, t0,
-            extras=None) -> TrialResult:
-    timings["total"] = round(time.monotonic() - t0, 3)
-    spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "teardown", "probe"))
-    timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
-    return TrialResult(spec, env, info, tuple(outputs), tuple(analyses), tuple(answers), tuple(signatures),
-                       exc, verdict, timings, extras or {})
-
-
 def _fingerprint(python: str, recipe: Recipe, spec: TrialSpec) -> dict:
     """The side's own venv described (torch, triton, engine version) plus the GPU it sees."""
     from abbisect.gpu.fingerprint import collect
 
     fp = collect(python, extra={"engine": recipe.engine.kind, "engine_sha": spec.sha}, timeout_s=120)
-    return {**fp.to_dict(), "key": fp.key}
+    return fp.to_dict()
 
 
 def _gpu_idle(gpus: list[int], say: Progress):
@@ -328,24 +337,9 @@ def _gpu_released(gpus: list[int], before: dict | None, say: Progress):
     return rep
 
 
-def _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say) -> TrialResult:
-    """A kernel probe replaces the server: compile (and where a GPU is, launch) the kernel per config."""
-    from abbisect.gpu.probe import probe_status, probe_verdict, run_probe
-
-    config = recipe.probe
-    say(f"probe: {config.kernel} over {', '.join(config.targets)}")
-    tp = time.monotonic()
-    result = run_probe(config, env.python, source, out)
-    timings["probe"] = round(time.monotonic() - tp, 3)
-    extras["probe"] = result.to_dict()
-    outcome = probe_status(result, config)
-    _, evidence = probe_verdict(result, config)
-    verdict = Verdict(PROBE_STATUS[outcome], outcome, tuple(evidence) or ("every probed configuration fits its targets",))
-    return _result(spec, env, None, (), (), (), (), None, verdict, timings, t0, extras)
-
-
-def _evidence(recipe: Recipe, env: EnvResult, info: LaunchInfo | None, outputs, analyses, answers, signatures,
-              exc) -> Evidence:
+def _evidence(recipe: Recipe, rec: TrialRecord) -> Evidence:
+    env, info, outputs, analyses, answers = rec.env, rec.launch, rec.outputs, rec.analyses, rec.answers
+    signatures, exc = rec.signatures, rec.first_exception
     warn = recipe.scoring.warn_severity
     named = set(recipe.verdict.bad_signatures)
     rejected = tuple(g for s in signatures if s.id == "flag_rejected" for g in (s.groups or (s.line,)) if g)
@@ -383,12 +377,12 @@ def main(argv: list[str] | None = None) -> int:
     import sys
 
     args = sys.argv[1:] if argv is None else argv
-    spec = TrialSpec.from_dict(json.loads(Path(args[0]).read_text()))
+    spec = load(TrialSpec, json.loads(Path(args[0]).read_text()))
     from abbisect.redact import Redactor
 
     red = Redactor.from_recipe(spec.recipe)  # executors log this process's output: no secret in it
     result = run_trial(spec, red.guard(lambda msg: print(f"[{spec.side} {spec.sha[:10]}] {msg}", file=sys.stderr)))
-    print(json.dumps(red.data(result.to_dict()), default=str))
+    print(json.dumps(red.data(dump(result)), default=str))
     return 0
 
 

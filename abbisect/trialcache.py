@@ -16,6 +16,7 @@ from abbisect.dependency import after_engine
 from abbisect.locks import atomic_write
 from abbisect.plan import plan_for
 from abbisect.redact import Redactor
+from abbisect.serial import dump, load
 from abbisect.status import Status
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 
@@ -75,7 +76,7 @@ class TrialCache:
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
-        result = TrialResult.from_dict(data)
+        result = load(TrialResult, data)
         if _waited_less(result, spec):
             return None  # it may have run out of a time this run gives longer: run again (put replaces it)
         logs = self.root / key
@@ -100,7 +101,7 @@ class TrialCache:
         redactor = Redactor.from_recipe(spec.recipe)
         result = run(spec, redactor.guard(progress))
         scrub_logs(result, redactor)
-        clean = TrialResult.from_dict(redactor.data(result.to_dict())) if redactor else result
+        clean = load(TrialResult, redactor.data(dump(result))) if redactor else result
         self.put(clean, spec)
         return clean
 
@@ -125,7 +126,7 @@ class TrialCache:
             if src.is_file():
                 shutil.copyfile(src, logs / name)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        atomic_write(self.root / f"{key}.json", json.dumps({**result.to_dict(), "stored": stamp}, default=str))
+        atomic_write(self.root / f"{key}.json", json.dumps({**dump(result), "stored": stamp}, default=str))
 
     def _copy_logs(self, spec: TrialSpec) -> list[str]:
         logs = self.root / trial_key(spec, self.machine)

@@ -5,12 +5,13 @@ Pure functions: the same evidence always gives the same verdict, and the reasons
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 from abbisect.recipe import Verdicts
 from abbisect.status import Status
 
-# A kernel probe's outcome (decided by its own `probe.bad_if`, abbisect/gpu/probe.py) as a status.
+# A kernel probe's outcome (decided by its own `probe.bad_if`, abbisect/gpu/probe.py) as a status: a kernel
+# that does not fit a target is the commit's fault, a probe that measured nothing in scope leaves it untested.
 PROBE_STATUS = {"good": Status.OK, "bad": Status.DOES_NOT_FIT, "skip": Status.INFRA_ERROR}
 
 
@@ -44,13 +45,6 @@ class Verdict:
     status: Status
     outcome: str  # "good" | "bad" | "skip"
     reasons: tuple[str, ...]
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> Verdict:
-        return cls(Status(d["status"]), d["outcome"], tuple(d["reasons"]))
 
 
 def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[Status, list[str]]:

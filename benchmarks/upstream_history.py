@@ -25,6 +25,7 @@ from pathlib import Path
 from abbisect.bisect import history
 from abbisect.bisect.search import NEW, OLD, start
 from abbisect.proc import scrubbed_env
+from abbisect.serial import dump
 
 
 def git(repo: Path, *args: str) -> str:
@@ -116,7 +117,7 @@ def main() -> None:
             "git": {k: v for k, v in theirs.items() if k != "tested"},
             "same_steps": ours["tested"] == theirs["tested"], "same_answer": ours["found"] == theirs["found"]}
     rel, report["releases_s"] = timed(lambda: history.releases(repo, culprit))
-    report["releases"] = rel.to_dict()
+    report["releases"] = dump(rel)
     if args.json:
         json.dump(report, sys.stdout, indent=1)
         print()

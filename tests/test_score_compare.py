@@ -4,6 +4,7 @@ import pytest
 
 from abbisect.score.answers import AnswerCheck, check_answer
 from abbisect.score.compare import Divergence, Resemblance, divergence, resemblance, similarity
+from abbisect.serial import dump, load
 
 GOOD = "The capital of France is Paris. It is known for the Eiffel Tower and the Louvre."
 BAD = "The capital of France is need analysis there need analysis there need analysis there"
@@ -76,9 +77,9 @@ def test_resemblance_needs_one_output_per_prompt():
 
 def test_compare_results_round_trip_through_json():
     d = divergence(GOOD, BAD)
-    assert Divergence.from_dict(json.loads(json.dumps(d.to_dict()))) == d
+    assert load(Divergence, json.loads(json.dumps(dump(d)))) == d
     r = resemblance([BAD], good=[GOOD], bad=[BAD])
-    assert Resemblance.from_dict(json.loads(json.dumps(r.to_dict()))) == r
+    assert load(Resemblance, json.loads(json.dumps(dump(r)))) == r
 
 
 # --- known answers --------------------------------------------------------------------------------
@@ -106,4 +107,4 @@ def test_known_answer_bad_regex_is_reported():
 
 def test_answer_check_round_trips():
     c = check_answer("17 * 23 = 391", r"\b391\b")
-    assert AnswerCheck.from_dict(json.loads(json.dumps(c.to_dict()))) == c
+    assert load(AnswerCheck, json.loads(json.dumps(dump(c)))) == c

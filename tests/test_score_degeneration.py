@@ -17,6 +17,7 @@ from abbisect.score.degeneration import (
     prefix_sensibleness,
     text_metrics,
 )
+from abbisect.serial import dump, load
 
 CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "dev.jsonl"
 
@@ -254,10 +255,10 @@ def test_threshold_override_changes_the_label():
 def test_analysis_round_trips_through_json():
     for text in ("need analysis there " * 10, "Paris.", ""):
         a = analyze(text, token_ids=[1, 2, 3] * 10)
-        back = OutputAnalysis.from_dict(json.loads(json.dumps(a.to_dict())))
+        back = load(OutputAnalysis, json.loads(json.dumps(dump(a))))
         assert back == a
     th = Thresholds(min_repeats=5)
-    assert Thresholds.from_dict(json.loads(json.dumps(th.to_dict()))) == th
+    assert load(Thresholds, json.loads(json.dumps(dump(th)))) == th
 
 
 # --- properties -----------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from abbisect.score.signatures import (
     scan_text,
     severity_at_least,
 )
+from abbisect.serial import dump, load
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 
@@ -202,6 +203,6 @@ def test_recipe_extra_with_bad_regex_names_the_id():
 def test_results_round_trip_through_json():
     cat = load_catalogue()
     for sig in cat:
-        assert Signature.from_dict(json.loads(json.dumps(sig.to_dict()))) == sig
+        assert load(Signature, json.loads(json.dumps(dump(sig)))) == sig
     for m in scan_text("\n".join(ENGINE_FACTS_LINES), cat):
-        assert SignatureMatch.from_dict(json.loads(json.dumps(m.to_dict()))) == m
+        assert load(SignatureMatch, json.loads(json.dumps(dump(m)))) == m

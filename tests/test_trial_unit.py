@@ -11,6 +11,7 @@ from conftest import toy_recipe
 from abbisect import checkout
 from abbisect.ab import trial_spec
 from abbisect.recipe import parse_recipe
+from abbisect.serial import dump, load
 from abbisect.trial import TrialResult
 
 
@@ -18,16 +19,16 @@ def test_trial_runs_from_a_json_spec_in_another_process(tmp_path, engine_repo, c
     recipe = parse_recipe(toy_recipe(engine_repo))
     rev = checkout.resolve(engine_repo, "broken")
     spec = trial_spec(recipe, engine_repo, rev, "remote", cache_dir, tmp_path)
-    (tmp_path / "spec.json").write_text(json.dumps(spec.to_dict()))
+    (tmp_path / "spec.json").write_text(json.dumps(dump(spec)))
     proc = subprocess.run([sys.executable, "-m", "abbisect.trial", str(tmp_path / "spec.json")], check=False,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    result = TrialResult.from_dict(json.loads(proc.stdout))
+    result = load(TrialResult, json.loads(proc.stdout))
     assert result.spec == spec
     assert result.verdict.status == "degenerate" and result.verdict.outcome == "bad"
     assert result.analyses[0].label == "degenerate" and result.signatures
     # the round trip is lossless: what an executor sends back is what ran
-    assert TrialResult.from_dict(json.loads(json.dumps(result.to_dict(), default=str))) == result
+    assert load(TrialResult, json.loads(json.dumps(dump(result), default=str))) == result
 
 
 def test_neutral_launch_hides_the_port_wherever_the_template_puts_it():

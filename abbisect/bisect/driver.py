@@ -27,6 +27,7 @@ from abbisect.judges import Judge
 from abbisect.locks import atomic_write
 from abbisect.recipe import Recipe
 from abbisect.score import resemblance
+from abbisect.serial import dump, load
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 from abbisect.trialcache import Runner, TrialCache
 
@@ -47,12 +48,6 @@ class Step:
     round: int | None = None  # with several slots: the multisection round, and where and when it ran
     slot: int | None = None
     start_s: float | None = None  # seconds since the bisect began
-
-    def to_dict(self) -> dict:
-        return {"n": self.n, "sha": self.sha, "role": self.role, "outcome": self.outcome, "status": self.status,
-                "evidence": self.evidence, "seconds": self.seconds, "cached": self.cached,
-                "remaining": self.remaining, "replayed": self.replayed, "round": self.round, "slot": self.slot,
-                "start_s": self.start_s}
 
 
 @dataclass
@@ -415,7 +410,7 @@ class Driver:
         r = recorded.get(sha)
         if r is not None and r.get("result"):
             # The verdict an interrupted run recorded stands: replayed from state.json, never run again.
-            result = TrialResult.from_dict(r["result"])
+            result = load(TrialResult, r["result"])
             step = Step(len(run.steps), sha, role, r["outcome"], r["status"], r["evidence"], r["seconds"],
                         r["cached"], result, remaining=r.get("remaining"), replayed=True)
             self.results[sha] = result
@@ -456,7 +451,7 @@ def save_state(run: BisectRun, state: SearchState | None = None, redact: Callabl
             "fingerprint": run.recipe.fingerprint(), "masked": False,
             "good": {"ref": run.good.ref, "sha": run.good.sha}, "bad": {"ref": run.bad.ref, "sha": run.bad.sha},
             "options": run.options,
-            "steps": [{**s.to_dict(), "result": s.result.to_dict() if s.result else None} for s in run.steps],
+            "steps": [dump(s) for s in run.steps],
             "remaining": state.remaining() if state else None}
     if redact is None:
         return data

@@ -292,11 +292,6 @@ class Releases:
     carriers: tuple[Carrier, ...]
     releases: tuple[str, ...] = ()  # every release tag that contains it, oldest first
 
-    def to_dict(self) -> dict:
-        from dataclasses import asdict
-
-        return asdict(self)
-
 
 def _containing(repo_path: PathLike, sha: str) -> tuple[list[str], list[str]]:
     """(tags, full branch refnames) that contain sha."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, replace
+from dataclasses import replace
 from pathlib import Path
 
 from abbisect import __version__
@@ -25,6 +25,7 @@ from abbisect.report.markdown import (
     table,
 )
 from abbisect.report.portable import engine_source, github_links, portable_recipe
+from abbisect.serial import dump, load
 
 
 def relabel(result, label: str):
@@ -207,7 +208,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     if fps:
         from abbisect.gpu.fingerprint import Fingerprint, render_sides
 
-        sides = {role: Fingerprint.from_dict({k: v for k, v in fp.items() if k != "key"}) for role, fp in fps.items()}
+        sides = {role: load(Fingerprint, fp) for role, fp in fps.items()}
         lines += [details("Environment fingerprint of the two ends' venvs", render_sides(sides)), ""]
     block = recipe_block(recipe, recipe_file)
     lines += [block, ""] if block else []
@@ -245,11 +246,11 @@ def bisect_json(run: BisectRun) -> dict:
             "good": run.good.ref, "bad": run.bad.ref, "old": run.old.sha, "new": run.new.sha,
             "outcome": res.outcome if res else None, "first_new": res.first_new if res else None,
             "candidates": list(res.candidates) if res else [], "found_parent": run.found_parent,
-            "commit": asdict(commit_info(run, res.first_new)) if res and res.first_new else None,
-            "steps": [s.to_dict() for s in run.steps], "launches": run.launches, "builds": run.builds,
+            "commit": dump(commit_info(run, res.first_new)) if res and res.first_new else None,
+            "steps": [dump(s, exclude={"result"}) for s in run.steps], "launches": run.launches, "builds": run.builds,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
-            "releases": run.releases.to_dict() if run.releases else None,
+            "releases": dump(run.releases) if run.releases else None,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "slots": run.slots, "executor": run.executor, "rounds": run.rounds,
             "trials": [trial_record(run, s) for s in run.steps if s.result is not None]}

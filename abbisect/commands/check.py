@@ -21,6 +21,7 @@ from abbisect.errors import UserError
 from abbisect.progress import Final, Reporter
 from abbisect.recipe import load_recipe, recipe_path
 from abbisect.redact import Redactor
+from abbisect.serial import dump
 
 
 @click.command(epilog=exit_help("check") + " 125 covers every fault on abbisect's side (download, disk, checkout,"
@@ -78,7 +79,7 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive
     result = judging(trials.fetch, judge, run_trial)(spec, lambda m: progress(f"{rev.short}: {m}"))
     # The verdict kept beside the logs, so `abbisect matrix <cache>/checks` can read it.
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
-    kept = json.dumps(red.data(result.to_dict()), indent=1, default=str)
+    kept = json.dumps(red.data(dump(result)), indent=1, default=str)
     (Path(spec.out_dir) / "trial.json").write_text(kept)
     outcome = result.verdict.outcome
     if invert and outcome != "skip":
@@ -86,5 +87,5 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive
     progress(Final(f"{rev.ref} ({rev.short}): {result.verdict.status} → {outcome}"
                    + (" (cached)" if result.cached else "") + f" — {'; '.join(result.verdict.reasons[:2])}"))
     if as_json:
-        click.echo(dumps("check", red.data(result.to_dict())))
+        click.echo(dumps("check", red.data(dump(result))))
     raise SystemExit(exit_code("check", "untestable" if outcome == "skip" else outcome))

@@ -17,6 +17,7 @@ from abbisect.score.signatures import (
     scan_text,
     severity_at_least,
 )
+from abbisect.serial import dump
 
 
 def _read(path: str) -> str:
@@ -88,7 +89,7 @@ def scan(logs: tuple[str, ...], fail_on: str, as_json: bool) -> None:
             "logs": [
                 {
                     "path": path,
-                    "matches": [m.to_dict() for m in matches],
+                    "matches": [dump(m) for m in matches],
                     "first_exception": {"line_no": root[0], "summary": root[1]} if root else None,
                 }
                 for path, matches, root in report

@@ -15,7 +15,7 @@ import subprocess
 import threading
 import time
 import uuid
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
 
@@ -55,13 +55,6 @@ class EnvResult:
     # the compiled wheel used and whose commit it is, a Rust build skipped, …
     facts: dict[str, str] = field(default_factory=dict)
     base: str | None = None  # the shared venv of the dependencies this one is layered on
-
-    def to_dict(self) -> dict:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict) -> EnvResult:
-        return cls(**{**d, "steps": tuple(d["steps"]), "facts": dict(d.get("facts") or {})})
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 
 from abbisect.errors import UserError
 from abbisect.proc import scrubbed_env
+from abbisect.serial import dump, load
 
 _WORKER = Path(__file__).with_name("_fingerprint_worker.py")
 _ENGINE_KEYS = ("engine", "engine_version", "engine_sha")
@@ -76,22 +77,8 @@ class Fingerprint:
         return bool(self.gpus)
 
     def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["packages"] = dict(self.packages)
-        d["extra"] = dict(self.extra)
-        d["notes"] = list(self.notes)
-        d["key"] = self.key
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Fingerprint:
-        known = {f for f in cls.__dataclass_fields__}
-        kwargs = {k: v for k, v in d.items() if k in known}
-        kwargs["gpus"] = tuple(GpuInfo(**g) for g in d.get("gpus") or ())
-        kwargs["packages"] = dict(d.get("packages") or {})
-        kwargs["extra"] = dict(d.get("extra") or {})
-        kwargs["notes"] = tuple(d.get("notes") or ())
-        return cls(**kwargs)
+        """The fields and the key derived from them (what results record; `load` ignores the key)."""
+        return {**dump(self), "key": self.key}
 
 
 def _from_worker(raw: Mapping[str, Any], extra: Mapping[str, Any] | None) -> Fingerprint:
@@ -103,7 +90,7 @@ def _from_worker(raw: Mapping[str, Any], extra: Mapping[str, Any] | None) -> Fin
         else:
             rest[k] = v
     data["extra"] = rest
-    return Fingerprint.from_dict(data)
+    return load(Fingerprint, data)
 
 
 def collect(python: str | None = None, extra: dict | None = None, timeout_s: float = 180.0) -> Fingerprint:

@@ -39,23 +39,6 @@ class HygieneReport:
     baseline: tuple[int, ...] | None = None  # the used_mib each device was compared with
     waited_s: float = 0.0
 
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "skipped": self.skipped, "notice": self.notice, "busy": self.busy, "pids": list(self.pids),
-            "devices": list(self.devices), "used_mib": list(self.used_mib),
-            "baseline": None if self.baseline is None else list(self.baseline), "waited_s": self.waited_s,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> HygieneReport:
-        base = d.get("baseline")
-        return cls(
-            skipped=bool(d["skipped"]), notice=str(d.get("notice", "")), busy=bool(d["busy"]),
-            pids=tuple(d.get("pids", ())), devices=tuple(d.get("devices", ())),
-            used_mib=tuple(d.get("used_mib", ())), baseline=None if base is None else tuple(base),
-            waited_s=float(d.get("waited_s", 0.0)),
-        )
-
 
 def map_devices(devices: Sequence[int], pci_uuids: Sequence[str], parent_cvd: str | None) -> list[int]:
     """Indices into the PCI-bus-ordered NVML device list for the trial's CUDA_VISIBLE_DEVICES values.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -125,20 +125,6 @@ class ProbeResult:
     torch: str | None = None
     notes: tuple[str, ...] = ()
     error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["rows"] = [asdict(r) for r in self.rows]
-        d["notes"] = list(self.notes)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> ProbeResult:
-        rows = tuple(ProbeRow(**r) for r in d.get("rows") or ())
-        return cls(
-            kernel=d.get("kernel") or "?", file=d.get("file") or "?", rows=rows, gpu=d.get("gpu"),
-            triton=d.get("triton"), torch=d.get("torch"), notes=tuple(d.get("notes") or ()), error=d.get("error"),
-        )
 
 
 def _row(raw: Mapping[str, Any]) -> ProbeRow:

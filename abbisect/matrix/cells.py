@@ -18,6 +18,7 @@ from typing import Any
 
 from abbisect.gpu._fingerprint_worker import ENGINE_DISTS
 from abbisect.gpu.fingerprint import Fingerprint
+from abbisect.serial import load
 
 UNKNOWN_STACK = "not recorded"
 MODEL_FLAGS = ("--model", "--model-path", "--served-model-name")
@@ -167,7 +168,7 @@ def stack_of(fingerprint: Mapping[str, Any] | None) -> Stack:
     installed prints the same key."""
     if not fingerprint:
         return Stack("", UNKNOWN_STACK, "unknown")
-    fp = Fingerprint.from_dict({k: v for k, v in fingerprint.items() if k != "key"})
+    fp = load(Fingerprint, fingerprint)
     return stack_from(fp)
 
 

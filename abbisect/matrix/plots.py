@@ -134,8 +134,9 @@ def _loop(output: Mapping[str, Any], analysis: Mapping[str, Any] | None) -> tupl
     """
     if analysis is None:
         from abbisect.score import analyze
+        from abbisect.serial import dump
 
-        analysis = analyze(output.get("text") or "").to_dict()
+        analysis = dump(analyze(output.get("text") or ""))
     loop = analysis.get("loop")
     if not loop or analysis.get("label") == "healthy":
         return None

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from abbisect.serial import load
 from abbisect.trial import TrialResult
 
 COMMENT_LIMIT = 65_536  # GitHub's limit for an issue comment, in characters
@@ -207,8 +208,7 @@ def fingerprint_block(a: TrialResult, b: TrialResult) -> str:
     fa, fb = a.extras.get("fingerprint"), b.extras.get("fingerprint")
     if not (fa and fb):
         return ""
-    sides = {"A": Fingerprint.from_dict({k: v for k, v in fa.items() if k != "key"}),
-             "B": Fingerprint.from_dict({k: v for k, v in fb.items() if k != "key"})}
+    sides = {"A": load(Fingerprint, fa), "B": load(Fingerprint, fb)}
     return details("Environment fingerprint of each side's venv", render_sides(sides))
 
 
@@ -228,7 +228,7 @@ def probe_block(label: str, r: TrialResult, level: int = 4) -> str:
     from abbisect.gpu.probe import ProbeResult, render_probe_markdown
 
     data = r.extras.get("probe")
-    return f"{heading(level, f'{label}: kernel probe')}\n\n{render_probe_markdown(ProbeResult.from_dict(data))}" if data else ""
+    return f"{heading(level, f'{label}: kernel probe')}\n\n{render_probe_markdown(load(ProbeResult, data))}" if data else ""
 
 
 def commit_line(label: str, r: TrialResult, urls: dict[str, str]) -> str:

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
-from typing import Any
 
 
 @dataclass(frozen=True)
@@ -13,13 +11,6 @@ class AnswerCheck:
     expected: str  # the regex
     passed: bool
     found: str | None  # the matched text, None on a miss
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> AnswerCheck:
-        return cls(**d)
 
 
 def check_answer(text: str, expected_regex: str) -> AnswerCheck:

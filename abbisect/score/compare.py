@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from difflib import SequenceMatcher
-from typing import Any
 
 _CONTEXT_BEFORE = 30
 _CONTEXT_AFTER = 50
@@ -24,13 +22,6 @@ class Divergence:
     context_a: str  # text around the divergence point in A
     context_b: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Divergence:
-        return cls(**d)
-
 
 @dataclass(frozen=True)
 class Resemblance:
@@ -38,13 +29,6 @@ class Resemblance:
     score_good: float
     score_bad: float
     evidence: str
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Resemblance:
-        return cls(**d)
 
 
 def _common_prefix_len(a: str, b: str) -> int:

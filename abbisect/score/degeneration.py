@@ -84,13 +84,6 @@ class Thresholds:
                 typed[f.name] = int(value) if f.type in ("int", int) else float(value)
         return cls(**typed)
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Thresholds:
-        return cls.from_overrides(d)
-
 
 @dataclass(frozen=True)
 class Loop:
@@ -105,13 +98,6 @@ class Loop:
     repeats: int  # copies of the unit in the run (a trailing partial copy is not counted)
     coverage: float  # fraction of the output's characters inside the run
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Loop:
-        return cls(**d)
-
 
 @dataclass(frozen=True)
 class OutputAnalysis:
@@ -120,26 +106,6 @@ class OutputAnalysis:
     evidence: tuple[str, ...]
     metrics: dict[str, float] = field(default_factory=dict)
     loop: Loop | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label,
-            "reason": self.reason,
-            "evidence": list(self.evidence),
-            "metrics": dict(self.metrics),
-            "loop": self.loop.to_dict() if self.loop else None,
-        }
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> OutputAnalysis:
-        loop = d.get("loop")
-        return cls(
-            label=d["label"],
-            reason=d["reason"],
-            evidence=tuple(d.get("evidence", ())),
-            metrics={k: float(v) for k, v in d.get("metrics", {}).items()},
-            loop=Loop.from_dict(loop) if loop else None,
-        )
 
 
 # --- loop detection -------------------------------------------------------------------------------

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 from dataclasses import dataclass
 from functools import lru_cache
@@ -25,13 +24,6 @@ class Signature:
     hint: str
     link: str
 
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> Signature:
-        return _signature(d)
-
 
 @dataclass(frozen=True)
 class SignatureMatch:
@@ -42,15 +34,6 @@ class SignatureMatch:
     groups: tuple[str, ...]  # the pattern's captured groups that took part in the match
     meaning: str
     hint: str
-
-    def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
-        d["groups"] = list(self.groups)
-        return d
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> SignatureMatch:
-        return cls(**{**d, "groups": tuple(d.get("groups", ()))})
 
 
 def severity_at_least(sev: str, threshold: str) -> bool:

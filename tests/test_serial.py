@@ -1,0 +1,109 @@
+"""Results written by an earlier abbisect still load, and are written back the same.
+
+tests/data/v1 holds files as abbisect wrote them before its results were serialised by pydantic (only the
+machine's paths made neutral): a trial cache entry (a degenerate side), `abbisect run`'s results.json (a
+healthy side against one whose build failed), and a bisect's state.json and bisect.json.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from abbisect.ab import ABResult
+from abbisect.bisect.driver import Step, load_state
+from abbisect.bisect.history import CommitInfo
+from abbisect.environment import EnvResult
+from abbisect.query import Completion
+from abbisect.score import OutputAnalysis, SignatureMatch
+from abbisect.serial import dump, load
+from abbisect.trial import LaunchInfo, TrialResult, TrialSpec
+from abbisect.verdict import Verdict
+
+DATA = Path(__file__).parent / "data" / "v1"
+
+
+def read(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def as_written(data: object) -> object:
+    """What a writer puts on disk (the writers call json.dumps with default=str), read back."""
+    return json.loads(json.dumps(data, default=str))
+
+
+def check_trial(data: dict) -> TrialResult:
+    r = load(TrialResult, data)
+    assert isinstance(r.spec, TrialSpec) and isinstance(r.verdict, Verdict)
+    assert isinstance(r.verdict.reasons, tuple) and r.verdict.reasons
+    assert r.env is None or isinstance(r.env, EnvResult) and isinstance(r.env.steps, tuple)
+    assert r.launch is None or isinstance(r.launch, LaunchInfo) and isinstance(r.launch.argv, tuple)
+    assert isinstance(r.outputs, tuple) and all(isinstance(o, Completion) for o in r.outputs)
+    assert all(isinstance(a, OutputAnalysis) and isinstance(a.evidence, tuple) for a in r.analyses)
+    assert all(isinstance(s, SignatureMatch) and isinstance(s.groups, tuple) for s in r.signatures)
+    assert len(r.answers) == len(r.outputs) or not r.outputs
+    # written back exactly as the earlier writer wrote it, and read again to the same object
+    assert as_written(dump(r)) == {k: v for k, v in data.items() if k != "stored"}
+    assert load(TrialResult, as_written(dump(r))) == r
+    return r
+
+
+def test_a_trial_cache_entry_loads_and_round_trips():
+    data = read("trial-cache-entry.json")
+    r = check_trial(data)
+    assert r.verdict.status == "degenerate" and r.verdict.outcome == "bad"
+    assert r.analyses[0].loop is not None and r.analyses[0].loop.repeats > 1
+    assert r.answers[0] is not None and not r.answers[0].passed and r.answers[1] is None
+    assert r.signatures and r.first_exception is None and r.launch.returncode is None
+
+
+def test_fields_an_older_writer_left_out_or_wrote_as_lists():
+    data = read("trial-cache-entry.json")
+    del data["extras"], data["cached"]
+    data["first_exception"] = [12, "RuntimeError: CUDA error"]
+    r = load(TrialResult, data)
+    assert r.extras == {} and r.cached is False
+    assert r.first_exception == (12, "RuntimeError: CUDA error")
+    assert as_written(dump(r))["first_exception"] == [12, "RuntimeError: CUDA error"]
+
+
+def test_run_results_load_with_a_failed_build_beside_a_healthy_side():
+    data = read("run-results.json")
+    ab = load(ABResult, data)
+    for side in ("a", "b"):
+        check_trial(data[side])
+    assert ab.a.verdict.status == "ok" and ab.b.verdict.status == "build_failed"
+    assert ab.b.launch is None and ab.b.outputs == () and ab.b.env.ok is False and ab.b.env.error
+    assert ab.divergences == ()
+    assert as_written(ab.to_dict()) == data
+
+
+def test_bisect_state_resumes_from_what_the_earlier_writer_saved(tmp_path):
+    shutil.copy(DATA / "bisect-state.json", tmp_path / "state.json")
+    state = load_state(tmp_path)
+    steps = [load(Step, s) for s in state["steps"]]
+    assert [s.status for s in steps] == ["ok", "degenerate", "ok"]
+    for s, raw in zip(steps, state["steps"]):
+        assert isinstance(s.result, TrialResult) and s.result.spec.sha == s.sha
+        check_trial(raw["result"])
+        assert as_written(dump(s)) == raw
+
+
+def test_bisect_json_steps_and_commit():
+    data = read("bisect.json")
+    for raw in data["steps"]:
+        step = load(Step, raw)
+        assert step.result is None
+        assert as_written(dump(step, exclude={"result"})) == raw
+    commit = load(CommitInfo, data["commit"])
+    assert isinstance(commit.parents, tuple) and as_written(dump(commit)) == data["commit"]
+
+
+def test_a_file_that_is_not_a_result_is_refused():
+    data = read("trial-cache-entry.json")
+    del data["verdict"]
+    with pytest.raises(ValueError, match="verdict"):
+        load(TrialResult, data)
