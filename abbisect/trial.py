@@ -170,7 +170,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     """The pipeline: each stage fills in its part of the record; a stage with nothing left to do for the
     next one (a failed build, a kernel probe) ends it early."""
     say = progress or (lambda _msg: None)
-    recipe = spec.recipe_obj
+    recipe = spec.recipe
     rec = TrialRecord(spec)
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     source = _checkout(rec, recipe, say)
