@@ -179,6 +179,9 @@ def test_prompts_file_formats(tmp_path, engine_repo, cache_dir, suffix):
 
 def test_run_without_arguments_takes_abbisect_yaml_and_writes_under_results(tmp_path, engine_repo, cache_dir):
     write_recipe(tmp_path / "abbisect.yaml", toy_recipe(engine_repo, sides={"a": "broken", "b": "fixed"}))
+    # first the plan: were ./abbisect.yaml missed, the fallback is the built-in vllm-cpu recipe (a real vLLM)
+    plan = abbisect("run", "--dry-run", cwd=tmp_path, cache=cache_dir, timeout=120)
+    assert plan.returncode == 0 and plan.stdout.startswith("recipe: toy"), plan.stdout + plan.stderr
     proc = abbisect("run", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
     (folder,) = (tmp_path / "results" / "toy").iterdir()
