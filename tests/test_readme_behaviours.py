@@ -1,6 +1,6 @@
 """What the README and recipes/README.md promise and no other test reached, through the CLI on the toy engine.
 
-Statuses `wrong_answer` and `warned`; `verdict.bad_signatures`, `verdict.degenerate_fraction` and
+Statuses `wrong_answer`, `warned` and `infra_error` (a lost trial process); `verdict.bad_signatures`, `verdict.degenerate_fraction` and
 `scoring.warn_severity`; teardown escalating to SIGKILL; `prompts_file` as .jsonl/.yaml/.json; the
 default recipe (./abbisect.yaml) and results folder (results/<recipe>/<stamp>/); crash.log on an internal
 error; `-- PATHSPEC` through `abbisect bisect`; a real `abbisect run recipes/demo.yaml`.
@@ -24,8 +24,14 @@ from abbisect.demo.history import Commit, build_history
 
 # A launch wrapper around the toy server with misbehaviour on request (environment of the recipe):
 # ABBISECT_TEST_IGNORE_TERM ignores SIGTERM; ABBISECT_TEST_LOOP_ON makes answers to prompts containing
-# that word a loop (the others stay healthy).
+# that word a loop (the others stay healthy); ABBISECT_TEST_KILL_TRIAL, in a checkout with the lm_head bug,
+# kills the `python -m abbisect.trial` process that started the server (a lost worker).
 WRAPPER = '''import os, signal, sys
+if os.environ.get("ABBISECT_TEST_KILL_TRIAL"):
+    import toyengine.loader
+    parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read()
+    if 'QUANTIZED_MODULES = ("layers",)' in open(toyengine.loader.__file__).read() and b"abbisect.trial" in parent:
+        os.kill(os.getppid(), signal.SIGKILL)
 if os.environ.get("ABBISECT_TEST_IGNORE_TERM"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 from toyengine import server
@@ -119,6 +125,28 @@ def test_degenerate_fraction_is_the_share_of_looping_outputs_that_makes_a_side_d
     v = res["verdict"]
     assert (rc, v["status"], v["outcome"]) == (1, "degenerate", "bad"), v
     assert v["reasons"][0] == "1/4 outputs degenerate"
+
+
+def test_a_lost_trial_process_is_infra_error_and_never_a_verdict(tmp_path, cache_dir):
+    """`--executor local` runs each trial in a process of its own; one that dies is infra_error (skip)."""
+    repo = tmp_path / "engine"
+    build_history(repo, [Commit("v1", tag="v1"), Commit("Dispatch quantisation to linear layers only",
+                                                          "break_scale", tag="v2")])
+    mark = uuid.uuid4().hex
+    recipe = write_recipe(tmp_path / "r.yaml", wrapped(tmp_path, repo, {"ABBISECT_TEST_KILL_TRIAL": "1",
+                                                                        "ABBISECT_TEST_MARK": mark}))
+    proc = abbisect("bisect", str(recipe), "--good", "v1", "--bad", "v2", "--executor", "local", "--slots", "1",
+                    "-o", str(tmp_path / "out"), "--json", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 4, proc.stderr  # an end could not be tested
+    steps = {s["role"]: s for s in json.loads(proc.stdout)["data"]["steps"]}
+    assert (steps["old end"]["status"], steps["old end"]["outcome"]) == ("ok", "good")
+    new = steps["new end"]
+    assert (new["status"], new["outcome"]) == ("infra_error", "skip"), new
+    assert "the trial process on slot" in new["evidence"] and "exited with -9" in new["evidence"]
+    deadline = time.monotonic() + 20  # the orphaned server is ended by its watchdog
+    while marked_pids(mark) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert marked_pids(mark) == []
 
 
 # --- teardown -------------------------------------------------------------------------------------
