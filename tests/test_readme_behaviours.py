@@ -1,9 +1,9 @@
 """What the README and recipes/README.md promise and no other test reached, through the CLI on the toy engine.
 
-Statuses `wrong_answer`, `warned` and `infra_error` (a lost trial process); `verdict.bad_signatures`, `verdict.degenerate_fraction` and
-`scoring.warn_severity`; teardown escalating to SIGKILL; `prompts_file` as .jsonl/.yaml/.json; the
-default recipe (./abbisect.yaml) and results folder (results/<recipe>/<stamp>/); crash.log on an internal
-error; `-- PATHSPEC` through `abbisect bisect`; a real `abbisect run recipes/demo.yaml`.
+Statuses `wrong_answer`, `warned` and `infra_error` (a lost trial process); `verdict.bad_signatures`,
+`verdict.degenerate_fraction` and `scoring.warn_severity`; teardown escalating to SIGKILL; `prompts_file` as
+.jsonl/.yaml/.json; the default recipe (./abbisect.yaml) and results folder (results/<recipe>/<stamp>/);
+crash.log on an internal error; `-- PATHSPEC` through `abbisect bisect`; a real `abbisect run recipes/demo.yaml`.
 """
 
 from __future__ import annotations
