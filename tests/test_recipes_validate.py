@@ -18,8 +18,10 @@ from test_env_upstream_vllm import TREE, _publish, _Quiet
 CLI = [sys.executable, "-c", "from abbisect.cli import main; main()"]
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
 RECIPES = sorted(RECIPES_DIR.glob("*.yaml"))
-PYPROJECT_SGLANG = ('[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
-                    '[project]\nname = "sglang"\nversion = "0.0.1"\ndependencies = [{deps}]\n')
+PYPROJECT_SGLANG = (
+    '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+    '[project]\nname = "sglang"\nversion = "0.0.1"\ndependencies = [{deps}]\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +31,13 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
 def test_recipe_dry_runs(recipe: Path, cache: Path) -> None:
-    out = subprocess.run([*CLI, "run", "--dry-run", str(recipe), "--cache-dir", str(cache)], capture_output=True,
-                         text=True, timeout=600, check=False)
+    out = subprocess.run(
+        [*CLI, "run", "--dry-run", str(recipe), "--cache-dir", str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr  # probe recipes too: a failing dry-run is a failure, never a skip
     plan = out.stdout
     assert plan.startswith(f"recipe: {yaml.safe_load(recipe.read_text())['name']}")
@@ -57,8 +64,13 @@ def _local(recipe: str, repo: Path, tmp: Path, **install) -> Path:
 
 
 def _dry_run(recipe: Path, cache: Path) -> str:
-    out = subprocess.run([*CLI, "run", "--dry-run", str(recipe), "--cache-dir", str(cache)], capture_output=True,
-                         text=True, timeout=300, check=False)
+    out = subprocess.run(
+        [*CLI, "run", "--dry-run", str(recipe), "--cache-dir", str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 
@@ -73,18 +85,30 @@ def _side(plan: str, side: str) -> list[str]:
 
 def test_read_pins_installs_the_commits_heavy_pins_first(tmp_path: Path, cache: Path) -> None:
     """The SGLang seed recipe on a local engine whose python/pyproject.toml pins torch and two kernels."""
-    pyproject = PYPROJECT_SGLANG.format(deps='"requests>=2", "torch==2.9.1", "sgl-kernel==0.3.16", '
-                                        '"flashinfer_python==0.5.2"')
-    shas = _history(tmp_path / "sglang", [{"python/pyproject.toml": pyproject, "python/sglang/__init__.py": ""},
-                                          {"python/sglang/__init__.py": "# main\n"}], tags={0: "v0.5.18"})
+    pyproject = PYPROJECT_SGLANG.format(
+        deps='"requests>=2", "torch==2.9.1", "sgl-kernel==0.3.16", "flashinfer_python==0.5.2"'
+    )
+    shas = _history(
+        tmp_path / "sglang",
+        [
+            {"python/pyproject.toml": pyproject, "python/sglang/__init__.py": ""},
+            {"python/sglang/__init__.py": "# main\n"},
+        ],
+        tags={0: "v0.5.18"},
+    )
     plan = _dry_run(_local("sglang-fp8-lmhead-loop.yaml", tmp_path / "sglang", tmp_path), cache)
     for side, sha in (("A", shas[0]), ("B", shas[1])):
         lines = _side(plan, side)
         assert lines[0].endswith(f"→ {sha} era {0 if side == 'A' else 1}"), lines[0]
         steps = [line.strip() for line in lines if line.strip().startswith("$ ")]
-        heavy = [i for i, st in enumerate(steps) if st.endswith(" flashinfer_python==0.5.2 sgl-kernel==0.3.16 "
-                                                                  "torch==2.9.1")]
-        checkout = [i for i, st in enumerate(steps) if " -e " in st and st.rstrip("'").endswith(f"/{sha}/python")]
+        heavy = [
+            i
+            for i, st in enumerate(steps)
+            if st.endswith(" flashinfer_python==0.5.2 sgl-kernel==0.3.16 torch==2.9.1")
+        ]
+        checkout = [
+            i for i, st in enumerate(steps) if " -e " in st and st.rstrip("'").endswith(f"/{sha}/python")
+        ]
         deps = [i for i, st in enumerate(steps) if "'requests>=2'" in st]
         assert heavy and deps and checkout and heavy[0] < deps[0] < checkout[0], steps
         assert "requests" not in steps[heavy[0]]  # only the exact pins of compiled packages go first
