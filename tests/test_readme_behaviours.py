@@ -4,7 +4,7 @@ Statuses `wrong_answer`, `warned` and `infra_error` (a lost trial process); `ver
 `verdict.degenerate_fraction` and `scoring.warn_severity`; teardown escalating to SIGKILL; `prompts_file` as
 .jsonl/.yaml/.json; the default recipe (./abbisect.yaml) and results folder (results/<recipe>/<stamp>/);
 crash.log on an internal error; `-- PATHSPEC` through `abbisect bisect`; a real
-`abbisect run recipes/demo.yaml`.
+`abbisect run recipes/demo.yaml`; `engine.repo` as a file:// URL through `abbisect run`.
 """
 
 from __future__ import annotations
@@ -311,6 +311,21 @@ def test_no_recipe_and_no_abbisect_yaml_is_a_one_line_error(tmp_path, cache_dir)
     proc = abbisect("bisect", "--good", "v1", "--bad", "v2", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 2 and "abbisect.yaml" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and "Traceback" not in proc.stderr
+
+
+def test_engine_repo_as_a_git_url_is_cloned_once_into_the_cache(tmp_path, engine_repo, cache_dir):
+    url = f"file://{engine_repo}"
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(url, sides={"a": "broken", "b": "fixed"}))
+    proc = abbisect("run", str(recipe), "-o", str(tmp_path / "out"), "--json", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)["data"]
+    assert res["a"]["verdict"]["status"] == "degenerate" and res["b"]["verdict"]["status"] == "ok"
+    clones = [p for p in (cache_dir / "repos").iterdir() if (p / "HEAD").exists() or (p / ".git").exists()]
+    assert clones, list((cache_dir / "repos").iterdir())
+    # the user's repository is only read: no worktree of abbisect's is registered in it
+    worktrees = subprocess.run(["git", "-C", str(engine_repo), "worktree", "list"], capture_output=True,
+                               text=True, check=True).stdout.strip().splitlines()
+    assert len(worktrees) == 1, worktrees
 
 
 # --- crash.log ------------------------------------------------------------------------------------
