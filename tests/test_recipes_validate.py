@@ -2,16 +2,26 @@
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
+import threading
+from http.server import ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
+from test_env_upstream import _history
+from test_env_upstream_vllm import TREE, _publish, _Quiet
 
 # abbisect/cli.py has no __main__ guard, so call its entry point the way the console script does.
 CLI = [sys.executable, "-c", "from abbisect.cli import main; main()"]
-RECIPES = sorted((Path(__file__).resolve().parent.parent / "recipes").glob("*.yaml"))
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+RECIPES = sorted(RECIPES_DIR.glob("*.yaml"))
+PYPROJECT_SGLANG = (
+    '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+    '[project]\nname = "sglang"\nversion = "0.0.1"\ndependencies = [{deps}]\n'
+)
 
 
 @pytest.fixture(scope="module")
@@ -21,11 +31,14 @@ def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.mark.parametrize("recipe", RECIPES, ids=[p.stem for p in RECIPES])
 def test_recipe_dry_runs(recipe: Path, cache: Path) -> None:
-    out = subprocess.run([*CLI, "run", "--dry-run", str(recipe), "--cache-dir", str(cache)], capture_output=True, text=True, timeout=600, check=False)
-    if out.returncode != 0 and "probe" in (yaml.safe_load(recipe.read_text()) or {}):
-        pytest.skip(f"probe recipe: `abbisect run --dry-run` does not handle its probe/install keys yet "
-                    f"(the probe integration is not there yet): {out.stderr.strip()[-200:]}")
-    assert out.returncode == 0, out.stderr
+    out = subprocess.run(
+        [*CLI, "run", "--dry-run", str(recipe), "--cache-dir", str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr  # probe recipes too: a failing dry-run is a failure, never a skip
     plan = out.stdout
     assert plan.startswith(f"recipe: {yaml.safe_load(recipe.read_text())['name']}")
     assert "side A:" in plan and "side B:" in plan
@@ -40,10 +53,86 @@ def test_every_recipe_says_what_hardware_it_needs() -> None:
         assert data.get("hardware"), f"{recipe.name}: no hardware: line"
 
 
-def test_precompiled_plan_passes_the_full_sha_and_read_pins_installs_heavy_pins_first(cache: Path) -> None:
-    recipes = Path(__file__).resolve().parent.parent / "recipes"
-    out = subprocess.run([*CLI, "run", "--dry-run",
-                          str(recipes / "vllm-mla-fp8kv-sm120.yaml"), "--cache-dir", str(cache)],
-                         capture_output=True, text=True, timeout=120, check=False)
-    assert "VLLM_USE_PRECOMPILED=1" in out.stdout and "VLLM_PRECOMPILED_WHEEL_LOCATION=" in out.stdout
-    assert "--kv-cache-dtype fp8" in out.stdout
+def _local(recipe: str, repo: Path, tmp: Path, **install) -> Path:
+    """A recipe of recipes/ whose engine is a local git repository (and install keys overridden)."""
+    data = yaml.safe_load((RECIPES_DIR / recipe).read_text())
+    data["engine"]["repo"] = str(repo)
+    data["install"].update(install)
+    path = tmp / recipe
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def _dry_run(recipe: Path, cache: Path) -> str:
+    out = subprocess.run(
+        [*CLI, "run", "--dry-run", str(recipe), "--cache-dir", str(cache)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _side(plan: str, side: str) -> list[str]:
+    """The plan's lines of one side (from its "side X:" line up to the next side or the launch line)."""
+    lines = plan.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(f"side {side}:"))
+    end = next(i for i in range(start + 1, len(lines)) if not lines[i].startswith(" "))
+    return lines[start:end]
+
+
+def test_read_pins_installs_the_commits_heavy_pins_first(tmp_path: Path, cache: Path) -> None:
+    """The SGLang seed recipe on a local engine whose python/pyproject.toml pins torch and two kernels."""
+    pyproject = PYPROJECT_SGLANG.format(
+        deps='"requests>=2", "torch==2.9.1", "sgl-kernel==0.3.16", "flashinfer_python==0.5.2"'
+    )
+    shas = _history(
+        tmp_path / "sglang",
+        [
+            {"python/pyproject.toml": pyproject, "python/sglang/__init__.py": ""},
+            {"python/sglang/__init__.py": "# main\n"},
+        ],
+        tags={0: "v0.5.18"},
+    )
+    plan = _dry_run(_local("sglang-fp8-lmhead-loop.yaml", tmp_path / "sglang", tmp_path), cache)
+    for side, sha in (("A", shas[0]), ("B", shas[1])):
+        lines = _side(plan, side)
+        assert lines[0].endswith(f"→ {sha} era {0 if side == 'A' else 1}"), lines[0]
+        steps = [line.strip() for line in lines if line.strip().startswith("$ ")]
+        heavy = [
+            i
+            for i, st in enumerate(steps)
+            if st.endswith(" flashinfer_python==0.5.2 sgl-kernel==0.3.16 torch==2.9.1")
+        ]
+        checkout = [
+            i for i, st in enumerate(steps) if " -e " in st and st.rstrip("'").endswith(f"/{sha}/python")
+        ]
+        deps = [i for i, st in enumerate(steps) if "'requests>=2'" in st]
+        assert heavy and deps and checkout and heavy[0] < deps[0] < checkout[0], steps
+        assert "requests" not in steps[heavy[0]]  # only the exact pins of compiled packages go first
+
+
+def test_vllm_wheels_plan_passes_each_commits_full_sha(tmp_path: Path, cache: Path) -> None:
+    """The vLLM seed recipe on a local engine and a local wheel index laid out as vLLM's."""
+    repo = tmp_path / "vllm"
+    shas = _history(repo, [TREE, {**TREE, "README": "main\n"}], tags={0: "v0.32.0"})
+    index = tmp_path / "index"
+    for sha in shas:
+        _publish(index, sha, {None: None})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(_Quiet, directory=str(index)))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        plan = _dry_run(_local("vllm-mla-fp8kv-sm120.yaml", repo, tmp_path, wheel_index=url), cache)
+    finally:
+        server.shutdown()
+        server.server_close()
+    for side, sha in (("A", shas[0]), ("B", shas[1])):
+        lines = _side(plan, side)
+        install = [line for line in lines if "VLLM_USE_PRECOMPILED=1" in line]
+        assert len(install) == 1, lines
+        assert f"VLLM_PRECOMPILED_WHEEL_LOCATION={url}/{sha}/vllm-0.11.2.dev3%2Bg{sha[:9]}-" in install[0]
+        assert install[0].rstrip("'").endswith(f"/{sha}"), install[0]  # that commit's checkout
+    assert "--kv-cache-dtype fp8" in plan

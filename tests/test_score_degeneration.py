@@ -19,13 +19,11 @@ from abbisect.score.degeneration import (
 )
 from abbisect.serial import dump, load
 
-CORPUS = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "dev.jsonl"
+CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "dev.jsonl"  # see tests/data/README.md
 
 
 @pytest.fixture(scope="module")
 def corpus() -> list[dict]:
-    if not CORPUS.is_file():
-        pytest.skip(f"development corpus not found beside the clone ({CORPUS.name})")
     return [json.loads(line) for line in CORPUS.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
@@ -73,14 +71,40 @@ def test_late_repetition_of_the_healthy_model_is_late_loop(corpus):
     assert labels.count("late_loop") >= len(rows) - 1
 
 
+# Agreed floors on the development set, a little under what the scorer measures today (all 1.000 on
+# 2026-11-30, see docs/scoring.md). They catch a scorer that breaks, without demanding a perfect fit of
+# 96 items: early_onset_chars=80 is the corpus's own boundary, so 1.000 there partly measures the fit.
+DEV_FLOORS = {  # (label, measure): floor
+    ("degenerate", "recall"): 0.95,  # at most 3 of 73 broken outputs missed
+    ("degenerate", "precision"): 0.97,  # at most ~2 healthy or late_loop outputs called degenerate
+    ("healthy", "recall"): 0.95,  # at most 1 of 20 healthy answers flagged
+    ("healthy", "precision"): 0.90,
+    ("late_loop", "recall"): 0.66,  # 3 items: one may be called degenerate (the safe side)
+}
+MIN_LOOP_SEPARATION = 0.95  # late_loop and degenerate not swapped
+
+
+def dev_scores(corpus: list[dict]) -> tuple[dict[tuple[str, str], float], float]:
+    pairs = [(r["label"], analyze(r["text"]).label) for r in corpus]
+    scores = {}
+    for lab in LABELS:
+        tp = sum(1 for t, p in pairs if t == p == lab)
+        predicted = sum(1 for _, p in pairs if p == lab)
+        truth = sum(1 for t, _ in pairs if t == lab)
+        scores[(lab, "precision")] = tp / predicted if predicted else 0.0
+        scores[(lab, "recall")] = tp / truth if truth else 0.0
+    loopy = [(t, p) for t, p in pairs if t in ("late_loop", "degenerate")]
+    swapped = sum(1 for t, p in loopy if {t, p} == {"late_loop", "degenerate"})
+    return scores, 1 - swapped / len(loopy)
+
+
 def test_dev_targets(corpus):
-    predicted = {r["id"]: analyze(r["text"]).label for r in corpus}
-    degenerate = [r for r in corpus if r["label"] == "degenerate"]
-    assert all(predicted[r["id"]] == "degenerate" for r in degenerate)  # recall 1.0
-    assert not any(predicted[r["id"]] == "degenerate" for r in corpus if r["label"] == "healthy")
-    loopy = [r for r in corpus if r["label"] in ("late_loop", "degenerate")]
-    swapped = [r for r in loopy if {r["label"], predicted[r["id"]]} == {"late_loop", "degenerate"}]
-    assert len(swapped) <= 0.05 * len(loopy)
+    scores, separation = dev_scores(corpus)
+    print("dev corpus: " + ", ".join(f"{lab} {m} {v:.3f}" for (lab, m), v in sorted(scores.items()))
+          + f"; late_loop/degenerate separation {separation:.3f}")
+    low = {k: round(scores[k], 3) for k, floor in DEV_FLOORS.items() if scores[k] < floor}
+    assert not low, f"below the agreed floors {DEV_FLOORS}: {low}"
+    assert separation >= MIN_LOOP_SEPARATION, separation
 
 
 def test_seed_need_analysis_loop_is_described():
