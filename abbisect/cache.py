@@ -19,13 +19,13 @@ import fcntl
 import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from abbisect import git
 from abbisect.errors import UserError
 from abbisect.locks import locked_open
 
@@ -255,7 +255,7 @@ def gc(root: Path, max_size: int | None, older_than: float | None, dry_run: bool
         else:
             busy.append(e)
     for gitdir in owners:  # the repository forgets the worktrees that are gone
-        subprocess.run(["git", f"--git-dir={gitdir}", "worktree", "prune"], check=False, capture_output=True)
+        git.call([f"--git-dir={gitdir}", "worktree", "prune"])
     return GcPlan(tuple(removed), tuple(busy), sum(e.size for e in found))
 
 

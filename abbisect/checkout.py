@@ -11,12 +11,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import git as gitpython
-
 from abbisect.cache import hold, release, remove_if_unused
 from abbisect.errors import InfraError, UserError
+from abbisect.git import GitError, git, is_repository
 from abbisect.locks import file_lock
-from abbisect.proc import GitError, git
 from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
@@ -64,10 +62,8 @@ def open_repo(spec: str, cache: Path, fetch: bool = True) -> Path:
                 raise InfraError(f"cannot fetch {spec}: {exc}") from None
         return dest
     path = Path(spec)
-    try:
-        gitpython.Repo(path, search_parent_directories=False)
-    except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
-        raise UserError(f"engine.repo {spec} is not a git repository (give a checkout or a git URL)") from None
+    if not is_repository(path):
+        raise UserError(f"engine.repo {spec} is not a git repository (give a checkout or a git URL)")
     return path
 
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
 import time
 import zipfile
@@ -27,7 +26,7 @@ import uv
 
 from abbisect.errors import InfraError, UserError
 from abbisect.locks import atomic_write, file_lock
-from abbisect.proc import scrubbed_env
+from abbisect.proc import run_logged
 from abbisect.recipe import PackagedModel
 
 Progress = Callable[[str], None]
@@ -172,12 +171,6 @@ def converter_python(cache: Path, log: Path) -> str:
 
 
 def _run(argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-    base = scrubbed_env()
-    with log.open("a") as fh:
-        fh.write(f"$ {' '.join(argv[:3])} …\n" if "-c" in argv else f"$ {' '.join(argv)}\n")
-        fh.flush()
-        rc = subprocess.run(argv, check=False, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env={**base, **(env or {})}).returncode
-    if rc != 0:
-        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:]
-        raise InfraError(f"model preparation failed (exit {rc}): {' | '.join(tail)[:400]} (log: {log})")
+    ran = run_logged(argv, log, env)
+    if ran.returncode != 0:
+        raise InfraError(f"model preparation failed (exit {ran.returncode}): {' | '.join(ran.tail)[:400]} (log: {log})")

