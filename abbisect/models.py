@@ -24,6 +24,7 @@ from pathlib import Path
 
 import uv
 
+from abbisect.cache import Cache
 from abbisect.errors import InfraError, UserError
 from abbisect.locks import atomic_write, file_lock
 from abbisect.proc import run_logged
@@ -89,7 +90,7 @@ def model_key(model: PackagedModel) -> str:
 def model_dir(model: PackagedModel, cache: Path) -> Path:
     stem = Path(model.file).stem.split(".")[0].lower()
     suffix = f"-{model.variant.replace('_', '-')}" if model.variant else ""
-    return cache / "models" / f"{stem}{suffix}-{model_key(model)}"
+    return Cache.at(cache).model(f"{stem}{suffix}-{model_key(model)}")
 
 
 def prepare(model: PackagedModel, cache: Path, progress: Progress | None = None) -> Path:
@@ -98,7 +99,7 @@ def prepare(model: PackagedModel, cache: Path, progress: Progress | None = None)
     root = model_dir(model, cache)
     out = root / "model"
     root.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(root.parent / f"{root.name}.lock"):
+    with file_lock(Cache.lock(root)):
         if (root / MARKER).is_file() and (out / "config.json").is_file():
             return out
         if root.exists():
@@ -154,9 +155,9 @@ def converter_python(cache: Path, log: Path) -> str:
     from abbisect.environment.base import pip_config_find_links
 
     key = hashlib.sha256(json.dumps(CONVERTER_DEPS).encode()).hexdigest()[:12]
-    venv = cache / "models" / f"converter-{key}"
+    venv = Cache.at(cache).converter(key)
     python = venv / "bin" / "python"
-    with file_lock(cache / "models" / f"converter-{key}.lock"):
+    with file_lock(Cache.lock(venv)):
         if (venv / MARKER).is_file() and python.exists():
             return str(python)
         if venv.exists():

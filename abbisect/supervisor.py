@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from abbisect.cache import Cache
+
 TOKEN_VAR = "ABBISECT_SERVER_TOKEN"
 
 
@@ -87,8 +89,8 @@ def kill_family(token: str, grace: float, extra: tuple[int, ...] = ()) -> list[i
 
 
 # -- the record of each launched server, and the reaper --------------------------------------------------
-def record_dir(cache: Path) -> Path:
-    return cache / "servers"
+def record_dir(cache: Cache | Path) -> Path:
+    return Cache.at(cache).servers
 
 
 def write_record(cache: Path, token: str, **facts) -> Path:

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from abbisect import checkout, launch
+from abbisect.cache import Cache
 from abbisect.dependency import after_engine, installed_packages
 from abbisect.engines import adapter
 from abbisect.environment import EnvResult, ensure_env, needs_source
@@ -173,7 +174,7 @@ def _discard_worktree(spec: TrialSpec) -> None:
     recipe = spec.recipe_obj
     if recipe.probe is None and not needs_source(recipe.install):
         repo = Path(spec.repo)
-        where = checkout.worktree_path(repo, spec.sha, Path(spec.cache_dir), tuple(recipe.engine.sparse))
+        where = Cache.at(spec.cache_dir).worktree(repo, spec.sha, tuple(recipe.engine.sparse))
         checkout.discard(repo, where)
 
 
@@ -183,7 +184,7 @@ _PORT_TAKEN = re.compile(r"Address already in use|\[Errno 98\]|EADDRINUSE")
 def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     say = progress or (lambda _msg: None)
     recipe = spec.recipe_obj
-    cache = Path(spec.cache_dir)
+    cache = Cache.at(spec.cache_dir)
     out = Path(spec.out_dir)
     out.mkdir(parents=True, exist_ok=True)
     timings: dict[str, float] = {}

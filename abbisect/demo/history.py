@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abbisect import git
+from abbisect.cache import sidecar
 from abbisect.locks import file_lock
 
 TEMPLATE = Path(__file__).parent / "template"
@@ -139,7 +140,7 @@ DEMO_HISTORY = [
 
 def ensure_demo_repo(dest: Path) -> Path:
     """The built-in demo engine: v0.2 loops ("need analysis there …"), main is fixed."""
-    with file_lock(dest.parent / f"{dest.name}.lock"):
+    with file_lock(sidecar(dest, ".lock")):
         if not (dest / ".git").exists() or not _has_tag(dest, "v0.2"):
             if dest.exists():
                 shutil.rmtree(dest)

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from abbisect import supervisor
-from abbisect.cache import hold
+from abbisect.cache import Cache, hold
 from abbisect.environment import command, editable
 from abbisect.environment.base import BuildContext, Step, index_args, python_version
 from abbisect.environment.pins import AfterEngine
@@ -102,7 +102,7 @@ def _context(source: Path, sha: str, install: Install, subdir: str | None, cache
     layer = getattr(strategy, "layer_inputs", lambda _c: None)(probe)
     if layer is not None:
         base_key = _digest({**common, "layer": layer})
-        base = (replace(probe, venv=cache / "envs" / base_key / "venv"), base_key)
+        base = (replace(probe, venv=Cache.at(cache).venv(base_key)), base_key)
         probe = replace(probe, base=base[0].venv)
     # Every install setting shapes the venv; the strategy adds what it derives (the sha when the commit's
     # source is installed, the heavy pins it read, the digest of a base wheel, the shared venv it sits on).
@@ -110,7 +110,7 @@ def _context(source: Path, sha: str, install: Install, subdir: str | None, cache
     if after:  # a side's pins or a dependency commit; only when present, so other venvs keep their keys
         inputs["after_engine"] = after.key_inputs()
     key = _digest(inputs)
-    return replace(probe, venv=cache / "envs" / key / "venv"), key, base
+    return replace(probe, venv=Cache.at(cache).venv(key)), key, base
 
 
 def _digest(inputs: dict) -> str:
@@ -188,7 +188,7 @@ def _ensure(ctx: BuildContext, key: str, steps: list[Step], sha: str, timeout: f
     """(ok, reused, error) of one venv of the store: reused when healthy, else built under its lock."""
     root = ctx.venv.parent
     hold(root)  # in use by this process: `abbisect cache gc` leaves it alone
-    with file_lock(ctx.cache / "envs" / f"{key}.lock"):
+    with file_lock(Cache.lock(Cache.at(ctx.cache).env(key))):
         if _healthy(root) is None:
             return True, True, None
         if root.exists():

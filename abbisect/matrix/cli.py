@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
+from abbisect.cache import Cache
 from abbisect.errors import UserError
 from abbisect.matrix import plots
 from abbisect.matrix.cells import Matrix, build_cells, mark_env, stack_from
@@ -100,10 +101,10 @@ def matrix(
         raise UserError(f"no such results folder: {', '.join(missing)}")
     out = Path(output) if output else roots[0] / "matrix"
     out.mkdir(parents=True, exist_ok=True)
-    cache = cache_root(cache_dir) if (checks or trial_cache) else None
-    if cache and checks and (cache / "checks").is_dir():
-        roots.append(cache / "checks")
-    loaded = load(roots, out, cache / "trials" if cache and trial_cache else None)
+    cache = Cache(cache_root(cache_dir)) if (checks or trial_cache) else None
+    if cache and checks and cache.checks().is_dir():
+        roots.append(cache.checks())
+    loaded = load(roots, out, cache.trials if cache and trial_cache else None)
     if not loaded.sources:
         raise UserError(
             f"no abbisect results (results.json, bisect.json, trial.json) under {', '.join(map(str, roots))}"
