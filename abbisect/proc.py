@@ -58,7 +58,8 @@ def run_logged(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = N
     argv = [str(a) for a in argv]
     with Path(log).open("w" if fresh else "a") as fh:
         if header:
-            fh.write(f"$ {' '.join(argv[:3])} …\n" if "-c" in argv else f"$ {' '.join(argv)}\n")
+            shown = argv[: argv.index("-c") + 1] + ["…"] if "-c" in argv else argv
+            fh.write(f"$ {' '.join(shown)}\n")
             fh.flush()
         rc = subprocess.run(argv, check=False, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                             cwd=cwd, timeout=timeout, env=scrubbed_env(env)).returncode

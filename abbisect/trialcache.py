@@ -51,12 +51,17 @@ def machine_key() -> str:
     return hashlib.sha256(" ".join(parts).encode()).hexdigest()[:12]
 
 
+def planned_env_key(spec: TrialSpec) -> str:
+    """The env key as the build will compute it: planned for the worktree `Cache.worktree` gives the trial,
+    from the commit's own tree in the repository (the same before the worktree exists as after)."""
+    cache = Cache.at(spec.cache_dir)
+    env_key, _ = plan_for(spec.recipe_obj, Path(spec.repo), spec.sha, cache, after_engine(spec, cache, planning=True))
+    return env_key
+
+
 def trial_key(spec: TrialSpec, machine: str) -> str:
     recipe = Recipe.model_validate(spec.recipe)
-    # The env key as the build will compute it, from the commit's own tree in the repository.
-    cache = Cache.at(spec.cache_dir)
-    env_key, _ = plan_for(recipe, Path(spec.repo), spec.sha, cache, after_engine(spec, cache, planning=True))
-    blob = json.dumps([spec.sha, recipe.fingerprint(), env_key, machine])
+    blob = json.dumps([spec.sha, recipe.fingerprint(), planned_env_key(spec), machine])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
