@@ -61,7 +61,8 @@ def _crash_log(text: str) -> Path | None:
     from abbisect.cache import Cache
 
     for folder in (paths.last_root or paths.cache_path(), Path(tempfile.gettempdir())):
-        log = Cache(folder).crash_log if folder != Path(tempfile.gettempdir()) else folder / "abbisect-crash.log"
+        temp = folder == Path(tempfile.gettempdir())
+        log = folder / "abbisect-crash.log" if temp else Cache(folder).crash_log
         try:
             with log.open("a") as fh:
                 fh.write(text)

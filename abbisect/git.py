@@ -39,7 +39,8 @@ def git(repo: PathLike, *args: str, env: Mapping[str, str] | None = None) -> str
     proc = call(args, repo, env)
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
-        raise GitError(f"git {' '.join(args[:2])} failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
+        why = lines[-1] if lines else f"exit {proc.returncode}"
+        raise GitError(f"git {' '.join(args[:2])} failed: {why}")
     return proc.stdout
 
 

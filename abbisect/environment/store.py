@@ -89,7 +89,7 @@ def _load_optional_strategies() -> None:
                 pass
 
 
-def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
              git_dir: Path | None = None, after: AfterEngine | None = None
              ) -> tuple[BuildContext, str, tuple[BuildContext, str] | None]:
     """The commit's build context and env key, and the shared venv of its dependencies it is layered on
@@ -117,13 +117,13 @@ def _digest(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
              after: AfterEngine | None = None) -> tuple[str, list[Step]]:
     plan = env_plan(source, sha, install, subdir, cache, after=after)
     return plan.key, list(plan.steps)
 
 
-def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
              git_dir: Path | None = None, after: AfterEngine | None = None) -> EnvPlan:
     """The build of `sha` in the worktree `source`, without building anything. The commit's files are
     read from `git_dir` when given (any git directory that holds the commit: see tree.py), else from
@@ -157,7 +157,7 @@ def _healthy(root: Path) -> str | None:
     return None
 
 
-def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
                timeout: float, on_step=None, after: AfterEngine | None = None) -> EnvResult:
     """Reuse or build the venv for this commit; a failed build is returned, never raised."""
     ctx, key, base = _context(source, sha, install, subdir, cache, after=after)

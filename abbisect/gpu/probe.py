@@ -179,8 +179,8 @@ def run_probe(config: ProbeConfig, python: str, source_root: Path, workdir: Path
     except subprocess.TimeoutExpired:
         return ProbeResult(config.kernel, config.file, error=f"probe timed out after {config.timeout_s:g}s")
     if not out_path.exists():
-        tail = ran.tail or ("no output",)
-        return ProbeResult(config.kernel, config.file, error=f"probe worker failed (rc={ran.returncode}): {tail[0]}")
+        why = f"probe worker failed (rc={ran.returncode}): {ran.tail[0] if ran.tail else 'no output'}"
+        return ProbeResult(config.kernel, config.file, error=why)
     raw = json.loads(out_path.read_text())
     return ProbeResult(
         kernel=config.kernel, file=config.file, rows=tuple(_row(r) for r in raw.get("rows") or ()),
