@@ -19,6 +19,7 @@ from abbisect.bisect import history
 from abbisect.cache import Cache
 from abbisect.demo.history import Commit, build_history, commit, init_repo
 from abbisect.environment.tree import CommitTree
+from abbisect.errors import UserError
 from abbisect.proc import run_logged
 from abbisect.recipe import Recipe
 from abbisect.trial import TrialSpec
@@ -162,3 +163,21 @@ def test_git_runs_only_through_the_door():
     found = [f"{p.relative_to(ROOT)}:{n}" for p in (ROOT / "abbisect").rglob("*.py") if p.name != "git.py"
              for n, line in enumerate(p.read_text().splitlines(), 1) if raw.search(line)]
     assert found == []
+
+
+def test_engine_repo_must_be_a_repository_itself(tmp_path):
+    """`engine.repo` as a local path: a checkout, a bare clone or a linked worktree, not a folder inside one
+    (asked of git now that GitPython is gone)."""
+    repo = tmp_path / "engine"
+    sha = build_history(repo, [Commit("one")])[0]
+    bare = tmp_path / "bare.git"
+    git.git(tmp_path, "clone", "-q", "--bare", str(repo), str(bare))
+    linked = tmp_path / "linked"
+    git.git(repo, "worktree", "add", "-q", "--detach", str(linked), sha)
+    cache = Cache(tmp_path / "cache")
+    for ok in (repo, bare, linked):
+        assert checkout.open_repo(str(ok), cache) == ok
+    (tmp_path / "plain").mkdir()
+    for bad in (tmp_path / "plain", repo / "toyengine", tmp_path / "missing"):
+        with pytest.raises(UserError, match="is not a git repository"):
+            checkout.open_repo(str(bad), cache)

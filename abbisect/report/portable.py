@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abbisect import git
+from abbisect.cache import WORKTREES
 from abbisect.recipe import BUILTIN_PREFIX, PackagedModel, Recipe
 from abbisect.trial import TrialResult
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
-_WORKTREE = re.compile(r"\$ABBISECT_CACHE_DIR/worktrees/(?:[^/\s]+/)*?([0-9a-f]{40})")
+_WORKTREE = re.compile(rf"\$ABBISECT_CACHE_DIR/{WORKTREES}/(?:[^/\s]+/)*?([0-9a-f]{{40}})")
 
 
 def remote_url(repo: Path | str) -> str | None:
