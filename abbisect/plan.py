@@ -6,6 +6,7 @@ import re
 from pathlib import Path
 
 from abbisect import checkout
+from abbisect.cache import Cache
 from abbisect.engines import adapter
 from abbisect.environment.base import Step
 from abbisect.environment.pins import AfterEngine
@@ -14,7 +15,8 @@ from abbisect.errors import InfraError
 from abbisect.recipe import DEMO_REPO, Recipe
 
 
-def env_plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path, after: AfterEngine | None = None) -> EnvPlan:
+def env_plan_for(recipe: Recipe, repo: Path, sha: str, cache: Cache | Path,
+                 after: AfterEngine | None = None) -> EnvPlan:
     """The environment a trial of `sha` will build, planned from the commit's own tree.
 
     `repo` is any git directory that holds the commit (the engine's repository, the cache's clone, or the
@@ -24,7 +26,7 @@ def env_plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path, after: After
     return env_plan(worktree, sha, recipe.install, recipe.engine.subdir, cache, git_dir=repo, after=after)
 
 
-def plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path,
+def plan_for(recipe: Recipe, repo: Path, sha: str, cache: Cache | Path,
              after: AfterEngine | None = None) -> tuple[str, list[Step]]:
     """(env key, build steps) of a trial of `sha`, as `run` and `bisect` will build it; `after` is what the
     trial installs after the engine (its pins, a dependency commit)."""
@@ -32,17 +34,17 @@ def plan_for(recipe: Recipe, repo: Path, sha: str, cache: Path,
     return plan.key, list(plan.steps)
 
 
-def _local_repo(recipe: Recipe, cache: Path) -> tuple[Path | None, str]:
+def _local_repo(recipe: Recipe, cache: Cache | Path) -> tuple[Path | None, str]:
     """The engine's repository if it is here; a URL is never cloned for a plan, but an earlier clone in the
     cache is used as it is (not fetched)."""
     repo = recipe.engine.repo
     if repo != DEMO_REPO and checkout._URL.match(repo):
-        clone = cache / "repos" / checkout._key(repo)
+        clone = Cache.at(cache).clone(repo)
         return (clone, " (the cache's clone, not fetched now)") if clone.is_dir() else (None, "")
     return checkout.open_repo(repo, cache), ""
 
 
-def _revision(recipe: Recipe, ref: str, cache: Path) -> tuple[Path | None, str, str]:
+def _revision(recipe: Recipe, ref: str, cache: Cache | Path) -> tuple[Path | None, str, str]:
     """(repository, sha, subject) when the repository is here; remote ones are resolved at run time."""
     repo, note = _local_repo(recipe, cache)
     if repo is None:
@@ -51,7 +53,7 @@ def _revision(recipe: Recipe, ref: str, cache: Path) -> tuple[Path | None, str, 
     return repo, rev.sha, rev.subject + note
 
 
-def render_env(recipe: Recipe, repo: Path | None, sha: str, ref: str, cache: Path,
+def render_env(recipe: Recipe, repo: Path | None, sha: str, ref: str, cache: Cache | Path,
                after: AfterEngine | None = None) -> list[str]:
     """The install section of a plan, indented under its side."""
     try:
@@ -71,7 +73,7 @@ def render_env(recipe: Recipe, repo: Path | None, sha: str, ref: str, cache: Pat
     return lines
 
 
-def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Path,
+def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Cache | Path,
                 pins: tuple[tuple[str, ...], ...] = ((), ())) -> str:
     lines = [f"recipe: {recipe.name}" + (f" — {recipe.description}" if recipe.description else "")]
     if recipe.hardware:

@@ -1,4 +1,5 @@
-"""The one door for the environment of every process abbisect starts for a build, a server or a tool.
+"""The one door for the environment of every process abbisect starts for a build, a server or a tool, and
+the one way to run a command into a log (`run_logged`).
 
 `git bisect run` exports GIT_DIR (and a worktree may export GIT_WORK_TREE / GIT_INDEX_FILE); passed on,
 they make an engine's own `git rev-parse` or a build's setuptools-scm read abbisect's repository instead
@@ -9,7 +10,8 @@ from __future__ import annotations
 
 import os
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 # Variables of the caller's Python that would redirect the child's imports.
@@ -36,20 +38,38 @@ def scrubbed_env(extra: Mapping[str, str] | None = None, base: Mapping[str, str]
     return env
 
 
-class GitError(RuntimeError):
-    """A git command failed; the message is git's last line of stderr."""
+@dataclass(frozen=True)
+class Logged:
+    """How a command run into a log ended: its exit status and the last non-blank lines of the log."""
+
+    returncode: int
+    tail: tuple[str, ...]
 
 
-def git(repo: str | Path, *args: str) -> str:
-    """`git -C repo args…` with a scrubbed environment; stdout, or GitError with git's own message.
+def run_logged(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = None,
+               timeout: float | None = None, cwd: str | Path | None = None, fresh: bool = False,
+               header: bool = True, tail_lines: int = 3) -> Logged:
+    """Run `argv` with stdout and stderr appended to `log` (emptied first when `fresh`), in the scrubbed
+    environment with `env` on top, stdin closed; its exit status and the log's last `tail_lines` lines.
 
-    Plain git rather than GitPython for anything that touches worktrees: once a sparse worktree moved
-    `core.bare` into `config.worktree`, GitPython takes a bare clone for a checkout and runs git one
-    folder too high.
-    """
-    proc = subprocess.run(["git", "-C", str(repo), *args], check=False, capture_output=True, text=True,
-                          env=scrubbed_env())
-    if proc.returncode != 0:
-        lines = proc.stderr.strip().splitlines()
-        raise GitError(f"git {' '.join(args[:2])} failed: {lines[-1] if lines else f'exit {proc.returncode}'}")
-    return proc.stdout
+    With `header` the command line goes into the log first (an inline `-c` program shortened to `…`).
+    A timeout kills the command and raises `subprocess.TimeoutExpired`; a missing program raises
+    `FileNotFoundError`, as `subprocess.run` does."""
+    argv = [str(a) for a in argv]
+    with Path(log).open("w" if fresh else "a") as fh:
+        if header:
+            shown = argv[: argv.index("-c") + 1] + ["…"] if "-c" in argv else argv
+            fh.write(f"$ {' '.join(shown)}\n")
+            fh.flush()
+        rc = subprocess.run(argv, check=False, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            cwd=cwd, timeout=timeout, env=scrubbed_env(env)).returncode
+    return Logged(rc, tail(log, tail_lines))
+
+
+def tail(log: Path, n: int = 3) -> tuple[str, ...]:
+    """The last `n` non-blank lines of a log (none when it cannot be read)."""
+    try:
+        lines = Path(log).read_text(errors="replace").splitlines()
+    except OSError:
+        return ()
+    return tuple([ln for ln in lines if ln.strip()][-n:]) if n > 0 else ()

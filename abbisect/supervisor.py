@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from abbisect.cache import Cache
+
 TOKEN_VAR = "ABBISECT_SERVER_TOKEN"
 
 
@@ -87,11 +89,11 @@ def kill_family(token: str, grace: float, extra: tuple[int, ...] = ()) -> list[i
 
 
 # -- the record of each launched server, and the reaper --------------------------------------------------
-def record_dir(cache: Path) -> Path:
-    return cache / "servers"
+def record_dir(cache: Cache | Path) -> Path:
+    return Cache.at(cache).servers
 
 
-def write_record(cache: Path, token: str, **facts) -> Path:
+def write_record(cache: Cache | Path, token: str, **facts) -> Path:
     path = record_dir(cache) / f"{token}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
     me = os.getpid()
@@ -101,7 +103,7 @@ def write_record(cache: Path, token: str, **facts) -> Path:
     return path
 
 
-def reap_orphans(cache: Path) -> list[str]:
+def reap_orphans(cache: Cache | Path) -> list[str]:
     """Kill the servers of abbisect processes that are gone; one line per reaped record."""
     lines = []
     folder = record_dir(cache)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from abbisect import checkout, launch
+from abbisect.cache import Cache
 from abbisect.dependency import after_engine, installed_packages
 from abbisect.engines import adapter
 from abbisect.environment import EnvResult, ensure_env, needs_source
@@ -138,7 +139,7 @@ def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | 
     return env
 
 
-def resolve_model(recipe: Recipe, cache: Path, progress: Progress) -> str | None:
+def resolve_model(recipe: Recipe, cache: Cache | Path, progress: Progress) -> str | None:
     if recipe.model is None or isinstance(recipe.model, str):
         return recipe.model
     from abbisect.models import prepare
@@ -159,7 +160,7 @@ def _discard_worktree(spec: TrialSpec) -> None:
     recipe = spec.recipe
     if recipe.probe is None and not needs_source(recipe.install):
         repo = Path(spec.repo)
-        where = checkout.worktree_path(repo, spec.sha, Path(spec.cache_dir), tuple(recipe.engine.sparse))
+        where = Cache.at(spec.cache_dir).worktree(repo, spec.sha, tuple(recipe.engine.sparse))
         checkout.discard(repo, where)
 
 
@@ -195,7 +196,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
 def _checkout(rec: TrialRecord, recipe: Recipe, say: Progress) -> Path:
     say("checkout")
     spec = rec.spec
-    source = checkout.worktree(Path(spec.repo), spec.sha, Path(spec.cache_dir), tuple(recipe.engine.sparse))
+    source = checkout.worktree(Path(spec.repo), spec.sha, Cache.at(spec.cache_dir), tuple(recipe.engine.sparse))
     rec.timings["checkout"] = round(time.monotonic() - rec.t0, 3)
     return source
 
@@ -203,7 +204,7 @@ def _checkout(rec: TrialRecord, recipe: Recipe, say: Progress) -> Path:
 def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> bool:
     """The commit's venv; on failure the build log's signatures and the verdict, and False."""
     say("environment")
-    spec, cache = rec.spec, Path(rec.spec.cache_dir)
+    spec, cache = rec.spec, Cache.at(rec.spec.cache_dir)
     env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
                      on_step=lambda d: say(Status(f"environment: {d}") if isinstance(d, Status) else f"environment: {d}"),
                      after=after_engine(spec, cache))
@@ -230,7 +231,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     """Start the server, wait for ready, send the prompts, stop it: the launch, the outputs and the log's
     signatures."""
     spec, env, extras, timings = rec.spec, rec.env, rec.extras, rec.timings
-    cache, out = Path(spec.cache_dir), Path(spec.out_dir)
+    cache, out = Cache.at(spec.cache_dir), Path(spec.out_dir)
     model = resolve_model(recipe, cache, say)
     mod = adapter(recipe.engine.kind)
     host = "127.0.0.1"

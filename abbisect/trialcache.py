@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from abbisect.cache import Cache
 from abbisect.dependency import after_engine
 from abbisect.locks import atomic_write
 from abbisect.plan import plan_for
@@ -45,12 +46,18 @@ def machine_key() -> str:
     return hashlib.sha256(" ".join(parts).encode()).hexdigest()[:12]
 
 
+def planned_env_key(spec: TrialSpec) -> str:
+    """The env key as the build will compute it: planned for the worktree `Cache.worktree` gives the trial,
+    from the commit's own tree in the repository (the same before the worktree exists as after)."""
+    cache = Cache.at(spec.cache_dir)
+    after = after_engine(spec, cache, planning=True)
+    env_key, _ = plan_for(spec.recipe, Path(spec.repo), spec.sha, cache, after)
+    return env_key
+
+
 def trial_key(spec: TrialSpec, machine: str) -> str:
     recipe = spec.recipe
-    # The env key as the build will compute it, from the commit's own tree in the repository.
-    env_key, _ = plan_for(recipe, Path(spec.repo), spec.sha, Path(spec.cache_dir),
-                          after_engine(spec, Path(spec.cache_dir), planning=True))
-    blob = json.dumps([spec.sha, recipe.fingerprint(), env_key, machine])
+    blob = json.dumps([spec.sha, recipe.fingerprint(), planned_env_key(spec), machine])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -61,8 +68,9 @@ class TrialCache:
     with the entry are copied there, so no run ever writes into another run's folder.
     """
 
-    def __init__(self, cache_dir: Path, machine: str, enabled: bool = True) -> None:
-        self.root = cache_dir / "trials"
+    def __init__(self, cache_dir: Cache | Path, machine: str, enabled: bool = True) -> None:
+        self.cache = Cache.at(cache_dir)
+        self.root = self.cache.trials
         self.root.mkdir(parents=True, exist_ok=True)
         self.machine = machine
         self.enabled = enabled
@@ -72,14 +80,14 @@ class TrialCache:
         if not self.enabled:
             return None
         key = trial_key(spec, self.machine)
-        path = self.root / f"{key}.json"
+        path = self.cache.trial(key)
         if not path.is_file():
             return None
         data = json.loads(path.read_text())
         result = load(TrialResult, data)
         if _waited_less(result, spec):
             return None  # it may have run out of a time this run gives longer: run again (put replaces it)
-        logs = self.root / key
+        logs = self.cache.trial_logs(key)
         origin = {"stored": data.get("stored") or _mtime(path), "out_dir": result.spec.out_dir,
                   "logs": sorted(p.name for p in logs.iterdir()) if logs.is_dir() else []}
         launch = result.launch
@@ -111,12 +119,12 @@ class TrialCache:
         if not status.cacheable:  # it says nothing about the commit (abbisect/status.py)
             return
         key = trial_key(spec or result.spec, self.machine)
-        seen = self.root / f"{key}.unconfirmed"
+        seen = self.cache.trial_unconfirmed(key)
         if status.confirm_first and (seen.read_text().strip() if seen.is_file() else "") != status:
             atomic_write(seen, status)  # not kept yet: the next attempt runs again, and if it agrees, it is
             return
         seen.unlink(missing_ok=True)
-        logs = self.root / key
+        logs = self.cache.trial_logs(key)
         logs.mkdir(exist_ok=True)
         out = Path(result.spec.out_dir)
         for name in LOG_FILES:
@@ -126,10 +134,10 @@ class TrialCache:
             if src.is_file():
                 shutil.copyfile(src, logs / name)
         stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-        atomic_write(self.root / f"{key}.json", json.dumps({**dump(result), "stored": stamp}, default=str))
+        atomic_write(self.cache.trial(key), json.dumps({**dump(result), "stored": stamp}, default=str))
 
     def _copy_logs(self, spec: TrialSpec) -> list[str]:
-        logs = self.root / trial_key(spec, self.machine)
+        logs = self.cache.trial_logs(trial_key(spec, self.machine))
         if not logs.is_dir():
             return []
         dest = Path(spec.out_dir)

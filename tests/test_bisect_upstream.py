@@ -395,9 +395,9 @@ def test_check_under_git_bisect_run_in_the_cache_clone_needs_no_network(upstream
 
 
 def checkout_clone(cache: Path, source: Path) -> Path:
-    from abbisect import checkout
+    from abbisect.cache import Cache
 
-    return cache / "repos" / checkout._key(f"file://{source}")
+    return Cache(cache).clone(f"file://{source}")
 
 
 def test_criss_cross_ends_test_every_merge_base(tmp_path, cache_dir) -> None:

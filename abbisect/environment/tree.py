@@ -14,14 +14,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from abbisect.proc import scrubbed_env
+from abbisect import git
 
 SHA_RE = re.compile(r"[0-9a-f]{40}")
 
 
 def _git(gitdir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["git", "-C", str(gitdir), *args], check=False, capture_output=True, text=True,
-                          env=scrubbed_env(), stdin=subprocess.DEVNULL)
+    return git.call(args, gitdir)
 
 
 @functools.lru_cache(maxsize=4096)

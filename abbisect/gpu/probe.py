@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, model_validator
 
 from abbisect.errors import UserError
 from abbisect.gpu.devices import device_class
-from abbisect.proc import scrubbed_env
+from abbisect.proc import run_logged
 
 _WORKER = Path(__file__).with_name("_probe_worker.py")
 
@@ -158,17 +158,15 @@ def run_probe(config: ProbeConfig, python: str, source_root: Path, workdir: Path
     spec_path.write_text(json.dumps(worker_spec(config, Path(source_root).resolve()), indent=1))
     out_path.unlink(missing_ok=True)
     try:
-        with log_path.open("w") as log:
-            proc = subprocess.run([python, str(_WORKER), str(spec_path), str(out_path)], stdout=log,
-                                  stderr=subprocess.STDOUT, cwd=workdir, timeout=config.timeout_s, check=False,
-                                  env=scrubbed_env())
+        ran = run_logged([python, str(_WORKER), str(spec_path), str(out_path)], log_path, cwd=workdir,
+                         timeout=config.timeout_s, fresh=True, header=False, tail_lines=1)
     except FileNotFoundError as exc:
         raise UserError(f"cannot run the probe: no interpreter {python}") from exc
     except subprocess.TimeoutExpired:
         return ProbeResult(config.kernel, config.file, error=f"probe timed out after {config.timeout_s:g}s")
     if not out_path.exists():
-        tail = log_path.read_text().strip().splitlines()[-1:] or ["no output"]
-        return ProbeResult(config.kernel, config.file, error=f"probe worker failed (rc={proc.returncode}): {tail[0]}")
+        why = f"probe worker failed (rc={ran.returncode}): {ran.tail[0] if ran.tail else 'no output'}"
+        return ProbeResult(config.kernel, config.file, error=why)
     raw = json.loads(out_path.read_text())
     return ProbeResult(
         kernel=config.kernel, file=config.file, rows=tuple(_row(r) for r in raw.get("rows") or ()),

@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from abbisect import git
 from abbisect.matrix.cells import Evidence, evidence_from_bisect, evidence_from_run, evidence_from_trial
-from abbisect.proc import scrubbed_env
 
 # The files each command writes; anything else in a results folder is logs, CSV or a report.
 KINDS = {"results.json": "run", "bisect.json": "bisect", "trial.json": "check"}
@@ -128,13 +127,7 @@ def with_commit_dates(evidence: list[Evidence], repos: dict[str, Path]) -> list[
             wanted.setdefault(repos[e.commit], set()).add(e.commit)
     known: dict[str, tuple[str, tuple[str, ...]]] = {}
     for repo, shas in wanted.items():
-        proc = subprocess.run(
-            ["git", "-C", str(repo), "show", "-s", "--format=%H %aI %P", *sorted(shas), "--"],
-            capture_output=True,
-            text=True,
-            check=False,
-            env=scrubbed_env(),
-        )
+        proc = git.call(["show", "-s", "--format=%H %aI %P", *sorted(shas), "--"], repo)
         for line in proc.stdout.splitlines() if proc.returncode == 0 else []:
             sha, date, *parents = line.split()
             known[sha] = (date, tuple(parents))

@@ -11,21 +11,21 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from abbisect import git
+from abbisect.cache import WORKTREES
 from abbisect.recipe import BUILTIN_PREFIX, PackagedModel, Recipe
 from abbisect.trial import TrialResult
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
-_WORKTREE = re.compile(r"\$ABBISECT_CACHE_DIR/worktrees/(?:[^/\s]+/)*?([0-9a-f]{40})")
+_WORKTREE = re.compile(rf"\$ABBISECT_CACHE_DIR/{WORKTREES}/(?:[^/\s]+/)*?([0-9a-f]{{40}})")
 
 
 def remote_url(repo: Path | str) -> str | None:
     """The `origin` remote of a local checkout (credentials in the URL dropped), else None."""
-    proc = subprocess.run(["git", "-C", str(repo), "remote", "get-url", "origin"], capture_output=True, text=True,
-                          check=False)
+    proc = git.call(["remote", "get-url", "origin"], repo)
     url = proc.stdout.strip() if proc.returncode == 0 else ""
     return re.sub(r"^(https?://)[^/@]+@", r"\1", url) or None
 
