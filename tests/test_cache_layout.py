@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from abbisect.demo.history import Commit, build_history, commit, init_repo
+from abbisect.builtin.history import Commit, build_history, commit, init_repo
 from conftest import abbisect, run_ab, toy_recipe
 
 from abbisect import checkout, git

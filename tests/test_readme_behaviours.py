@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from abbisect.demo.history import Commit, build_history
+from abbisect.builtin.history import Commit, build_history
 from conftest import REPO_ROOT, abbisect, marked_pids, toy_recipe, write_recipe
 
 # A launch wrapper around the toy server with misbehaviour on request (environment of the recipe):
