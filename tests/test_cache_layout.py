@@ -11,17 +11,18 @@ import sys
 from pathlib import Path
 
 import pytest
-from abbisect.builtin.history import Commit, build_history, commit, init_repo
 from conftest import abbisect, run_ab, toy_recipe
 
 from abbisect import checkout, git
 from abbisect.ab import trial_spec
 from abbisect.bisect import history
+from abbisect.builtin.history import Commit, build_history, commit, init_repo
 from abbisect.cache import Cache
 from abbisect.environment.tree import CommitTree
 from abbisect.errors import UserError
 from abbisect.proc import run_logged
 from abbisect.recipe import Recipe
+from abbisect.serial import dump, load
 from abbisect.trial import TrialSpec
 from abbisect.trialcache import TrialCache, machine_key, planned_env_key, trial_key
 
@@ -45,7 +46,7 @@ def test_cache_paths_are_what_cache_list_shows(tmp_path, engine_repo):
     machine = machine_key()  # the CLI ran on this machine, with this Python
     for side in "ab":
         r = results[side]
-        spec = TrialSpec.from_dict(r["spec"])
+        spec = load(TrialSpec, r["spec"])
         key = trial_key(spec, machine)
         assert r["env"]["path"] == str(layout.venv(r["env"]["key"]))
         expected = {("worktrees", str(layout.worktree(engine_repo, spec.sha))),
@@ -97,7 +98,7 @@ def test_trial_key_is_the_same_before_and_after_the_build(tmp_path):
     assert where.is_dir() and result.env.path == str(cache.venv(result.env.key))
     assert env_before == result.env.key == planned_env_key(spec)  # the plan is the build
     assert trial_key(spec, "m") == before and cache.trial(before).is_file()
-    elsewhere = TrialSpec.from_dict({**spec.to_dict(), "out_dir": str(tmp_path / "o2")})
+    elsewhere = load(TrialSpec, {**dump(spec), "out_dir": str(tmp_path / "o2")})
     again = TrialCache(cache, "m").fetch(elsewhere, lambda _msg: None)
     assert again.cached
 

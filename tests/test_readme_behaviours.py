@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from abbisect.builtin.history import Commit, build_history
 from conftest import REPO_ROOT, abbisect, marked_pids, toy_recipe, write_recipe
+
+from abbisect.builtin.history import Commit, build_history
 
 # A launch wrapper around the toy server with misbehaviour on request (environment of the recipe):
 # ABBISECT_TEST_IGNORE_TERM ignores SIGTERM; ABBISECT_TEST_LOOP_ON makes answers to prompts containing
