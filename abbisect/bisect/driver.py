@@ -20,6 +20,7 @@ from abbisect.ab import trial_spec
 from abbisect.bisect import history
 from abbisect.bisect.multisect import fold, pick, still_useful
 from abbisect.bisect.search import NEW, OLD, SKIP, SearchResult, SearchState, start
+from abbisect.dependency import DependencyCommits, PackageVersions
 from abbisect.environment import ensure_env, needs_source
 from abbisect.errors import UserError
 from abbisect.executors import Executor, Slot
@@ -79,7 +80,7 @@ class BisectRun:
     releases: history.Releases | None = None
     # bisect.over: the candidates are a dependency's versions or commits (abbisect/dependency.py), not the
     # engine's commits; None walks the engine's history.
-    variable: object | None = None
+    variable: PackageVersions | DependencyCommits | None = None
     options: dict = field(default_factory=dict)  # command-line choices a resumed run must keep (no_cache, …)
     # Multisection: how many trials ran at once, where, and each round's commits and wall time.
     slots: int = 1
