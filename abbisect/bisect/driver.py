@@ -478,8 +478,3 @@ def load_state(out: Path) -> dict:
         raise UserError(f"--resume {out}: state.json was written by another abbisect version "
                         f"(format {state.get('version')}, this one reads {STATE_VERSION}); start the bisect again")
     return state
-
-
-def load_replay(out: Path) -> dict[str, dict]:
-    """The finished trials of an interrupted bisect, by sha."""
-    return {s["sha"]: s for s in load_state(out)["steps"]}
