@@ -296,6 +296,12 @@ class _FixedEngine:
     def spec(self, candidate: str, label: str, out: Path):
         raise NotImplementedError
 
+    def graph(self, old: str, new: str) -> Graph:
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
     def plan(self, old: checkout.Revision, new: checkout.Revision) -> str:
         """`bisect --dry-run`: what is walked and how one candidate's venv is built, nothing built."""
         from abbisect.plan import plan_for
@@ -386,7 +392,8 @@ class DependencyCommits(_FixedEngine):
         return history.commit_info(self.repo, candidate)
 
     def describe(self) -> str:
-        return f"commits of {self.recipe.bisect.over.repo}, engine fixed at {self.engine.ref} ({self.engine.short})"
+        over = self.recipe.bisect.over
+        return f"commits of {over.repo if over else self.repo}, engine fixed at {self.engine.ref} ({self.engine.short})"
 
 
 def bisect_variable(recipe: Recipe, cache: Path) -> PackageVersions | DependencyCommits:

@@ -40,9 +40,10 @@ def kind_of(exc: BaseException) -> str:
 def describe_os_error(exc: OSError) -> str:
     """One line for a machine fault: what failed, where, and what to do about it."""
     where = f" ({exc.filename})" if exc.filename else ""
+    code = exc.errno or 0
     hint = {errno.ENOSPC: "free some space or point --cache-dir / ABBISECT_CACHE_DIR at a larger disk",
             errno.EDQUOT: "free some space or point --cache-dir / ABBISECT_CACHE_DIR at a larger disk",
             errno.EROFS: "point --cache-dir / ABBISECT_CACHE_DIR at a writable folder",
             errno.EACCES: "check the folder's permissions or point --cache-dir at a writable folder",
-            errno.EPERM: "check the folder's permissions or point --cache-dir at a writable folder"}.get(exc.errno, "")
+            errno.EPERM: "check the folder's permissions or point --cache-dir at a writable folder"}.get(code, "")
     return f"{exc.strerror or exc}{where}" + (f": {hint}" if hint else "")

@@ -141,11 +141,13 @@ class LocalParallel:
                                     stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, env=env,
                                     start_new_session=True)
             holder["proc"] = proc
+            stdout, stderr = proc.stdout, proc.stderr
+            assert stdout is not None and stderr is not None  # both PIPE
             # stdout (one JSON line) is read by a thread so a large result never blocks the child
             out: list[str] = []
-            reader = threading.Thread(target=lambda: out.append(proc.stdout.read()), daemon=True)
+            reader = threading.Thread(target=lambda: out.append(stdout.read()), daemon=True)
             reader.start()
-            for line in proc.stderr:  # the trial's progress lines, as they come
+            for line in stderr:  # the trial's progress lines, as they come
                 progress(f"{slot.label()}: {line.rstrip().split('] ', 1)[-1]}")
             rc = proc.wait()
             reader.join()

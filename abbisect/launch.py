@@ -225,8 +225,3 @@ def _wait_gone(server: Server, seconds: float) -> bool:
             return True
         time.sleep(0.1)
     return not _family(server)
-
-
-def reap(cache: Path) -> list[str]:
-    """Kill servers left by abbisect processes that died; one line per reaped server (for stderr)."""
-    return supervisor.reap_orphans(cache)

@@ -12,11 +12,11 @@ from __future__ import annotations
 import collections
 import os
 import re
-import re._constants as _const
+import re._constants as _const  # type: ignore[import-not-found]  # CPython-private: no stubs
 import threading
 from collections.abc import Callable
 from pathlib import Path
-from re import _parser
+from re import _parser  # type: ignore[attr-defined]  # CPython-private: no stubs
 
 from abbisect.score.signatures import Signature, SignatureMatch, _compiled
 

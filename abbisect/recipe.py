@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from abbisect.errors import UserError
 from abbisect.gpu.probe import ProbeConfig
@@ -390,7 +391,7 @@ class Recipe(_Strict):
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
-def _describe(err: dict[str, Any]) -> str:
+def _describe(err: ErrorDetails) -> str:
     loc = ".".join(str(p) for p in err["loc"] if not str(p).startswith(("function-", "tagged-union")))
     loc = re.sub(r"\.(str|PackagedModel|list\[.*?\])(\.|$)", r"\2", loc)
     kind = err["type"]

@@ -105,7 +105,7 @@ def write_record(cache: Cache | Path, token: str, **facts) -> Path:
 
 def reap_orphans(cache: Cache | Path) -> list[str]:
     """Kill the servers of abbisect processes that are gone; one line per reaped record."""
-    lines = []
+    lines: list[str] = []
     folder = record_dir(cache)
     if not folder.is_dir():
         return lines
@@ -148,6 +148,7 @@ def _abbisect_path() -> str:
 def release(watchdog: subprocess.Popen | None, record: Path | None) -> None:
     """The launch ended in order: the watchdog exits without killing anything, the record goes."""
     if watchdog is not None:
+        assert watchdog.stdin is not None  # started with stdin=PIPE (watch)
         try:
             watchdog.stdin.write(b"release\n")
             watchdog.stdin.close()
@@ -164,7 +165,7 @@ def release(watchdog: subprocess.Popen | None, record: Path | None) -> None:
 def main(argv: list[str]) -> int:
     token, grace = argv[0], float(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches abbisect too; it tears down in order
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(kill_family(token, grace) and 1))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1 if kill_family(token, grace) else 0))
     released = False
     for line in sys.stdin:
         if line.strip() == "release":

@@ -270,7 +270,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
                     + (f" prompt {crash['crash_prompt']}" if crash["crash_prompt"] else ""))
     finally:
         say("teardown")
-        if not server.alive():  # its last words (the crash) are evidence: read them to the end first
+        if not server.alive() and server.reader is not None:  # its last words (the crash): read them all
             server.reader.join(timeout=2.0)
         # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
         scanner.freeze()

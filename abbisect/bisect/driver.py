@@ -20,9 +20,10 @@ from abbisect.ab import trial_spec
 from abbisect.bisect import history
 from abbisect.bisect.multisect import fold, pick, still_useful
 from abbisect.bisect.search import NEW, OLD, SKIP, SearchResult, SearchState, start
+from abbisect.dependency import DependencyCommits, PackageVersions
 from abbisect.environment import ensure_env, needs_source
 from abbisect.errors import UserError
-from abbisect.executors import Executor
+from abbisect.executors import Executor, Slot
 from abbisect.judges import Judge
 from abbisect.locks import atomic_write
 from abbisect.recipe import Recipe
@@ -74,7 +75,7 @@ class BisectRun:
     releases: history.Releases | None = None
     # bisect.over: the candidates are a dependency's versions or commits (abbisect/dependency.py), not the
     # engine's commits; None walks the engine's history.
-    variable: object | None = None
+    variable: PackageVersions | DependencyCommits | None = None
     options: dict = field(default_factory=dict)  # command-line choices a resumed run must keep (no_cache, …)
     # Multisection: how many trials ran at once, where, and each round's commits and wall time.
     slots: int = 1
@@ -133,6 +134,7 @@ class Driver:
     def _on_slot(self, spec: TrialSpec, progress: Progress) -> TrialResult:
         """The runner with an executor: the trial goes to the slot this thread was given."""
         slot = getattr(self.local, "slot", self.slots[0])  # one slot: the main thread runs every trial
+        assert self.executor is not None  # this runner is used only with an executor
         future = self.executor.submit(spec, slot, progress)
         self.trial_futures[spec.sha] = future
         return future.result()
@@ -183,7 +185,7 @@ class Driver:
             result = judges.apply(self.judge, result, lambda: self._again(sha, f"{label} again"), ends)
         outcome, evidence = result.verdict.outcome, "; ".join(result.verdict.reasons[:2])
         relative = ends and "differs_from_good" in self.recipe.verdict.bad_if and self.judge is None
-        if relative and outcome != "skip" and result.outputs:
+        if ends and relative and outcome != "skip" and result.outputs:
             r = resemblance([o.text for o in result.outputs], [o.text for o in ends["good"].outputs],
                             [o.text for o in ends["bad"].outputs])
             if r.closer_to in ("good", "bad"):
@@ -243,7 +245,7 @@ class Driver:
             run.mode, run.message = "no-change", (f"both ends are {o} ({run.steps[0].status} / {run.steps[1].status}):"
                                                   " nothing to bisect — check the recipe's verdict rules or the refs")
             return self._finish(run, t0)
-        rel = {s.outcome: s.result for s in run.steps[:2]}  # the good and the bad end's results
+        rel = {s.outcome: s.result for s in run.steps[:2] if s.result}  # the good and the bad end's results
         if run.merge_bases:
             if not self._across_branches(run, rel, recorded):
                 return self._finish(run, t0)
@@ -317,7 +319,7 @@ class Driver:
                 number = len(run.rounds) + 1
                 tested: list[str] = []
                 free = list(self.slots)
-                running: dict[Future[Step], tuple[str, object]] = {}
+                running: dict[Future[Step], tuple[str, Slot]] = {}
 
                 def launch(shas, running=running, free=free, tested=tested) -> None:
                     for sha in shas:
@@ -348,7 +350,7 @@ class Driver:
                             busy = [s for s, _ in running.values()]
                             launch([s for s in pick(state, len(free), busy) if s not in tested][:1])
                     for future, (sha, _) in list(running.items()):
-                        if not still_useful(state, sha) and sha in self.trial_futures:
+                        if not still_useful(state, sha) and sha in self.trial_futures and self.executor:
                             self.say(f"round {number}: {sha[:10]} no longer matters; stopping its trial")
                             self.executor.cancel(self.trial_futures[sha])
                 run.rounds.append({"round": number, "commits": tested, "seconds": round(time.monotonic() - t_round, 2),
@@ -397,7 +399,7 @@ class Driver:
         is bad exactly when some output differs from it (temperature 0 makes outputs comparable)."""
         good_step, other = ((run.steps[0], run.steps[1]) if run.steps[0].sha == run.good.sha
                             else (run.steps[1], run.steps[0]))
-        if "skip" in (good_step.outcome, other.outcome):
+        if "skip" in (good_step.outcome, other.outcome) or other.result is None or good_step.result is None:
             return
         changed = [o.prompt_id for o, g in zip(other.result.outputs, good_step.result.outputs) if o.text != g.text]
         good_step.outcome, good_step.evidence = "good", "the named good end (reference outputs)"
@@ -471,8 +473,3 @@ def load_state(out: Path) -> dict:
         raise UserError(f"--resume {out}: state.json was written by another abbisect version "
                         f"(format {state.get('version')}, this one reads {STATE_VERSION}); start the bisect again")
     return state
-
-
-def load_replay(out: Path) -> dict[str, dict]:
-    """The finished trials of an interrupted bisect, by sha."""
-    return {s["sha"]: s for s in load_state(out)["steps"]}

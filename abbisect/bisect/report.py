@@ -117,7 +117,7 @@ def headline(run: BisectRun) -> str:
     if res is None:
         return "Bisection did not finish."
     word = "fixed" if run.mode == "fix" else "broke"
-    if res.outcome == "found":
+    if res.outcome == "found" and res.first_new is not None:
         noun = "version" if getattr(run.variable, "kind", "") == "versions" else "commit"
         return f"The {noun} that {word} it: `{commit_info(run, res.first_new).subject if noun == 'version' else res.first_new}`"
     if res.outcome == "ambiguous":
@@ -149,7 +149,7 @@ def found_block(run: BisectRun) -> list[str]:
     rows += [["kind", "**fix** (old end bad, new end good)" if run.mode == "fix" else
              "**regression** (old end good, new end bad)"]]
     if urls.get("compare"):
-        rows.append(["compare with its parent", f"[{run.found_parent[:10]}…{res.first_new[:10]}]({urls['compare']})"])
+        rows.append(["compare with its parent", f"[{(run.found_parent or '')[:10]}…{res.first_new[:10]}]({urls['compare']})"])
     return [table(["field", "value"], rows), ""]
 
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from types import ModuleType
-
 from abbisect.engines import command, sglang, vllm
+from abbisect.engines.base import Adapter
 
-ADAPTERS: dict[str, ModuleType] = {m.kind: m for m in (sglang, vllm, command)}
+# Typed by the Protocol, one module per entry: the type checker holds each adapter module to it.
+ADAPTERS: dict[str, Adapter] = {sglang.kind: sglang, vllm.kind: vllm, command.kind: command}
 
 
-def adapter(kind: str) -> ModuleType:
+def adapter(kind: str) -> Adapter:
     return ADAPTERS[kind]

@@ -9,10 +9,10 @@ import shlex
 import site
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, runtime_checkable
 
 import uv
 
@@ -79,6 +79,20 @@ class Strategy(Protocol):
 
     def steps(self, ctx: BuildContext) -> list[Step]:
         """The build, as commands: shown by --dry-run, run by the store."""
+
+    # Optional, read with a fallback by store.py: `blocker(ctx) -> str | None` (why this commit cannot be
+    # built here), `facts(ctx) -> dict[str, str]` (for the report), `needs_source_after_build: bool`.
+
+
+@runtime_checkable
+class SharedDeps(Strategy, Protocol):
+    """A strategy whose commits with the same declared dependencies share one venv of them (editable)."""
+
+    def layer_inputs(self, ctx: BuildContext) -> dict[str, object] | None:
+        """What the shared venv depends on (its key), or None when this commit shares none."""
+
+    def base_steps(self, ctx: BuildContext) -> list[Step]:
+        """The shared venv's build (`ctx` is its context)."""
 
 
 def python_version(install: Install) -> str:
@@ -189,7 +203,7 @@ d.mkdir(exist_ok=True)
 Value = str | Callable[[str | None], str | None]
 
 
-def fill(template: str, values: dict[str, Value]) -> str:
+def fill(template: str, values: Mapping[str, Value]) -> str:
     """Replace {name} and {name:arg} placeholders we know, leaving shell syntax such as ${HOME} alone.
 
     A value may be a function of the argument: `{short:9}` asks for nine characters of the sha.

@@ -98,7 +98,8 @@ def sourced_indexes(data: dict) -> dict[str, str]:
     """Packages the commit takes from a named index of its own (`[tool.uv.sources]` → `[[tool.uv.index]]`,
     e.g. torch from PyTorch's cu130 index), for this machine's markers; the default index is left out."""
     uv = data.get("tool", {}).get("uv", {})
-    urls = {i.get("name"): i.get("url") for i in uv.get("index", []) if isinstance(i, dict) and not i.get("default")}
+    urls = {i.get("name"): i["url"] for i in uv.get("index", [])
+            if isinstance(i, dict) and not i.get("default") and isinstance(i.get("url"), str)}
     out: dict[str, str] = {}
     for pkg, src in uv.get("sources", {}).items():
         for entry in src if isinstance(src, list) else [src]:

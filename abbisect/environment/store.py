@@ -17,12 +17,11 @@ import time
 import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from types import ModuleType
 
 from abbisect import supervisor
 from abbisect.cache import Cache, hold
-from abbisect.environment import command, editable
-from abbisect.environment.base import BuildContext, Step, index_args, python_version
+from abbisect.environment import command, editable, overlay, precompiled, vllm_wheels, wheel
+from abbisect.environment.base import BuildContext, SharedDeps, Step, Strategy, index_args, python_version
 from abbisect.environment.pins import AfterEngine
 from abbisect.errors import InfraError
 from abbisect.locks import atomic_write, file_lock
@@ -32,12 +31,12 @@ from abbisect.progress import Status
 from abbisect.recipe import Install
 from abbisect.redact import expand_env
 
-STRATEGIES: dict[str, ModuleType] = {m.name: m for m in (editable, command)}
+# Typed by the Protocol, one module per entry: the type checker holds each strategy module to it.
+STRATEGIES: dict[str, Strategy] = {
+    editable.name: editable, command.name: command, precompiled.name: precompiled, wheel.name: wheel,
+    overlay.name: overlay, vllm_wheels.name: vllm_wheels,
+}
 MARKER = "complete.json"
-
-
-def register(module: ModuleType) -> None:
-    STRATEGIES[module.name] = module
 
 
 @dataclass(frozen=True)
@@ -68,18 +67,8 @@ class EnvPlan:
     shared_steps: int = 0  # the first steps build the shared venv of the dependencies (once for many commits)
 
 
-def _strategy(install: Install) -> ModuleType:
-    _load_optional_strategies()
+def _strategy(install: Install) -> Strategy:
     return STRATEGIES[install.strategy]
-
-
-def _load_optional_strategies() -> None:
-    for name in ("precompiled", "wheel", "overlay", "vllm_wheels"):
-        if name not in STRATEGIES:
-            try:
-                register(__import__(f"abbisect.environment.{name}", fromlist=["name"]))
-            except ImportError:
-                pass
 
 
 def _context(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
@@ -92,7 +81,7 @@ def _context(source: Path, sha: str, install: Install, subdir: str | None, cache
     common = {"install": install.model_dump(mode="json"), "python": python_version(install),
               "index": index_args(install, probe), "subdir": subdir}
     base = None
-    layer = getattr(strategy, "layer_inputs", lambda _c: None)(probe)
+    layer = strategy.layer_inputs(probe) if isinstance(strategy, SharedDeps) else None
     if layer is not None:
         base_key = _digest({**common, "layer": layer})
         base = (replace(probe, venv=Cache.at(cache).venv(base_key)), base_key)
@@ -123,9 +112,9 @@ def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache
     `source` itself. `after` (a side's pins, a dependency commit) is installed last, for every strategy."""
     ctx, key, base = _context(source, sha, install, subdir, cache, git_dir, after)
     strategy = _strategy(install)
-    blocker = getattr(strategy, "blocker", lambda _c: None)(ctx)
-    facts = getattr(strategy, "facts", lambda _c: {})(ctx)
-    shared = tuple(strategy.base_steps(base[0])) if base else ()
+    blocker: str | None = getattr(strategy, "blocker", lambda _c: None)(ctx)
+    facts: dict[str, str] = getattr(strategy, "facts", lambda _c: {})(ctx)
+    shared = tuple(strategy.base_steps(base[0])) if base and isinstance(strategy, SharedDeps) else ()
     if base:
         facts = {**facts, "dependencies": f"shared venv {base[1]} (commits with the same declared dependencies)"}
     steps = (*shared, *strategy.steps(ctx), *(after.steps(ctx) if after else ()))

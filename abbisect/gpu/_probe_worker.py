@@ -268,7 +268,7 @@ def probe(spec: dict[str, Any], source_root: Path) -> dict[str, Any]:
     try:
         import torch
     except ImportError:
-        torch = None
+        torch = None  # type: ignore[assignment]  # a compile-only probe runs without torch
     notes: list[str] = []
     if torch is None and spec.get("launcher"):
         raise RuntimeError("driving a launcher needs torch in this interpreter")
@@ -286,7 +286,7 @@ def probe(spec: dict[str, Any], source_root: Path) -> dict[str, Any]:
     for combo in _combos(spec.get("sweep") or {}):
         env = {**combo}
         over = _overrides(combo, spec.get("constexprs") or {}, kernel)
-        base = {"combo": combo, "overrides": over}
+        base: dict[str, Any] = {"combo": combo, "overrides": over}
         try:
             args, kwargs = build_args(spec, env, "cpu", torch)
             c_args, _grid, c_kw = capture_call(mod, kernel, spec, args, kwargs)

@@ -94,7 +94,9 @@ def _open(nvml: Any | None) -> tuple[_Nvml | None, str]:
     global _notice_logged
     try:
         if nvml is None:
-            import pynvml as nvml
+            import pynvml
+
+            nvml = pynvml
         nvml.nvmlInit()
         return _Nvml(nvml), ""
     except Exception as exc:  # noqa: BLE001  # ImportError, or NVMLError when there is no driver

@@ -249,7 +249,7 @@ def render_probe_markdown(result: ProbeResult) -> str:
     if result.error:
         return "\n".join([*lines, f"Probe failed: {result.error}"])
     keys: list[str] = []
-    targets: list[tuple[str, str]] = []
+    targets: list[tuple[str, Literal["compile", "launch"]]] = []
     limits: dict[str, int | None] = {}
     for r in result.rows:
         keys += [k for k in r.combo if k not in keys]
