@@ -58,7 +58,7 @@ def run_logged(argv: Sequence[str], log: Path, env: Mapping[str, str] | None = N
     argv = [str(a) for a in argv]
     with Path(log).open("w" if fresh else "a") as fh:
         if header:
-            shown = argv[: argv.index("-c") + 1] + ["…"] if "-c" in argv else argv
+            shown = [*argv[: argv.index("-c") + 1], "…"] if "-c" in argv else argv
             fh.write(f"$ {' '.join(shown)}\n")
             fh.flush()
         rc = subprocess.run(argv, check=False, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,

@@ -421,7 +421,8 @@ def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
         # A union (model: str | mapping) reports every branch; keep the branch the input was meant for.
         meant = [e for e in errors if not (e["type"].endswith("_type") and isinstance(e.get("input"), dict | list))]
         errors = meant or errors
-        raise UserError(f"{source}: {_describe(errors[0])}" + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""))
+        raise UserError(f"{source}: {_describe(errors[0])}"
+                        + (f" (+{len(errors) - 1} more)" if len(errors) > 1 else "")) from None
     return recipe
 
 

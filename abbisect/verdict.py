@@ -87,7 +87,7 @@ def judge(ev: Evidence, rules: Verdicts) -> Verdict:
     rule = status.rule
     if rule in rules.skip_if:
         outcome = "skip"
-    elif status is Status.WARNED and ev.bad_signatures or rule in rules.bad_if:
+    elif (status is Status.WARNED and ev.bad_signatures) or rule in rules.bad_if:
         outcome = "bad"
     else:
         outcome = "good"

@@ -102,10 +102,10 @@ def run_plain(src: Path, work: Path) -> dict:
     env = {**os.environ, "COUNTS": str(counts)}
     git = ["git", "-C", str(repo)]
     t0 = time.monotonic()
-    subprocess.run(git + ["bisect", "start", "end", "start"], check=True, capture_output=True, env=env)
-    subprocess.run(git + ["bisect", "run", str(script)], check=False, capture_output=True, text=True, env=env)
+    subprocess.run([*git, "bisect", "start", "end", "start"], check=True, capture_output=True, env=env)
+    subprocess.run([*git, "bisect", "run", str(script)], check=False, capture_output=True, text=True, env=env)
     wall = time.monotonic() - t0
-    bad = subprocess.run(git + ["rev-parse", "refs/bisect/bad"], check=False, capture_output=True, text=True).stdout.strip()
+    bad = subprocess.run([*git, "rev-parse", "refs/bisect/bad"], check=False, capture_output=True, text=True).stdout.strip()
     tally = counts.read_text().split() if counts.exists() else []
     return {"wall_s": round(wall, 1), "launches": tally.count("launch"), "builds": tally.count("build"),
             "first_bad": bad}

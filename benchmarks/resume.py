@@ -48,7 +48,7 @@ def main() -> None:
                             stderr=subprocess.PIPE, text=True)
     printed = None
     for line in proc.stderr:
-        printed = printed or (m := re.search(r"if interrupted, resume with: (.+)\)", line)) and m[1]
+        printed = printed or ((m := re.search(r"if interrupted, resume with: (.+)\)", line)) and m[1])
         state = out / "state.json"
         if state.exists() and len(json.loads(state.read_text())["steps"]) >= args.after:
             proc.send_signal(signal.SIGKILL)

@@ -121,12 +121,12 @@ def test_git_bisect_run_with_check(tmp_path, merge_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
     env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)}
     git = ["git", "-C", str(repo)]
-    subprocess.run(git + ["bisect", "start", "--first-parent", shas["c5"], shas["v1"]], check=True, env=env,
+    subprocess.run([*git, "bisect", "start", "--first-parent", shas["c5"], shas["v1"]], check=True, env=env,
                    capture_output=True)
-    run = subprocess.run(git + ["bisect", "run", sys.executable, "-m", "abbisect", "check", str(recipe)], check=False,
+    run = subprocess.run([*git, "bisect", "run", sys.executable, "-m", "abbisect", "check", str(recipe)], check=False,
                          env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
-    bad = subprocess.run(git + ["rev-parse", "refs/bisect/bad"], check=False, capture_output=True, text=True).stdout.strip()
+    bad = subprocess.run([*git, "rev-parse", "refs/bisect/bad"], check=False, capture_output=True, text=True).stdout.strip()
     assert bad == shas["M1"]
 
 

@@ -295,9 +295,9 @@ def test_server_that_runs_git_serves_under_git_bisect_run(upstream, tmp_path, ca
     env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)}
     git = ["git", "-C", str(bare)]
     # Two candidates, m4 (bad: scale bug) and M120 (good): any commit that crashed would be "bad".
-    subprocess.run(git + ["bisect", "start", "--term-old=broken", "--term-new=fixed", "--first-parent", s["M120"],
-                          s["m3"]], check=True, env=env, capture_output=True)
-    run = subprocess.run(git + ["bisect", "run", "abbisect", "check", str(recipe), "--invert", "--no-cache"],
+    subprocess.run([*git, "bisect", "start", "--term-old=broken", "--term-new=fixed", "--first-parent", s["M120"],
+                    s["m3"]], check=True, env=env, capture_output=True)
+    run = subprocess.run([*git, "bisect", "run", "abbisect", "check", str(recipe), "--invert", "--no-cache"],
                          check=False, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert _git(bare, "rev-parse", "refs/bisect/fixed") == s["M120"]
@@ -387,8 +387,8 @@ def test_check_under_git_bisect_run_in_the_cache_clone_needs_no_network(upstream
     assert _git(clone, "rev-parse", "--is-bare-repository") == "true"
     source.rename(tmp_path / "gone")
     git = ["git", "-C", str(clone)]
-    subprocess.run(git + ["bisect", "start", s["m4"], s["git"]], check=True, env=env, capture_output=True)
-    run = subprocess.run(git + ["bisect", "run", "abbisect", "check", str(recipe)], check=False, env=env,
+    subprocess.run([*git, "bisect", "start", s["m4"], s["git"]], check=True, env=env, capture_output=True)
+    run = subprocess.run([*git, "bisect", "run", "abbisect", "check", str(recipe)], check=False, env=env,
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout + run.stderr
     assert _git(clone, "rev-parse", "refs/bisect/bad") == s["bug"]

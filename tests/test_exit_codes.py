@@ -123,10 +123,10 @@ def test_git_bisect_run_skips_infrastructure_faults(tmp_path, engine_repo, cache
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, **overrides))
     env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache), **extra}
     git = ["git", "-C", str(repo)]
-    subprocess.run(git + ["bisect", "start", "broken", "healthy0"], check=True, env=env, capture_output=True)
-    run = subprocess.run(git + ["bisect", "run", sys.executable, "-m", "abbisect", "check", str(recipe)], check=False,
+    subprocess.run([*git, "bisect", "start", "broken", "healthy0"], check=True, env=env, capture_output=True)
+    run = subprocess.run([*git, "bisect", "run", sys.executable, "-m", "abbisect", "check", str(recipe)], check=False,
                          env=env, capture_output=True, text=True, timeout=600)
-    log = subprocess.run(git + ["bisect", "log"], check=True, capture_output=True, text=True).stdout
+    log = subprocess.run([*git, "bisect", "log"], check=True, capture_output=True, text=True).stdout
     verdicts = [ln for ln in log.splitlines() if ln.startswith("git bisect ") and not ln.startswith("git bisect start")]
     assert verdicts and all(ln.startswith("git bisect skip") for ln in verdicts), log + run.stdout + run.stderr
     assert "infrastructure error" in run.stdout + run.stderr

@@ -89,7 +89,7 @@ def _keys(model: type, prefix: str = "") -> set[str]:
     for name, field in model.model_fields.items():
         name = field.alias or name  # `from` is spelled `from_` in Python
         keys.add(prefix + name)
-        for arg in getattr(field.annotation, "__args__", ()) + (field.annotation,):
+        for arg in (*getattr(field.annotation, "__args__", ()), field.annotation):
             if isinstance(arg, type) and hasattr(arg, "model_fields"):
                 keys |= _keys(arg, prefix + name + ".")
     return keys

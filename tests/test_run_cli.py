@@ -113,8 +113,8 @@ def test_existing_output_folder_is_not_overwritten(tmp_path, engine_repo, cache_
 def test_user_checkout_untouched(tmp_path, engine_repo, cache_dir):
     def state():
         git = ["git", "-C", str(engine_repo)]
-        return (subprocess.run(git + ["rev-parse", "HEAD"], check=False, capture_output=True, text=True).stdout,
-                subprocess.run(git + ["status", "--porcelain"], check=False, capture_output=True, text=True).stdout,
+        return (subprocess.run([*git, "rev-parse", "HEAD"], check=False, capture_output=True, text=True).stdout,
+                subprocess.run([*git, "status", "--porcelain"], check=False, capture_output=True, text=True).stdout,
                 (engine_repo / "toyengine" / "loader.py").read_text())
     (engine_repo / "scratch.txt").write_text("uncommitted work")
     before = state()

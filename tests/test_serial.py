@@ -39,8 +39,8 @@ def check_trial(data: dict) -> TrialResult:
     r = load(TrialResult, data)
     assert isinstance(r.spec, TrialSpec) and isinstance(r.verdict, Verdict)
     assert isinstance(r.verdict.reasons, tuple) and r.verdict.reasons
-    assert r.env is None or isinstance(r.env, EnvResult) and isinstance(r.env.steps, tuple)
-    assert r.launch is None or isinstance(r.launch, LaunchInfo) and isinstance(r.launch.argv, tuple)
+    assert r.env is None or (isinstance(r.env, EnvResult) and isinstance(r.env.steps, tuple))
+    assert r.launch is None or (isinstance(r.launch, LaunchInfo) and isinstance(r.launch.argv, tuple))
     assert isinstance(r.outputs, tuple) and all(isinstance(o, Completion) for o in r.outputs)
     assert all(isinstance(a, OutputAnalysis) and isinstance(a.evidence, tuple) for a in r.analyses)
     assert all(isinstance(s, SignatureMatch) and isinstance(s.groups, tuple) for s in r.signatures)

@@ -349,7 +349,7 @@ class Driver:
                         if verdict == SKIP and useful and not state.done():
                             busy = [s for s, _ in running.values()]
                             launch([s for s in pick(state, len(free), busy) if s not in tested][:1])
-                    for future, (sha, _) in list(running.items()):
+                    for sha, _ in list(running.values()):
                         if not still_useful(state, sha) and sha in self.trial_futures and self.executor:
                             self.say(f"round {number}: {sha[:10]} no longer matters; stopping its trial")
                             self.executor.cancel(self.trial_futures[sha])

@@ -178,7 +178,7 @@ def bisect_under_way(environ: dict[str, str], cwd: PathLike) -> tuple[str, str] 
     if found is None:
         return None
     start = _rev([*where, "rev-parse", "--git-path", "BISECT_START"], environ)
-    if start is None or not Path(cwd, start).is_file() and not Path(found, "BISECT_START").is_file():
+    if start is None or (not Path(cwd, start).is_file() and not Path(found, "BISECT_START").is_file()):
         return None
     sha = _rev([*where, "rev-parse", "--verify", "-q", "BISECT_HEAD^{commit}"], environ) or \
         _rev([*where, "rev-parse", "--verify", "-q", "HEAD^{commit}"], environ)

@@ -44,7 +44,7 @@ class Checkpoint:
     """Trigram/bigram counts turned into a quantised lm_head (deterministic: seeded)."""
 
     def __init__(self):
-        sentences = [tokenize(s) + [EOS] for s in CORPUS.strip().splitlines()]
+        sentences = [[*tokenize(s), EOS] for s in CORPUS.strip().splitlines()]
         self.vocab = list(OUTLIER_ROWS) + sorted({t for s in sentences for t in s} - set(OUTLIER_ROWS))
         self.tri, self.bi = {}, {}
         for s in sentences:
@@ -99,7 +99,7 @@ class Model:
     def generate(self, prompt, max_tokens, temperature=0.0, seed=0):
         words = tokenize(prompt)
         out = self.opening(words)[:max_tokens]
-        ctx = ["<s>", "<s>"] + words + out
+        ctx = ["<s>", "<s>", *words, *out]
         rng = random.Random(seed)
         for _ in range(max_tokens - len(out)):
             logits = self.lm_head.logits(ctx[-2], ctx[-1])
