@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abbisect import __version__, checkout
+from abbisect.cache import Cache
 from abbisect.recipe import Recipe
 from abbisect.score import Divergence, diff_signatures, divergence
 from abbisect.serial import dump
@@ -70,19 +71,19 @@ def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, starte
                     command, __version__, started)
 
 
-def trial_spec(recipe: Recipe, repo: Path, rev: checkout.Revision, side: str, cache: Path, out: Path,
+def trial_spec(recipe: Recipe, repo: Path, rev: checkout.Revision, side: str, cache: Cache | Path, out: Path,
                pins: tuple[str, ...] | list[str] = ()) -> TrialSpec:
     return TrialSpec(recipe, side, rev.ref, rev.sha, rev.subject, str(repo), str(cache),
                      str(out / f"{side}-{rev.short}"), list(pins))
 
 
-def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Path) -> tuple[Path, list[checkout.Revision]]:
+def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path) -> tuple[Path, list[checkout.Revision]]:
     """Both refs are resolved before anything is built, so a typo fails at once."""
     repo = checkout.open_repo(recipe.engine.repo, cache)
     return repo, [checkout.resolve(repo, ref) for ref in refs]
 
 
-def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Path, out: Path, command: str,
+def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cache | Path, out: Path, command: str,
            progress: Progress, runner=run_trial, pins: tuple[tuple[str, ...], ...] = ((), ())) -> ABResult:
     """Run A then B, one after the other (same GPU), and compare them; `pins` per side go in after the engine."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())

@@ -27,6 +27,7 @@ from packaging.version import InvalidVersion, Version
 from abbisect import checkout
 from abbisect.bisect import history
 from abbisect.bisect.search import Graph
+from abbisect.cache import Cache
 from abbisect.environment import EnvResult, ensure_env
 from abbisect.environment.base import index_args
 from abbisect.environment.pins import AfterEngine
@@ -37,7 +38,7 @@ from abbisect.recipe import Install, Over, Recipe, VersionRange
 # -- what a trial installs after the engine ------------------------------------------------------------
 
 
-def after_engine(spec, cache: Path, planning: bool = False) -> AfterEngine | None:
+def after_engine(spec, cache: Cache | Path, planning: bool = False) -> AfterEngine | None:
     """The spec's pins and dependency commit as build input; `planning` computes keys without checkouts."""
     dep = spec.dependency
     if not spec.pins and not dep:
@@ -277,7 +278,7 @@ def _ok(v: str) -> bool:
 class _FixedEngine:
     """Shared by both kinds of candidates: the engine commit every trial runs, and its venv build."""
 
-    def __init__(self, recipe: Recipe, engine_repo: Path, engine: checkout.Revision, cache: Path) -> None:
+    def __init__(self, recipe: Recipe, engine_repo: Path, engine: checkout.Revision, cache: Cache | Path) -> None:
         self.recipe, self.engine_repo, self.engine, self.cache = recipe, engine_repo, engine, cache
 
     def _spec(self, label: str, slug: str, out: Path, pins: list[str], dependency: dict | None):
@@ -288,7 +289,7 @@ class _FixedEngine:
                          str(out / f"{label.replace(' ', '-')}-{slug}"), pins, dependency)
 
     def build(self, candidate: str) -> EnvResult:
-        spec = self.spec(candidate, "prefetch", self.cache)
+        spec = self.spec(candidate, "prefetch", Path(self.cache))
         source = checkout.worktree(self.engine_repo, self.engine.sha, self.cache, tuple(self.recipe.engine.sparse))
         return ensure_env(source, self.engine.sha, self.recipe.install, self.recipe.engine.subdir, self.cache,
                           self.recipe.timeouts.build, after=after_engine(spec, self.cache))
@@ -307,7 +308,7 @@ class _FixedEngine:
         from abbisect.plan import plan_for
 
         chain = self.graph(old.sha, new.sha).order
-        spec = self.spec(new.sha, "plan", self.cache)
+        spec = self.spec(new.sha, "plan", Path(self.cache))
         key, steps = plan_for(self.recipe, self.engine_repo, self.engine.sha, self.cache,
                               after_engine(spec, self.cache, planning=True))
         lines = [f"recipe: {self.recipe.name}", f"bisect over {self.describe()}",
@@ -396,7 +397,7 @@ class DependencyCommits(_FixedEngine):
         return f"commits of {over.repo if over else self.repo}, engine fixed at {self.engine.ref} ({self.engine.short})"
 
 
-def bisect_variable(recipe: Recipe, cache: Path) -> PackageVersions | DependencyCommits:
+def bisect_variable(recipe: Recipe, cache: Cache | Path) -> PackageVersions | DependencyCommits:
     """The candidates of `bisect.over`, with the engine commit resolved (a typo fails before any build)."""
     over = recipe.bisect.over
     assert over is not None

@@ -25,6 +25,7 @@ from pathlib import Path
 import httpx
 
 from abbisect import supervisor
+from abbisect.cache import Cache
 from abbisect.engines.base import LaunchPlan
 from abbisect.logstream import CappedLog, LineScanner, pump
 from abbisect.progress import Status
@@ -88,7 +89,7 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def start(plan: LaunchPlan, env: dict[str, str], log_path: Path, cwd: Path, base_url: str,
-          cache: Path | None = None, scanner: LineScanner | None = None, grace: float = 10.0) -> Server:
+          cache: Cache | Path | None = None, scanner: LineScanner | None = None, grace: float = 10.0) -> Server:
     """Start the watchdog, record the launch in the cache, then start the server in its own session."""
     token = uuid.uuid4().hex
     record = (supervisor.write_record(cache, token, argv=list(plan.argv), port=base_url.rsplit(":", 1)[-1],

@@ -8,7 +8,6 @@ does not have, such as a cache entry's "stored", ignored). Whatever the current 
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any, TypeVar
 
 from pydantic import TypeAdapter
@@ -16,9 +15,13 @@ from pydantic import TypeAdapter
 T = TypeVar("T")
 
 
-@cache
+_ADAPTERS: dict[Any, TypeAdapter[Any]] = {}
+
+
 def _adapter(cls: Any) -> TypeAdapter[Any]:
-    return TypeAdapter(cls)
+    if cls not in _ADAPTERS:
+        _ADAPTERS[cls] = TypeAdapter(cls)
+    return _ADAPTERS[cls]
 
 
 def dump(obj: Any, exclude: set[str] | None = None) -> dict[str, Any]:

@@ -175,7 +175,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     rec = TrialRecord(spec)
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     source = _checkout(rec, recipe, say)
-    if not _build(rec, recipe, source, say):
+    if not _build(rec, recipe, source, say) or rec.env is None:
         return rec.result()
     if recipe.probe is not None:
         from abbisect.gpu.probe_trial import probe_trial
@@ -231,6 +231,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     """Start the server, wait for ready, send the prompts, stop it: the launch, the outputs and the log's
     signatures."""
     spec, env, extras, timings = rec.spec, rec.env, rec.extras, rec.timings
+    assert env is not None  # built: the stage before ends the trial otherwise
     cache, out = Cache.at(spec.cache_dir), Path(spec.out_dir)
     model = resolve_model(recipe, cache, say)
     mod = adapter(recipe.engine.kind)
@@ -341,6 +342,7 @@ def _gpu_released(gpus: list[int], before: dict | None, say: Progress):
 def _evidence(recipe: Recipe, rec: TrialRecord) -> Evidence:
     env, info, outputs, analyses, answers = rec.env, rec.launch, rec.outputs, rec.analyses, rec.answers
     signatures, exc = rec.signatures, rec.first_exception
+    assert env is not None  # every trial that reaches a verdict through evidence went through the build
     warn = recipe.scoring.warn_severity
     named = set(recipe.verdict.bad_signatures)
     rejected = tuple(g for s in signatures if s.id == "flag_rejected" for g in (s.groups or (s.line,)) if g)

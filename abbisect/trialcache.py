@@ -18,7 +18,6 @@ from abbisect.locks import atomic_write
 from abbisect.plan import plan_for
 from abbisect.redact import Redactor
 from abbisect.serial import dump, load
-from abbisect.status import Status
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
@@ -115,7 +114,7 @@ class TrialCache:
 
     def put(self, result: TrialResult, spec: TrialSpec | None = None) -> None:
         """Keep a result (and its out_dir's logs); `spec` is the unredacted spec the key is computed from."""
-        status = Status(result.verdict.status)
+        status = result.verdict.status
         if not status.cacheable:  # it says nothing about the commit (abbisect/status.py)
             return
         key = trial_key(spec or result.spec, self.machine)
@@ -186,7 +185,7 @@ def scrub_file(path: Path, redactor: Redactor) -> None:
 def _waited_less(result: TrialResult, spec: TrialSpec) -> bool:
     """A cached status that a timeout may have caused (timeout: ready; build_failed: build), from a run that
     gave it less time than `spec` does (timeouts are not in the key: abbisect/recipe.py `fingerprint`)."""
-    bound = Status(result.verdict.status).bounded_by
+    bound = result.verdict.status.bounded_by
     return bound is not None and getattr(result.spec.recipe.timeouts, bound) < getattr(spec.recipe.timeouts, bound)
 
 

@@ -20,6 +20,7 @@ from abbisect.ab import trial_spec
 from abbisect.bisect import history
 from abbisect.bisect.multisect import fold, pick, still_useful
 from abbisect.bisect.search import NEW, OLD, SKIP, SearchResult, SearchState, start
+from abbisect.cache import Cache
 from abbisect.dependency import DependencyCommits, PackageVersions
 from abbisect.environment import ensure_env, needs_source
 from abbisect.errors import UserError
@@ -101,7 +102,7 @@ def order_ends(repo: Path, good: checkout.Revision,
 
 
 class Driver:
-    def __init__(self, recipe: Recipe, repo: Path, cache: Path, out: Path, trial_cache: TrialCache,
+    def __init__(self, recipe: Recipe, repo: Path, cache: Cache | Path, out: Path, trial_cache: TrialCache,
                  progress: Progress, runner: Runner = run_trial, retries: int = 0, prefetch: int = 2,
                  variable=None, judge: Judge | None = None, redact: Callable[[Any], Any] | None = None,
                  executor: Executor | None = None) -> None:

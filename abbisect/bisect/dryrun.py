@@ -12,6 +12,7 @@ from abbisect import checkout
 from abbisect.bisect import history
 from abbisect.bisect.driver import order_ends
 from abbisect.bisect.search import NEW, OLD, start
+from abbisect.cache import Cache
 from abbisect.plan import render_env, render_plan
 from abbisect.recipe import Recipe
 
@@ -46,7 +47,7 @@ def search_lines(repo: Path, label: str, new: str, olds: list[str], first_parent
 
 
 def render_bisect_plan(recipe: Recipe, repo: Path, good: checkout.Revision, bad: checkout.Revision,
-                       cache: Path) -> str:
+                       cache: Cache | Path) -> str:
     first_parent = recipe.bisect.first_parent
     pathspec = recipe.bisect.pathspec or None
     old, new, bases = order_ends(repo, good, bad)

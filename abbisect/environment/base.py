@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import uv
 
+from abbisect.cache import Cache
 from abbisect.environment.tree import CommitTree
 from abbisect.recipe import Install
 from abbisect.redact import mask_env
@@ -43,7 +44,7 @@ class BuildContext:
     sha: str
     install: Install
     venv: Path
-    cache: Path
+    cache: Cache | Path
 
     @property
     def python(self) -> str:

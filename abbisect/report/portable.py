@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abbisect import git
-from abbisect.cache import WORKTREES
+from abbisect.cache import WORKTREES, Cache
 from abbisect.recipe import BUILTIN_PREFIX, PackagedModel, Recipe
 from abbisect.trial import TrialResult
 
@@ -38,7 +38,7 @@ def engine_source(recipe: Recipe) -> str:
     return remote_url(repo) or f"<a local checkout named {Path(repo).name}, with no remote>"
 
 
-def model_sha256(model: PackagedModel, cache: Path) -> str | None:
+def model_sha256(model: PackagedModel, cache: Cache | Path) -> str | None:
     """The GGUF's sha256 recorded when the model was prepared (None before, or for older cache entries)."""
     from abbisect.models import MARKER, model_dir
 
@@ -65,7 +65,7 @@ def _strip_paths(data):
     return data
 
 
-def portable_recipe(recipe: Recipe, cache: Path) -> dict:
+def portable_recipe(recipe: Recipe, cache: Cache | Path) -> dict:
     """The recipe as a stranger can use it: prompts inlined, no path of this machine, defaults left out."""
     data = recipe.model_dump(mode="json", exclude_defaults=True)
     data["engine"] = {**data.get("engine", {}), "kind": recipe.engine.kind, "repo": engine_source(recipe)}
@@ -85,7 +85,7 @@ class Portable:
     pairs: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def build(cls, cache: Path, repo: Path | None = None, recipe_file: Path | None = None,
+    def build(cls, cache: Cache | Path, repo: Path | None = None, recipe_file: Path | None = None,
               out: Path | None = None, model: str | None = None) -> Portable:
         pairs: dict[str, str] = {}
         if model and model.startswith("/"):  # a prepared model may be gone (gc) and still be named in a result

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from abbisect.cache import Cache
 from abbisect.recipe import PackagedModel, Recipe
 from abbisect.report.markdown import OUTPUTS_FILE, fit, outputs_document, render_ab
 from abbisect.report.portable import Portable, github_links, portable_recipe
 
 
-def model_path(recipe: Recipe, cache: Path) -> str | None:
+def model_path(recipe: Recipe, cache: Cache | Path) -> str | None:
     """Where the model the engine loads lies on this machine (a prepared packaged model, or a local path)."""
     if isinstance(recipe.model, PackagedModel):
         from abbisect.models import model_dir
@@ -18,11 +19,11 @@ def model_path(recipe: Recipe, cache: Path) -> str | None:
     return recipe.model
 
 
-def portable_for(recipe: Recipe, cache: Path, repo: Path | None, recipe_file: Path | None, out: Path) -> Portable:
+def portable_for(recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_file: Path | None, out: Path) -> Portable:
     return Portable.build(cache, repo, recipe_file, out, model_path(recipe, cache))
 
 
-def ab_files(ab, recipe: Recipe, cache: Path, repo: Path | None, recipe_file: Path | None, out: Path) -> dict[str, str]:
+def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_file: Path | None, out: Path) -> dict[str, str]:
     """{file name: text} of an A/B's markdown; local paths replaced."""
     portable = portable_for(recipe, cache, repo, recipe_file, out)
     doc = portable_recipe(recipe, cache)
