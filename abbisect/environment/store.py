@@ -215,6 +215,26 @@ _ACTIVE: set[subprocess.Popen] = set()
 _ACTIVE_LOCK = threading.Lock()
 _STOPPING = threading.Event()
 STATUS_EVERY_S = 10.0
+# Build steps of a background (prefetch) build run this much nicer than abbisect, so they yield the CPU to
+# the trial that runs meanwhile; a build a trial starts itself runs at normal priority (one it finds under
+# way in the background stays niced: an unprivileged process cannot raise a priority back).
+BACKGROUND_NICE = 10
+_BACKGROUND = threading.local()
+
+
+class background:
+    """`with background():` build steps started by this thread run under `nice -n BACKGROUND_NICE`."""
+
+    def __enter__(self) -> None:
+        _BACKGROUND.on = True
+
+    def __exit__(self, *exc) -> None:
+        _BACKGROUND.on = False
+
+
+def _niced(argv: tuple[str, ...] | list[str]) -> list[str]:
+    nice = shutil.which("nice") if getattr(_BACKGROUND, "on", False) else None
+    return [nice, "-n", str(BACKGROUND_NICE), *argv] if nice else list(argv)
 
 
 def stop_builds() -> int:
@@ -268,7 +288,7 @@ def _run_one(step: Step, env: dict[str, str], ctx: BuildContext, out: CappedLog,
     watchdog = supervisor.watch(token, 2.0)
     read_end, write_end = os.pipe()
     try:
-        proc = subprocess.Popen(step.argv, stdout=write_end, stderr=subprocess.STDOUT, cwd=ctx.source,
+        proc = subprocess.Popen(_niced(step.argv), stdout=write_end, stderr=subprocess.STDOUT, cwd=ctx.source,
                                 env={**env, supervisor.TOKEN_VAR: token}, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     except OSError as exc:
