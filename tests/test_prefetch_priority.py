@@ -36,10 +36,9 @@ def test_prefetch_builds_run_niced(tmp_path: Path):
     niceness = {p.name: int(p.read_text()) for p in seen.iterdir()}
     # The ends are built by their own trials (nobody built them before): normal priority.
     assert niceness[shas[0]] == mine and niceness[shas[-1]] == mine
-    # Built and never tested: only a background build makes those (the search went the other way), and the
-    # first midpoint was built while the ends ran; each of these ran niced.
+    # Built and never tested: only a background build makes those (the search went the other way); each
+    # ran niced. (A tested candidate may have been promoted back: its trial waited for its build.)
     tested = {s["sha"] for s in data["steps"]}
-    first = next(s["sha"] for s in data["steps"] if s["role"] == "candidate")
-    background = [sha for sha in niceness if sha not in tested] + [first]
-    assert len(background) >= 2, niceness
+    background = [sha for sha in niceness if sha not in tested]
+    assert background, niceness
     assert all(niceness[sha] == min(mine + BACKGROUND_NICE, 19) for sha in background), niceness
