@@ -234,8 +234,23 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
     from abbisect.trialcache import TrialCache, machine_key
 
-    ab = run_ab(rec, repo, revs, cache, out, reproduce_command(sys.argv[1:], recipe_file), progress,
-                judging(TrialCache(cache, machine_key(), enabled=not no_cache).fetch, judge, run_trial), pins)
+    trials = TrialCache(cache, machine_key(), enabled=not no_cache)
+    fetch, executor = trials.fetch, None
+    if rec.ab.parallel:  # each side in a trial process of its own, on its own slot
+        from abbisect.ab import side_slots
+        from abbisect.executors import LocalParallel
+
+        executor = LocalParallel(side_slots(rec, progress))
+        slot_of = dict(zip(("a", "b"), executor.slots))
+
+        def fetch(spec, say):
+            return trials.fetch(spec, say, lambda s, p: executor.submit(s, slot_of[s.side], p).result())
+    try:
+        ab = run_ab(rec, repo, revs, cache, out, reproduce_command(sys.argv[1:], recipe_file), progress,
+                    judging(fetch, judge, run_trial), pins, at_once=rec.ab.parallel)
+    finally:
+        if executor is not None:
+            executor.shutdown()
     files = ab_files(ab, rec, cache, repo, recipe_file, out)
     write_results(out, files.pop("report.md"), ab.to_dict(), [("a", ab.a), ("b", ab.b)], redactor=red, extra=files)
     progress(Final(f"A: {ab.a.verdict.status} → {ab.a.verdict.outcome}   "

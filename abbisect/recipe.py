@@ -290,6 +290,13 @@ class BisectOptions(_Strict):
     ray_resource: str | None = Field(None, description="a Ray custom resource, one unit per slot")
 
 
+class ABOptions(_Strict):
+    # A and B at once, each on its own slot (the first two of `gpus` slots; without GPUs, two CPU slots).
+    # The default runs them one after the other on one GPU, as a fair comparison needs; at once, the two
+    # slots' GPUs must be the same model (checked, both sides' fingerprints shown in the report).
+    parallel: bool = False
+
+
 class GpuSlots(_Strict):
     count: int = Field(ge=1, le=1024)
     per_trial: int = Field(1, ge=1)
@@ -324,6 +331,7 @@ class Recipe(_Strict):
     scoring: Scoring = Scoring()
     verdict: Verdicts = Verdicts()
     bisect: BisectOptions = BisectOptions()
+    ab: ABOptions = ABOptions()
     probe: ProbeConfig | None = None
     hardware: str = ""
 
@@ -375,7 +383,7 @@ class Recipe(_Strict):
         # Which GPU numbers a trial ran on is placement, not outcome (the machine key holds the GPU models);
         # how many it sees, or whether it is pinned at all, is not; verdict.script judges a finished trial again, it never changes what the trial produced.
         data = self.model_dump(mode="json", exclude={"sides": True, "description": True, "hardware": True,
-                                                     "bisect": True, "public_env": True, "secret_env": True,
+                                                     "bisect": True, "ab": True, "public_env": True, "secret_env": True,
                                                      "gpus": True, "gpu_slots": True, "verdict": {"script"}})
         data["gpus"] = None if self.gpus is None else len(self.gpus)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

@@ -221,6 +221,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         extras["gpu_before"] = _gpu_idle(recipe.gpus, say).to_dict()
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
+    server_times = extras["server_times"] = {"launched": round(time.time(), 3)}  # wall clock: A/B at once overlap
     scanner = LineScanner(catalogue, plan.ready_log)
     prompts = ordered(list(recipe.prompts), recipe.prompt_order)
     outputs: tuple[Completion, ...] = ()
@@ -231,6 +232,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     try:
         ready = launch.wait_ready(server, plan, recipe.timeouts.ready, progress=say)
         timings["ready"] = round(time.monotonic() - t_launch, 3)
+        server_times["ready"] = round(time.time(), 3)
         if ready.status == "ready":
             if recipe.gpus is not None:  # evidence that the check sees this side's own server on the GPU
                 from abbisect.gpu.hygiene import check_idle
@@ -256,6 +258,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
         scanner.freeze()
         teardown = launch.stop(server, recipe.timeouts.teardown)
+        server_times["stopped"] = round(time.time(), 3)
         timings["teardown"] = teardown.seconds
         if recipe.gpus is not None:
             extras["gpu_after"] = _gpu_released(recipe.gpus, extras.get("gpu_before"), say).to_dict()
