@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -207,7 +208,14 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
                        judge(ev, recipe.verdict), timings, t0)
 
     # The full package list proves what differs between two sides (and what does not).
-    extras: dict = {"fingerprint": _fingerprint(env.python, recipe, spec), "packages": installed_packages(env.python)}
+    extras: dict = {}
+    described = threading.Thread(target=lambda: extras.update(
+        fingerprint=_fingerprint(env.python, recipe, spec), packages=installed_packages(env.python)), daemon=True)
+    described.start()
+    if recipe.probe is not None or recipe.gpus is not None:
+        # With GPUs, the venv is described before the server starts: the description may open a CUDA context,
+        # which must not overlap the engine's own memory sizing or the same-GPU hygiene baseline.
+        described.join()
     if recipe.probe is not None:
         return _probe_trial(spec, recipe, env, source, out, extras, timings, t0, say)
 
@@ -263,6 +271,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         if recipe.gpus is not None:
             extras["gpu_after"] = _gpu_released(recipe.gpus, extras.get("gpu_before"), say).to_dict()
 
+    described.join()  # described while the server loaded
     say("score")
     ts = time.monotonic()
     log_text = log_path.read_bytes().decode(errors="replace")  # capped on disk (abbisect.logstream)
@@ -386,17 +395,33 @@ def main(argv: list[str] | None = None) -> int:
 
     This is the seam for executors that place trials elsewhere (another GPU of the host, a cluster).
     """
-    import json
     import sys
 
     args = sys.argv[1:] if argv is None else argv
-    spec = TrialSpec.from_dict(json.loads(Path(args[0]).read_text()))
+    if args == ["--serve"]:
+        # A warm worker (executors.LocalParallel): one spec file a line on stdin, one result line on stdout
+        # each (after RESULT_MARK), so the next trial starts without a new interpreter and imports.
+        for line in sys.stdin:
+            print(RESULT_MARK + _one(Path(line.strip())), flush=True)
+        return 0
+    print(_one(Path(args[0])))
+    return 0
+
+
+RESULT_MARK = "abbisect-trial-result "
+
+
+def _one(path: Path) -> str:
+    import json
+    import sys
+
+    spec = TrialSpec.from_dict(json.loads(path.read_text()))
     from abbisect.redact import Redactor
 
     red = Redactor.from_recipe(spec.recipe)  # executors log this process's output: no secret in it
-    result = run_trial(spec, red.guard(lambda msg: print(f"[{spec.side} {spec.sha[:10]}] {msg}", file=sys.stderr)))
-    print(json.dumps(red.data(result.to_dict()), default=str))
-    return 0
+    result = run_trial(spec, red.guard(lambda msg: print(f"[{spec.side} {spec.sha[:10]}] {msg}", file=sys.stderr,
+                                                         flush=True)))
+    return json.dumps(red.data(result.to_dict()), default=str)
 
 
 if __name__ == "__main__":
