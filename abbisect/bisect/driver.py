@@ -233,7 +233,8 @@ class Driver:
             state = start(graph, run.new.sha, [run.old.sha])
             self.say(f"{len(state.remaining())} candidate commits between {run.old.ref} and {run.new.ref}; "
                      f"roughly {state.steps_left() + 1} steps after the two ends")
-            self.prefetch_build([s for s in (state.next_commit(),) if s])  # what the step after the ends tests
+            # What the next steps test: the new end (while the old end's server loads), then the first midpoint.
+            self.prefetch_build([s for s in (run.new.sha, state.next_commit()) if s])
 
         if self.parallel:  # both ends at once, one slot each
             self._steps_at_once(run, [(rev.sha, role) for rev, role in zip((run.old, run.new), roles, strict=True)],
