@@ -1,14 +1,18 @@
-"""`abbisect run`: the same recipe on two commits, one after the other on the same GPU, compared."""
+"""`abbisect run`: the same recipe on two commits, one after the other on the same GPU, compared (or, when
+the recipe asks with `ab.parallel`, at once on two slots of the same GPU model)."""
 
 from __future__ import annotations
 
 import shlex
+import subprocess
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 from abbisect import __version__, checkout
 from abbisect.cache import Cache
+from abbisect.errors import UserError
 from abbisect.recipe import Recipe
 from abbisect.score import Divergence, diff_signatures, divergence
 from abbisect.serial import dump
@@ -84,11 +88,56 @@ def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path) ->
 
 
 def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cache | Path, out: Path, command: str,
-           progress: Progress, runner=run_trial, pins: tuple[tuple[str, ...], ...] = ((), ())) -> ABResult:
-    """Run A then B, one after the other (same GPU), and compare them; `pins` per side go in after the engine."""
+           progress: Progress, runner=run_trial, pins: tuple[tuple[str, ...], ...] = ((), ()),
+           at_once: bool = False) -> ABResult:
+    """Run A then B, one after the other (same GPU), and compare them; `pins` per side go in after the engine.
+    `at_once`: both at the same time (the runner puts each side on its own slot, see `side_slots`)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-    results = []
-    for side, rev, side_pins in zip(("a", "b"), revs, pins):
-        spec = trial_spec(recipe, repo, rev, side, cache, out, side_pins)
-        results.append(runner(spec, lambda msg, s=side, r=rev: progress(f"{s.upper()} {r.ref} ({r.short}): {msg}")))
+    specs = [trial_spec(recipe, repo, rev, side, cache, out, side_pins)
+             for side, rev, side_pins in zip(("a", "b"), revs, pins)]
+    says = [lambda msg, s=side, r=rev: progress(f"{s.upper()} {r.ref} ({r.short}): {msg}")
+            for side, rev in zip(("a", "b"), revs)]
+    if at_once:
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="side") as pool:
+            futures = [pool.submit(runner, spec, say) for spec, say in zip(specs, says)]
+            results = [f.result() for f in futures]
+    else:
+        results = [runner(spec, say) for spec, say in zip(specs, says)]
     return compare(recipe, results[0], results[1], command, started)
+
+
+def side_slots(recipe: Recipe, progress: Progress) -> list:
+    """The two slots of an A/B at once (`ab.parallel`): the first two `gpus` slots, whose GPUs must be the
+    same model; without GPUs, two CPU slots (no same-GPU hygiene: nothing to check)."""
+    from abbisect.executors import slots_for
+
+    if recipe.gpus is not None and len(recipe.gpu_slots) < 2:
+        raise UserError("ab.parallel: true needs two GPU slots, one a side: gpus: [[0], [1]] "
+                        "(or drop ab.parallel to run A then B on one GPU)")
+    slots = slots_for(recipe.gpu_slots if recipe.gpus is not None else [], 2)[:2]
+    if slots[0].gpus is None:
+        progress("A and B at once on two CPU slots: no GPUs named, same-GPU hygiene skipped")
+        return slots
+    models = gpu_models([g for s in slots for g in s.gpus or ()])
+    if models is not None:
+        named = [sorted({models.get(g, "?") for g in s.gpus or ()}) for s in slots]
+        if len({m for n in named for m in n}) != 1:
+            raise UserError(f"ab.parallel: A's GPUs ({', '.join(named[0])}) and B's ({', '.join(named[1])}) are "
+                            "not the same model: name slots of one model in gpus, or drop ab.parallel")
+    progress(f"A and B at once: A on {slots[0].label()}, B on {slots[1].label()}")
+    return slots
+
+
+def gpu_models(indices: list[int]) -> dict[int, str] | None:
+    """GPU number -> model name from nvidia-smi; None when it cannot say (the report's fingerprints still do)."""
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=index,name", "--format=csv,noheader"], check=True,
+                             capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        return None
+    names = {}
+    for line in out.splitlines():
+        index, _, name = line.partition(",")
+        if index.strip().isdigit():
+            names[int(index)] = name.strip()
+    return {g: names[g] for g in indices if g in names} or None

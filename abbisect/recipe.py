@@ -286,6 +286,13 @@ class BisectOptions(_Strict):
     ray_resource: str | None = Field(None, description="a Ray custom resource, one unit per slot")
 
 
+class ABOptions(_Strict):
+    # A and B at once, each on its own slot (the first two of `gpus` slots; without GPUs, two CPU slots).
+    # The default runs them one after the other on one GPU, as a fair comparison needs; at once, the two
+    # slots' GPUs must be the same model (checked, both sides' fingerprints shown in the report).
+    parallel: bool = False
+
+
 class GpuSlots(_Strict):
     count: int = Field(ge=1, le=1024)
     per_trial: int = Field(1, ge=1)
@@ -320,6 +327,7 @@ class Recipe(_Strict):
     scoring: Scoring = Scoring()
     verdict: Verdicts = Verdicts()
     bisect: BisectOptions = BisectOptions()
+    ab: ABOptions = ABOptions()
     probe: ProbeConfig | None = None
     hardware: str = ""
 
@@ -375,7 +383,7 @@ class Recipe(_Strict):
         inline or in a file are one key), `prompt_order`, `sampling`, `api`, `scoring`, `verdict`, `probe`, and
         how many GPUs a trial sees (or whether it is pinned at all).
         What only names, places, schedules or presents a trial is out: `description`, `hardware`, `sides` (the
-        variable), `bisect` (how the search walks), `public_env`/`secret_env` (which values reports show),
+        variable), `bisect` (how the search walks), `ab` (whether A and B run at once), `public_env`/`secret_env` (which values reports show),
         which GPU numbers (placement; the machine key holds the GPU models) and `verdict.script` (it judges a
         finished trial again and never changes what the trial produced).
         `timeouts` are out: they bound how long abbisect waits, not what a commit does. The statuses that a
@@ -384,9 +392,9 @@ class Recipe(_Strict):
         request timeout, is never cached, and `teardown` decides no status.
         """
         data = self.model_dump(mode="json", exclude={"sides": True, "description": True, "hardware": True,
-                                                     "bisect": True, "public_env": True, "secret_env": True,
-                                                     "gpus": True, "gpu_slots": True, "verdict": {"script"},
-                                                     "timeouts": True})
+                                                     "bisect": True, "ab": True, "public_env": True,
+                                                     "secret_env": True, "gpus": True, "gpu_slots": True,
+                                                     "verdict": {"script"}, "timeouts": True})
         data["gpus"] = None if self.gpus is None else len(self.gpus)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,6 +117,11 @@ class TrialRecord:
     timings: dict[str, float] = field(default_factory=dict)
     extras: dict = field(default_factory=dict)
     t0: float = field(default_factory=time.monotonic)
+    described: threading.Thread | None = None  # the venv's fingerprint and packages, read in the background
+
+    def wait_described(self) -> None:
+        if self.described is not None:
+            self.described.join()
 
     def result(self) -> TrialResult:
         if self.verdict is None:
@@ -185,6 +191,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         return rec.result()
     prompts = ordered(list(recipe.prompts), recipe.prompt_order)
     _launch_and_query(rec, recipe, source, prompts, say)
+    rec.wait_described()
     say("score")
     ts = time.monotonic()
     _score(rec, recipe, prompts)
@@ -216,8 +223,14 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> boo
         rec.signatures, rec.first_exception = tuple(build_scan.matches), build_scan.first_exception
         rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
         return False
-    # The full package list proves what differs between two sides (and what does not).
-    rec.extras.update(fingerprint=_fingerprint(env.python, recipe, spec), packages=installed_packages(env.python))
+    # The full package list proves what differs between two sides (and what does not). It is read while
+    # the server loads; with GPUs (or a kernel probe) before, since reading it may open a CUDA context that
+    # must not overlap the engine's own memory sizing or the same-GPU hygiene baseline.
+    rec.described = threading.Thread(target=lambda: rec.extras.update(
+        fingerprint=_fingerprint(env.python, recipe, spec), packages=installed_packages(env.python)), daemon=True)
+    rec.described.start()
+    if recipe.probe is not None or recipe.gpus is not None:
+        rec.wait_described()
     return True
 
 
@@ -243,6 +256,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         extras["gpu_before"] = dump(_gpu_idle(recipe.gpus, say))
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
+    server_times = extras["server_times"] = {"launched": round(time.time(), 3)}  # wall clock: A/B at once overlap
     scanner = LineScanner(_catalogue(recipe), plan.ready_log)
     crash: dict = {}
     # Nothing between the start and the try: a Ctrl-C in between would leave the server to its watchdog.
@@ -251,6 +265,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     try:
         ready = launch.wait_ready(server, plan, recipe.timeouts.ready, progress=say)
         timings["ready"] = round(time.monotonic() - t_launch, 3)
+        server_times["ready"] = round(time.time(), 3)
         if ready.status == "ready":
             if recipe.gpus is not None:  # evidence that the check sees this side's own server on the GPU
                 from abbisect.gpu.hygiene import check_idle
@@ -276,6 +291,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
         scanner.freeze()
         teardown = launch.stop(server, recipe.timeouts.teardown)
+        server_times["stopped"] = round(time.time(), 3)
         timings["teardown"] = teardown.seconds
         if recipe.gpus is not None:
             extras["gpu_after"] = dump(_gpu_released(recipe.gpus, extras.get("gpu_before"), say))
@@ -376,17 +392,33 @@ def main(argv: list[str] | None = None) -> int:
 
     This is the seam for executors that place trials elsewhere (another GPU of the host, a cluster).
     """
-    import json
     import sys
 
     args = sys.argv[1:] if argv is None else argv
-    spec = load(TrialSpec, json.loads(Path(args[0]).read_text()))
+    if args == ["--serve"]:
+        # A warm worker (executors.LocalParallel): one spec file a line on stdin, one result line on stdout
+        # each (after RESULT_MARK), so the next trial starts without a new interpreter and imports.
+        for line in sys.stdin:
+            print(RESULT_MARK + _one(Path(line.strip())), flush=True)
+        return 0
+    print(_one(Path(args[0])))
+    return 0
+
+
+RESULT_MARK = "abbisect-trial-result "
+
+
+def _one(path: Path) -> str:
+    import json
+    import sys
+
+    spec = load(TrialSpec, json.loads(path.read_text()))
     from abbisect.redact import Redactor
 
     red = Redactor.from_recipe(spec.recipe)  # executors log this process's output: no secret in it
-    result = run_trial(spec, red.guard(lambda msg: print(f"[{spec.side} {spec.sha[:10]}] {msg}", file=sys.stderr)))
-    print(json.dumps(red.data(dump(result)), default=str))
-    return 0
+    result = run_trial(spec, red.guard(lambda msg: print(f"[{spec.side} {spec.sha[:10]}] {msg}", file=sys.stderr,
+                                                         flush=True)))
+    return json.dumps(red.data(dump(result)), default=str)
 
 
 if __name__ == "__main__":

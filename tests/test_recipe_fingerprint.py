@@ -46,6 +46,7 @@ CHANGES = [
     ("verdict", {}, {"verdict": {"degenerate_fraction": 0.25}}, False),
     ("verdict.script", {}, {"verdict": {"script": "python3 judge.py"}}, True),
     ("bisect", {}, {"bisect": {"retries": 2, "prefetch": 0}}, True),
+    ("ab", {}, {"ab": {"parallel": True}}, True),
     ("probe", {}, {"probe": PROBE}, False),
     ("hardware", {}, {"hardware": "one H200"}, True),
 ]

@@ -37,6 +37,16 @@ def test_same_dependencies_share_one_venv(tmp_path, engine_repo):
     assert len(_envs(cache)) == 3
     layer = next(Path(b["env"]["path"]).glob("lib/python*/site-packages/_abbisect_layer.pth"))
     assert layer.read_text().strip().startswith(b["env"]["base"])
+    # B has A's build files: A's editable install re-pointed at B's source (no second PEP 660 build), and
+    # B ran its own source (its verdict above differs from A's)
+    assert "re-pointed the editable install" in Path(b["env"]["log"]).read_text()
+    assert "re-pointed" not in Path(a["env"]["log"]).read_text()
+    # ... the package in B's venv is B's checkout (asked from outside any worktree: `python -m` in the trial
+    # would find the package in its working folder either way)
+    where = subprocess.run([b["env"]["python"], "-c", ("import toyengine, importlib.metadata as m; "
+                            "print(toyengine.__file__, m.distribution('toyengine').read_text('direct_url.json'))")],
+                           cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert where.count(b["spec"]["sha"]) == 2 and a["spec"]["sha"] not in where, where
 
 
 def test_sharing_can_be_switched_off(tmp_path, engine_repo):

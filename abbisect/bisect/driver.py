@@ -23,6 +23,7 @@ from abbisect.bisect.search import NEW, OLD, SKIP, SearchResult, SearchState, st
 from abbisect.cache import Cache
 from abbisect.dependency import DependencyCommits, PackageVersions
 from abbisect.environment import ensure_env, needs_source
+from abbisect.environment.store import background
 from abbisect.errors import UserError
 from abbisect.executors import Executor, Slot
 from abbisect.judges import Judge
@@ -157,6 +158,14 @@ class Driver:
             self.prefetched[sha] = self.pool.submit(self._build, sha)
 
     def _build(self, sha: str):
+        with background():  # yields the CPU to the trial running meanwhile
+            env = self._build_now(sha)
+        if not env.reused:
+            with self.count_lock:  # background threads count builds too
+                self.builds += 1
+        return env
+
+    def _build_now(self, sha: str):
         if self.variable is not None:
             env = self.variable.build(sha)
         else:
@@ -165,9 +174,6 @@ class Driver:
                              self.recipe.timeouts.build)
             if not needs_source(self.recipe.install):  # the trial checks it out again (a second or two)
                 checkout.discard(self.repo, source)
-        if not env.reused:
-            with self.count_lock:  # background threads count builds too
-                self.builds += 1
         return env
 
     def trial(self, sha: str, label: str) -> tuple[TrialResult, bool]:
@@ -225,7 +231,8 @@ class Driver:
             state = start(graph, run.new.sha, [run.old.sha])
             self.say(f"{len(state.remaining())} candidate commits between {run.old.ref} and {run.new.ref}; "
                      f"roughly {state.steps_left() + 1} steps after the two ends")
-            self.prefetch_build([s for s in (state.next_commit(), *state.lookahead()) if s])
+            # What the next steps test: the new end (while the old end's server loads), then the first midpoint.
+            self.prefetch_build([s for s in (run.new.sha, state.next_commit()) if s])
 
         if self.parallel:  # both ends at once, one slot each
             self._steps_at_once(run, [(rev.sha, role) for rev, role in zip((run.old, run.new), roles, strict=True)],

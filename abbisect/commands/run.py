@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -23,6 +25,9 @@ from abbisect.errors import UserError
 from abbisect.progress import Final, Reporter
 from abbisect.recipe import Recipe, load_recipe, recipe_path
 from abbisect.redact import Redactor
+
+if TYPE_CHECKING:
+    from abbisect.trial import Progress, TrialResult, TrialSpec
 
 
 def _sides(recipe: Recipe, a: str | None, b: str | None) -> tuple[str, str]:
@@ -121,8 +126,24 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
     from abbisect.trialcache import TrialCache, machine_key
 
-    ab = run_ab(rec, repo, revs, cache, out, reproduce_command(sys.argv[1:], recipe_file), progress,
-                judging(TrialCache(cache, machine_key(), enabled=not no_cache).fetch, judge, run_trial), pins)
+    trials = TrialCache(cache, machine_key(), enabled=not no_cache)
+    fetch: Callable[..., TrialResult] = trials.fetch
+    executor = None
+    if rec.ab.parallel:  # each side in a trial process of its own, on its own slot
+        from abbisect.ab import side_slots
+        from abbisect.executors import LocalParallel
+
+        executor = pool = LocalParallel(side_slots(rec, progress))
+        slot_of = dict(zip(("a", "b"), pool.slots, strict=True))
+
+        def fetch(spec: TrialSpec, say: Progress) -> TrialResult:
+            return trials.fetch(spec, say, lambda s, p: pool.submit(s, slot_of[s.side], p).result())
+    try:
+        ab = run_ab(rec, repo, revs, cache, out, reproduce_command(sys.argv[1:], recipe_file), progress,
+                    judging(fetch, judge, run_trial), pins, at_once=rec.ab.parallel)
+    finally:
+        if executor is not None:
+            executor.shutdown()
     files = ab_files(ab, rec, cache, repo, recipe_file, out)
     write_results(out, files.pop("report.md"), ab.to_dict(), [("a", ab.a), ("b", ab.b)], redactor=red, extra=files)
     progress(Final(f"A: {ab.a.verdict.status} → {ab.a.verdict.outcome}   "

@@ -170,6 +170,8 @@ def _ensure(ctx: BuildContext, key: str, steps: list[Step], sha: str, timeout: f
     """(ok, reused, error) of one venv of the store: reused when healthy, else built under its lock."""
     root = ctx.venv.parent
     hold(root)  # in use by this process: `abbisect cache gc` leaves it alone
+    if not getattr(_BACKGROUND, "on", False):
+        _promote(key)  # a background build of it, if any, is what this trial waits for now
     with file_lock(Cache.lock(Cache.at(ctx.cache).env(key))):
         if _healthy(root) is None:
             return True, True, None
@@ -197,6 +199,44 @@ _ACTIVE: set[subprocess.Popen] = set()
 _ACTIVE_LOCK = threading.Lock()
 _STOPPING = threading.Event()
 STATUS_EVERY_S = 10.0
+# Build steps of a background (prefetch) build run this much nicer than abbisect, so they yield the CPU to
+# the trial that runs meanwhile; a build a trial starts itself runs at normal priority (one it finds under
+# way in the background stays niced: an unprivileged process cannot raise a priority back).
+BACKGROUND_NICE = 10
+_BACKGROUND = threading.local()
+
+
+class background:
+    """`with background():` build steps started by this thread run under `nice -n BACKGROUND_NICE`."""
+
+    def __enter__(self) -> None:
+        _BACKGROUND.on = True
+
+    def __exit__(self, *exc) -> None:
+        _BACKGROUND.on = False
+
+
+_NICED: dict[subprocess.Popen, str] = {}  # running background build steps -> the venv key they build
+_PROMOTED: set[str] = set()  # venv keys a trial is waiting for: their further steps run at normal priority
+
+
+def _niced(argv: tuple[str, ...] | list[str], key: str) -> list[str]:
+    on = getattr(_BACKGROUND, "on", False) and key not in _PROMOTED
+    nice = shutil.which("nice") if on else None
+    return [nice, "-n", str(BACKGROUND_NICE), *argv] if nice else list(argv)
+
+
+def _promote(key: str) -> None:
+    """A trial waits for this venv: a background build of it goes on at abbisect's own priority where the
+    system allows raising it back (root, or a RLIMIT_NICE that permits it); else it stays niced."""
+    with _ACTIVE_LOCK:
+        _PROMOTED.add(key)
+        procs = [p for p, k in _NICED.items() if k == key]
+    for proc in procs:
+        try:
+            os.setpriority(os.PRIO_PGRP, proc.pid, os.getpriority(os.PRIO_PROCESS, 0))
+        except OSError:
+            pass
 
 
 def stop_builds() -> int:
@@ -250,7 +290,8 @@ def _run_one(step: Step, env: dict[str, str], ctx: BuildContext, out: CappedLog,
     watchdog = supervisor.watch(token, 2.0)
     read_end, write_end = os.pipe()
     try:
-        proc = subprocess.Popen(step.argv, stdout=write_end, stderr=subprocess.STDOUT, cwd=ctx.source,
+        argv = _niced(step.argv, ctx.venv.parent.name)
+        proc = subprocess.Popen(argv, stdout=write_end, stderr=subprocess.STDOUT, cwd=ctx.source,
                                 env={**env, supervisor.TOKEN_VAR: token}, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
     except OSError as exc:
@@ -261,16 +302,20 @@ def _run_one(step: Step, env: dict[str, str], ctx: BuildContext, out: CappedLog,
     finally:
         os.close(write_end)
     try:
-        return _wait_step(step, proc, read_end, out, deadline, timeout, on_step)
+        return _wait_step(step, proc, read_end, out, deadline, timeout, on_step, ctx.venv.parent.name)
     finally:
         supervisor.release(watchdog, record)
 
 
 def _wait_step(step: Step, proc: subprocess.Popen, read_end: int, out: CappedLog, deadline: float,
-               timeout: float, on_step) -> str | None:
+               timeout: float, on_step, key: str = "") -> str | None:
     reader = pump(read_end, out, close=False)
     with _ACTIVE_LOCK:
         _ACTIVE.add(proc)
+        if isinstance(proc.args, list) and proc.args[0] != step.argv[0]:  # started under nice
+            _NICED[proc] = key
+    if key in _PROMOTED:  # a trial began waiting for it as it started
+        _promote(key)
     if _STOPPING.is_set():  # stop_builds ran between this thread's last check and the add above
         _kill_group(proc)
     t0 = time.monotonic()
@@ -298,6 +343,7 @@ def _wait_step(step: Step, proc: subprocess.Popen, read_end: int, out: CappedLog
     finally:
         with _ACTIVE_LOCK:
             _ACTIVE.discard(proc)
+            _NICED.pop(proc, None)
     _kill_group(proc)  # what the step left running in its group (a build server, a daemon) goes with it
     reader.join(timeout=2.0)
     if _STOPPING.is_set():

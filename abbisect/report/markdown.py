@@ -212,6 +212,24 @@ def fingerprint_block(a: TrialResult, b: TrialResult) -> str:
     return details("Environment fingerprint of each side's venv", render_sides(sides))
 
 
+def at_once_block(a: TrialResult, b: TrialResult) -> str:
+    """A and B on two slots at the same time (`ab.parallel`): where each ran and both sides' GPUs."""
+    from abbisect.gpu.fingerprint import Fingerprint, describe_gpus
+
+    pa, pb = a.extras.get("placement"), b.extras.get("placement")
+    if not (pa and pb) or pa.get("slot") == pb.get("slot"):
+        return ""
+    where, gpus = [], []
+    for side, r, p in (("A", a, pa), ("B", b, pb)):
+        where.append(f"{side} on slot {p['slot']} (" + (f"GPU {','.join(map(str, p['gpus']))}" if p.get("gpus")
+                                                       else "no GPU pinned") + ")")
+        fp = r.extras.get("fingerprint")
+        gpus.append(f"{side}: {describe_gpus(load(Fingerprint, fp))}"
+                    if fp else f"{side}: not recorded")
+    return (f"**A and B ran at the same time** (`ab.parallel`): {'; '.join(where)}. GPUs each side saw — "
+            f"{'; '.join(gpus)}.")
+
+
 def gpu_block(a: TrialResult, b: TrialResult) -> str:
     rows = []
     for label, r in (("A", a), ("B", b)):
@@ -294,6 +312,9 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     gpu = gpu_block(a, b)
     if gpu:
         lines += [heading(h2, "Same-GPU hygiene"), "", gpu, ""]
+    together = at_once_block(a, b)
+    if together:
+        lines += [together, ""]
     lines += [heading(h2, "Evidence"), "", evidence_block("A", a, budget), "", evidence_block("B", b, budget), "",
               heading(h2, "Engine's own record of its flags"), "", facts_block(a, b), ""]
     if a.outputs or b.outputs:
