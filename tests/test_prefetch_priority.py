@@ -7,9 +7,9 @@ import json
 import os
 from pathlib import Path
 
-from abbisect.demo.history import Commit, build_history
 from conftest import abbisect, toy_recipe, write_recipe
 
+from abbisect.builtin.history import Commit, build_history
 from abbisect.environment.store import BACKGROUND_NICE
 
 
