@@ -17,13 +17,13 @@ import hashlib
 import json
 import re
 import shutil
-import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from packaging.markers import InvalidMarker, Marker
 from packaging.requirements import InvalidRequirement, Requirement
 
+from abbisect import git
 from abbisect.environment.base import (
     BuildContext,
     Step,
@@ -291,8 +291,7 @@ def _build_files(ctx: BuildContext) -> str | None:
             or "ext-modules" in ((data.get("tool") or {}).get("setuptools") or {})):
         return None
     sub = (ctx.install_subdir or "").strip("/")
-    top = subprocess.run(["git", "-C", str(ctx.git_dir or ctx.source), "ls-tree", "--name-only",
-                          f"{ctx.sha}:{sub}" if sub else ctx.sha], check=False, capture_output=True, text=True)
+    top = git.call(["ls-tree", "--name-only", f"{ctx.sha}:{sub}" if sub else ctx.sha], ctx.git_dir or ctx.source)
     if top.returncode != 0:
         return None
     parts = [ctx.read_package(f) or "" for f in ("pyproject.toml", "setup.cfg", "MANIFEST.in")]
