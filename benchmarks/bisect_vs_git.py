@@ -35,7 +35,8 @@ import time
 from pathlib import Path
 
 import yaml
-from abbisect.demo.history import Commit, build_history, commit, init_repo
+
+from abbisect.builtin.history import Commit, build_history, commit, init_repo
 
 HEAVY = ["numpy", "pandas", "scipy", "sympy", "networkx"]
 
