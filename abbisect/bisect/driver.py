@@ -311,8 +311,8 @@ class Driver:
                 state = state.record(sha, term.get(judged[sha].outcome, SKIP))
                 continue
             self.prefetch_build(list(state.lookahead()))
-            self.say(f"step {len(run.steps) - 1}: {len(state.remaining())} left, roughly {state.steps_left()} "
-                     f"more after this one")
+            number = len(run.steps) - 1 if run.ends_mode == "first" else 1 + sum(s.role == "candidate" for s in run.steps)
+            self.say(f"step {number}: {len(state.remaining())} left, roughly {state.steps_left()} more after this one")
             step = self._step(run, sha, "candidate", rel, recorded)
             state = state.record(sha, term.get(step.outcome, SKIP))
             step.remaining = len(state.remaining())
