@@ -48,7 +48,7 @@ def roles(data: dict) -> list[str]:
 def test_lazy_finds_the_same_commit_with_two_launches_fewer(tmp_path, line_repo, cache_dir):
     repo, shas = line_repo
     steps = search_steps(repo, shas, 0, 8)
-    first_proc, first, _ = run_bisect(tmp_path, repo, cache_dir, "t0", "t8", name="first")
+    first_proc, first, first_out = run_bisect(tmp_path, repo, cache_dir, "t0", "t8", name="first")
     lazy_proc, lazy, out = run_bisect(tmp_path, repo, cache_dir, "t0", "t8", "--ends", "lazy", name="lazy")
     assert first_proc.returncode == 0, first_proc.stderr
     assert lazy_proc.returncode == 0, lazy_proc.stderr
@@ -58,6 +58,10 @@ def test_lazy_finds_the_same_commit_with_two_launches_fewer(tmp_path, line_repo,
     assert lazy["ends"]["mode"] == "lazy" and first["ends"]["mode"] == "first"
     md = (out / "bisect.md").read_text()
     assert "Ends: **lazy**" in md and "not tested; the answer does not rest on it" in md
+    assert "Ends: tested first (`bisect.ends: first`)" in (first_out / "bisect.md").read_text()
+    # A bisect started ends-first resumes ends-first: asking for lazy on resume is a usage error.
+    resumed = abbisect("bisect", "--resume", str(first_out), "--ends", "lazy", cwd=tmp_path, cache=cache_dir)
+    assert resumed.returncode == 2 and "--ends 'lazy' differs from the interrupted bisect's 'first'" in resumed.stderr
 
 
 def test_lazy_tests_the_bad_end_when_it_is_the_culprit(tmp_path, line_repo, cache_dir):
