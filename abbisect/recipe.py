@@ -284,6 +284,11 @@ class BisectOptions(_Strict):
     executor: Literal["auto", "sequential", "local", "ray"] = "auto"
     ray_address: str | None = None
     ray_resource: str | None = Field(None, description="a Ray custom resource, one unit per slot")
+    # first: test both ends before the search (direction observed, mislabelled ends caught at once); lazy:
+    # search from the labels at once, as `git bisect run` does, and test an end only when the answer rests
+    # on it (the found commit is the new end, or the old end is its parent). abbisect/bisect/driver.py.
+    ends: Literal["first", "lazy"] = Field("first", description="first: test both ends before the search; "
+                                           "lazy: only when the answer rests on them")
 
 
 class ABOptions(_Strict):

@@ -9,6 +9,8 @@ Rows (each a full bisect of the same history, one after the other):
   equal dependencies, background prefetch builds); both ends are tested first. Fresh abbisect cache.
 - abbisect, ends cached: the same bisect after an earlier `abbisect run` of the two ends with the same recipe
   (its trials and venvs in the cache; that run's own time is not counted): the ends come from the trial cache.
+- abbisect, lazy ends: `abbisect bisect --ends lazy`, fresh cache: the search starts from the labels at once,
+  as git's does, and an end is tested only when the answer rests on it (here it does not: the bug is inside).
 
 Every side installs offline from the same local package index and finds its dependencies in a warm uv / pip
 cache (a warm-up install runs first). Parameters: the engine's ready time (the toy server sleeps
@@ -119,7 +121,7 @@ def recipe(repo: Path, ready: float) -> dict:
     }
 
 
-def run_abbisect(repo: Path, work: Path, ready: float, ends_cached: bool) -> dict:
+def run_abbisect(repo: Path, work: Path, ready: float, ends_cached: bool, lazy: bool = False) -> dict:
     work.mkdir()
     (work / "r.yaml").write_text(yaml.safe_dump(recipe(repo, ready)))
     env = {**os.environ, "ABBISECT_CACHE_DIR": str(work / "cache")}
@@ -129,7 +131,7 @@ def run_abbisect(repo: Path, work: Path, ready: float, ends_cached: bool) -> dic
                        check=False, capture_output=True, env=env, cwd=work)
     t0 = time.monotonic()
     proc = subprocess.run([*abb, "bisect", str(work / "r.yaml"), "--good", "start", "--bad", "end", "-o",
-                           str(work / "out"), "--json"], check=False, capture_output=True, text=True, env=env, cwd=work)
+                           str(work / "out"), "--json", *(["--ends", "lazy"] if lazy else [])], check=False, capture_output=True, text=True, env=env, cwd=work)
     wall = time.monotonic() - t0
     if proc.returncode != 0:
         raise SystemExit(f"abbisect bisect failed:\n{proc.stderr[-2000:]}")
@@ -170,7 +172,8 @@ def warm_up(repo: Path, work: Path) -> None:
     subprocess.run([str(work / "warm-pip" / "bin" / "pip"), "install", "-q", str(repo)], check=True, capture_output=True)
 
 
-ROWS = {"uv": "plain + uv", "pip": "plain + pip", "abbisect": "abbisect", "ends": "abbisect, ends cached"}
+ROWS = {"uv": "plain + uv", "pip": "plain + pip", "abbisect": "abbisect", "ends": "abbisect, ends cached",
+        "lazy": "abbisect, lazy ends"}
 
 
 def main() -> None:
@@ -194,7 +197,7 @@ def main() -> None:
                 for side in sides:
                     w = work / f"{side}-{ready:g}"
                     r = (run_plain(work / "engine", w, ready, side) if side in ("uv", "pip") else
-                         run_abbisect(work / "engine", w, ready, side == "ends"))
+                         run_abbisect(work / "engine", w, ready, side == "ends", side == "lazy"))
                     row = {"deps": deps, "ready_s": ready, "side": ROWS[side], **r,
                            "found": r["first_bad"] == shas[bug]}
                     table.append(row)

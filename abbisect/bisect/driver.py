@@ -83,6 +83,13 @@ class BisectRun:
     slots: int = 1
     executor: str = "sequential"
     rounds: list[dict] = field(default_factory=list)
+    # bisect.ends: "first" (both ends tested before the search) or "lazy" (an end tested only when the answer
+    # rests on it); ends_asked is what the recipe / --ends asked for, ends_fallback why lazy was not possible,
+    # ends_lazy what lazy mode did with each end (tested or not, and why).
+    ends_mode: str = "first"
+    ends_asked: str = "first"
+    ends_fallback: str = ""
+    ends_lazy: list[str] = field(default_factory=list)
 
 
 def order_ends(repo: Path, good: checkout.Revision,
@@ -218,6 +225,16 @@ class Driver:
     def run(self, run: BisectRun, replay: dict[str, dict] | None = None) -> BisectRun:
         t0 = time.monotonic()
         recorded = self.recorded = replay or {}
+        run.ends_asked = self.recipe.bisect.ends
+        if run.ends_asked == "lazy":
+            run.ends_fallback = self._lazy_impossible(run)
+            if run.ends_fallback:
+                self.say(f"bisect.ends lazy is not possible here: {run.ends_fallback}; testing both ends first")
+            else:
+                run.ends_mode = "lazy"
+                return self._lazy(run, recorded, t0)
+        state: SearchState | None = None
+        graph = None
         if run.merge_bases:
             roles = ("good end", "bad end")
             self.say(f"{run.good.ref} and {run.bad.ref} are on different branches (neither contains the other): "
@@ -243,17 +260,23 @@ class Driver:
         if "differs_from_good" in self.recipe.verdict.bad_if and self.judge is None:
             self._judge_ends_by_change(run)
             self.save(run)
-        o, n = run.steps[0].outcome, run.steps[1].outcome
+        return self._from_ends(run, (run.steps[0], run.steps[1]), state, graph, recorded, t0)
+
+    def _from_ends(self, run: BisectRun, ends: tuple[Step, Step], state: SearchState | None, graph,
+                   recorded: dict, t0: float) -> BisectRun:
+        """Both ends' verdicts known (old end, new end): stop on no change or an untestable end, else search
+        in the direction they show (merge bases first when the ends are on different branches)."""
+        o, n = ends[0].outcome, ends[1].outcome
         if "skip" in (o, n):
-            bad_end = run.steps[0] if o == "skip" else run.steps[1]
+            bad_end = ends[0] if o == "skip" else ends[1]
             run.mode, run.message = "untestable-end", (f"the {bad_end.role} ({bad_end.sha[:10]}) is untestable: "
                                                        f"{bad_end.status} — {bad_end.evidence}")
             return self._finish(run, t0)
         if o == n:
-            run.mode, run.message = "no-change", (f"both ends are {o} ({run.steps[0].status} / {run.steps[1].status}):"
+            run.mode, run.message = "no-change", (f"both ends are {o} ({ends[0].status} / {ends[1].status}):"
                                                   " nothing to bisect — check the recipe's verdict rules or the refs")
             return self._finish(run, t0)
-        rel = {s.outcome: s.result for s in run.steps[:2] if s.result}  # the good and the bad end's results
+        rel = {s.outcome: s.result for s in ends if s.result}  # the good and the bad end's results
         if run.merge_bases:
             if not self._across_branches(run, rel, recorded):
                 return self._finish(run, t0)
@@ -264,6 +287,7 @@ class Driver:
             o, n = run.steps[2].outcome, run.steps[1 if run.new.sha == run.bad.sha else 0].outcome
             self.say(f"{len(state.remaining())} candidate commits between the merge base and {run.new.ref}; "
                      f"roughly {state.steps_left() + 1} more steps")
+        assert state is not None and graph is not None  # one line of history: made with the ends
         for s in run.steps:  # the ends (and a merge base): the whole range is still open
             s.remaining = len(state.remaining()) if s.remaining is None else s.remaining
         run.mode = "regression" if o == "good" else "fix"
@@ -275,14 +299,27 @@ class Driver:
         term = {o: OLD, n: NEW}
         if self.parallel:
             state = self._multisect(run, state, term, rel, recorded)
+        state = self._search(run, state, term, rel, recorded)
+        return self._conclude(run, state, graph, t0)
+
+    def _search(self, run: BisectRun, state: SearchState, term: dict[str, str], rel, recorded: dict) -> SearchState:
+        """One commit at a time until the search converges. A commit this run already judged (a lazy run
+        that turned out to need the other direction) gives its verdict again without a new trial."""
+        judged = {s.sha: s for s in run.steps if s.role == "candidate"}
         while (sha := state.next_commit()) is not None:
+            if sha in judged:
+                state = state.record(sha, term.get(judged[sha].outcome, SKIP))
+                continue
             self.prefetch_build(list(state.lookahead()))
-            self.say(f"step {len(run.steps) - 1}: {len(state.remaining())} left, roughly {state.steps_left()} "
-                     f"more after this one")
+            number = len(run.steps) - 1 if run.ends_mode == "first" else 1 + sum(s.role == "candidate" for s in run.steps)
+            self.say(f"step {number}: {len(state.remaining())} left, roughly {state.steps_left()} more after this one")
             step = self._step(run, sha, "candidate", rel, recorded)
             state = state.record(sha, term.get(step.outcome, SKIP))
             step.remaining = len(state.remaining())
             self.save(run, state)
+        return state
+
+    def _conclude(self, run: BisectRun, state: SearchState, graph, t0: float) -> BisectRun:
         run.result = state.result()
         if run.result.first_new:
             parents = graph.parents.get(run.result.first_new) or (run.old.sha,)
@@ -295,6 +332,110 @@ class Driver:
             except RuntimeError as exc:  # a report without the releases beats no report
                 self.say(f"could not look up releases and backports: {exc}")
         return self._finish(run, t0)
+
+    # -- lazy ends -----------------------------------------------------------------------------------
+    def _lazy_impossible(self, run: BisectRun) -> str:
+        """Why the ends must be tested before the search here ("" when lazy can keep its guarantee)."""
+        if "differs_from_good" in self.recipe.verdict.bad_if:
+            return "the verdict compares each commit with the good end (differs_from_good)"
+        if self.judge is judges.interactive:
+            return "the interactive judge shows each trial beside the ends' outputs"
+        if run.merge_bases:
+            return "the ends are on different branches (their merge base is judged against both ends)"
+        if self.variable is not None:
+            return "a dependency is the variable (bisect.over)"
+        if self.parallel:
+            return f"{len(self.slots)} slots test the two ends at once anyway"
+        return ""
+
+    def _lazy(self, run: BisectRun, recorded: dict, t0: float) -> BisectRun:
+        """Search at once from the user's labels, as `git bisect run` does; afterwards test the ends the answer
+        rests on (the found commit is the new end, or the old end is a parent of it), so that a commit is
+        reported only when it was observed bad and its parents observed good, as in ends-first mode. An end
+        that contradicts its label hands over to the ends-first logic (the other end tested too): the same
+        no-change / untestable-end / mislabelled outcome and exit code, the search's verdicts reused."""
+        old_label = "good" if run.old.sha == run.good.sha else "bad"
+        labels = {run.old.sha: old_label, run.new.sha: "bad" if old_label == "good" else "good"}
+        roles = {run.old.sha: "old end", run.new.sha: "new end"}
+        graph = history.candidate_graph(self.repo, run.new.sha, [run.old.sha], self.recipe.bisect.first_parent,
+                                        self.recipe.bisect.pathspec or None)
+        state = start(graph, run.new.sha, [run.old.sha])
+        for rev in (run.old, run.new):  # free ends: from the trial cache, or recorded before an interruption
+            if rev.sha in recorded or self.trials.get(self.spec(rev.sha, roles[rev.sha])) is not None:
+                self._step(run, rev.sha, roles[rev.sha], None, recorded)
+                how = "recorded before the interruption" if rev.sha in recorded else "from the trial cache"
+                run.ends_lazy.append(f"{roles[rev.sha]} `{rev.short}` ({labels[rev.sha]} by its label): {how}, "
+                                     "free")
+        if not self._ends_agree(run, labels):
+            return self._lazy_to_first(run, roles, graph, recorded, t0)
+        self.say(f"lazy ends: {len(state.remaining())} candidate commits between {run.old.ref} and {run.new.ref}, "
+                 f"searched from the labels at once (roughly {state.steps_left() + 1} steps); an end is tested "
+                 f"only if the answer rests on it")
+        self.prefetch_build([s for s in (state.next_commit(),) if s])
+        run.mode = "regression" if old_label == "good" else "fix"
+        if old_label != "good":
+            self.say(f"--good {run.good.ref} is a descendant of --bad {run.bad.ref}: searching for the commit that "
+                     "fixed it")
+        term = {labels[run.old.sha]: OLD, labels[run.new.sha]: NEW}
+        state = self._search(run, state, term, None, recorded)
+        tested = {s.sha for s in run.steps}
+        needed = self._ends_needed(run, graph, state.result())
+        for rev in (run.old, run.new):
+            why = needed.get(rev.sha)
+            if why and rev.sha not in tested:
+                self.say(f"testing the {roles[rev.sha]} {rev.short}: {why}")
+                self._step(run, rev.sha, roles[rev.sha], None, recorded)
+                run.ends_lazy.append(f"{roles[rev.sha]} `{rev.short}` ({labels[rev.sha]} by its label): tested "
+                                     f"after the search, because {why}")
+            elif not why and rev.sha not in tested:
+                run.ends_lazy.append(f"{roles[rev.sha]} `{rev.short}` ({labels[rev.sha]} by its label): not "
+                                     "tested; the answer does not rest on it (commits between the ends were "
+                                     "observed instead)")
+        if not self._ends_agree(run, labels):
+            return self._lazy_to_first(run, roles, graph, recorded, t0)
+        for s in run.steps:
+            s.remaining = len(state.remaining()) if s.remaining is None else s.remaining
+        return self._conclude(run, state, graph, t0)
+
+    def _ends_agree(self, run: BisectRun, labels: dict[str, str]) -> bool:
+        return all(s.outcome == labels[s.sha] for s in run.steps if s.sha in labels and s.role.endswith(" end"))
+
+    def _ends_needed(self, run: BisectRun, graph, result: SearchResult) -> dict[str, str]:
+        """{end sha: why the answer rests on it}: the new end when it is the found commit (or among the
+        commits left), the old end when a parent of the found commit (or of one left) lies outside the
+        searched range, i.e. is old only because the old end is labelled so."""
+        culprits = (result.first_new,) if result.outcome == "found" and result.first_new else result.candidates
+        found = result.outcome == "found"
+        needed = {}
+        if run.new.sha in culprits:
+            needed[run.new.sha] = ("the found commit is the new end itself" if found
+                                   else "the new end is one of the commits left")
+        for sha in culprits:
+            parents = history.commit_info(self.repo, sha).parents
+            parents = parents[:1] if self.recipe.bisect.first_parent else parents
+            if any(p not in graph for p in parents):
+                needed[run.old.sha] = (f"the old end is a parent of the found commit {sha[:10]}"
+                                       if run.old.sha in parents else
+                                       f"a parent of {sha[:10]} is old only by the old end's label")
+                break
+        return needed
+
+    def _lazy_to_first(self, run: BisectRun, roles: dict[str, str], graph, recorded: dict, t0: float) -> BisectRun:
+        """An end contradicts its label: test the other one too and go on as ends-first mode would."""
+        contradicted = ", ".join(f"{s.role} {s.sha[:10]} is {s.outcome}" for s in run.steps if s.sha in roles
+                                 and s.role.endswith(" end"))
+        self.say(f"lazy ends: {contradicted}, against its label; testing the other end and going on as with "
+                 "--ends first")
+        for rev in (run.old, run.new):
+            if rev.sha not in {s.sha for s in run.steps}:
+                self._step(run, rev.sha, roles[rev.sha], None, recorded)
+                run.ends_lazy.append(f"{roles[rev.sha]} `{rev.short}`: tested because the other end contradicted "
+                                     "its label")
+        run.ends_lazy.append(f"an end contradicted its label ({contradicted}): judged from both ends' verdicts "
+                             "as ends-first mode does")
+        by_sha = {s.sha: s for s in run.steps if s.sha in roles and s.role.endswith(" end")}
+        return self._from_ends(run, (by_sha[run.old.sha], by_sha[run.new.sha]), start(graph, run.new.sha,
+                               [run.old.sha]), graph, recorded, t0)
 
     # -- several slots -------------------------------------------------------------------------------
     def _slot_step(self, slot, run: BisectRun, sha: str, role: str, ends, recorded: dict) -> Step:

@@ -190,6 +190,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += releases_block(run)
     lines += [(f"{len(run.steps)} trials, {run.launches} server launches, {run.builds} venv builds, "
               f"{run.wall_s:.1f} s wall time."), ""]
+    lines += [ends_mode_line(run), ""]
     if run.rounds:
         per_round = ", ".join(f"{r['seconds']:.0f} s ({len(r['commits'])})" for r in run.rounds)
         lines += [(f"{run.slots} slots on the {run.executor} executor (ends tested at once): {len(run.rounds)} "
@@ -204,7 +205,8 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
         lines += ["### Skipped (untestable) commits", ""]
         lines += [f"- `{s.sha[:10]}`: {s.status} — {cell(s.evidence, 150)}" for s in skipped]
         lines += [""]
-    fps = {s.role: s.result.extras["fingerprint"] for s in run.steps[:2] if s.result and s.result.extras.get("fingerprint")}
+    end_steps = [s for s in run.steps if s.role.endswith(" end")][:2]
+    fps = {s.role: s.result.extras["fingerprint"] for s in end_steps if s.result and s.result.extras.get("fingerprint")}
     if fps:
         from abbisect.gpu.fingerprint import Fingerprint, render_sides
 
@@ -214,6 +216,16 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += [block, ""] if block else []
     lines += [reproduce_block(reproduce, __version__), ""]
     return "\n".join(lines)
+
+
+def ends_mode_line(run: BisectRun) -> str:
+    """Which ends mode ran (bisect.ends) and, in lazy mode, which ends were tested and why (or why not)."""
+    if run.ends_mode == "lazy":
+        return ("Ends: **lazy** (`bisect.ends: lazy`): the search started from the labels at once; an end is "
+                "tested only when the answer rests on it. " + "; ".join(run.ends_lazy) + ".")
+    if run.ends_asked == "lazy":
+        return f"Ends: tested first — `bisect.ends: lazy` was asked but fell back: {run.ends_fallback}."
+    return "Ends: tested first (`bisect.ends: first`)."
 
 
 def bisect_files(run: BisectRun, reproduce: list[str], cache, recipe_file, out) -> dict[str, str]:
@@ -253,6 +265,8 @@ def bisect_json(run: BisectRun) -> dict:
             "releases": dump(run.releases) if run.releases else None,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "slots": run.slots, "executor": run.executor, "rounds": run.rounds,
+            "ends": {"mode": run.ends_mode, "asked": run.ends_asked, "fallback": run.ends_fallback,
+                     "lazy": run.ends_lazy},
             "trials": [trial_record(run, s) for s in run.steps if s.result is not None]}
 
 

@@ -59,12 +59,17 @@ def bisect_ending(mode: str, outcome: str | None) -> str:
 @click.option("--executor", type=click.Choice(["auto", "sequential", "local", "ray"]), default=None,
               help="where trials run: this process, a process per slot, or Ray tasks (pip install 'abbisect[ray]')")
 @click.option("--ray-address", default=None, help="the Ray cluster to attach to (auto = a running one)")
+@click.option("--ends", type=click.Choice(["first", "lazy"]), default=None,
+              help="first (default): test both ends before the search; lazy: search from the labels at once "
+                   "and test an end only when the answer rests on it (fewer launches; a mislabelled end is "
+                   "found at the answer, not before the search)")
 @click.argument("pathspec", nargs=-1)
 def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interactive, resume, output, cache_dir,
-           as_json, dry_run, slots, gpus, executor, ray_address, pathspec) -> None:
+           as_json, dry_run, slots, gpus, executor, ray_address, ends, pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
 
-    Both ends are tested first and the direction is observed, not assumed. A date as an end means the
+    Both ends are tested first and the direction is observed, not assumed (--ends lazy: the search starts
+    from the labels and an end is tested only when the answer rests on it). A date as an end means the
     last first-parent commit made on or before that day. PATHSPEC (after --) narrows the candidates to
     commits touching those paths. Interrupted, it prints the command that resumes it
     (`abbisect bisect --resume DIR`): finished trials are replayed from DIR/state.json, never run again.
@@ -80,7 +85,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
 
     check_output_option(output)
     given = {"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None, "slots": slots,
-             "executor": executor, "ray_address": ray_address}
+             "executor": executor, "ray_address": ray_address, "ends": ends}
     flags = {"no_cache": no_cache, "script": script, "interactive": interactive}
     if resume:
         rec, opts, st, out = _resumed(Path(resume), recipe, given, flags, output)
