@@ -181,12 +181,13 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     rec = TrialRecord(spec)
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     source = _checkout(rec, recipe, say)
-    if not _build(rec, recipe, source, say) or rec.env is None:
+    env = _build(rec, recipe, source, say)
+    if env is None:
         return rec.result()
     if recipe.probe is not None:
         from abbisect.gpu.probe_trial import probe_trial
 
-        probe = probe_trial(recipe.probe, rec.env.python, source, Path(spec.out_dir), say)
+        probe = probe_trial(recipe.probe, env.python, source, Path(spec.out_dir), say)
         rec.timings["probe"], rec.extras["probe"], rec.verdict = probe.seconds, dump(probe.result), probe.verdict
         return rec.result()
     prompts = ordered(list(recipe.prompts), recipe.prompt_order)
@@ -208,8 +209,8 @@ def _checkout(rec: TrialRecord, recipe: Recipe, say: Progress) -> Path:
     return source
 
 
-def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> bool:
-    """The commit's venv; on failure the build log's signatures and the verdict, and False."""
+def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> EnvResult | None:
+    """The commit's venv; on failure the build log's signatures and the verdict, and None."""
     say("environment")
     spec, cache = rec.spec, Cache.at(rec.spec.cache_dir)
     env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
@@ -222,7 +223,7 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> boo
         build_scan = _scan_file(Path(env.log), _catalogue(recipe))
         rec.signatures, rec.first_exception = tuple(build_scan.matches), build_scan.first_exception
         rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
-        return False
+        return None
     # The full package list proves what differs between two sides (and what does not). It is read while
     # the server loads; with GPUs (or a kernel probe) before, since reading it may open a CUDA context that
     # must not overlap the engine's own memory sizing or the same-GPU hygiene baseline.
@@ -231,7 +232,7 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> boo
     rec.described.start()
     if recipe.probe is not None or recipe.gpus is not None:
         rec.wait_described()
-    return True
+    return env
 
 
 def _catalogue(recipe: Recipe) -> list[Signature]:
