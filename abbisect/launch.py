@@ -28,6 +28,7 @@ from abbisect import supervisor
 from abbisect.cache import Cache
 from abbisect.engines.base import LaunchPlan
 from abbisect.logstream import CappedLog, LineScanner, pump
+from abbisect.proc import deliver, signals_held
 from abbisect.progress import Status
 
 STATUS_EVERY_S = 5.0
@@ -97,20 +98,25 @@ def start(plan: LaunchPlan, env: dict[str, str], log_path: Path, cwd: Path, base
     watchdog = supervisor.watch(token, grace)
     log = CappedLog(log_path, scanner=scanner)
     read_end, write_end = os.pipe()
-    try:
-        proc = subprocess.Popen(plan.argv, stdout=write_end, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                cwd=cwd, env={**env, supervisor.TOKEN_VAR: token}, start_new_session=True)
-    except BaseException:
-        os.close(read_end)
-        log.close()
-        supervisor.release(watchdog, record)
-        raise
-    finally:
-        os.close(write_end)
-    server = Server(proc, proc.pid, base_url, log_path, time.monotonic(), token, log, None, watchdog, record)
+    with signals_held() as pending:  # a Ctrl-C now would leave a server that no one holds
+        try:
+            proc = subprocess.Popen(plan.argv, stdout=write_end, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    cwd=cwd, env={**env, supervisor.TOKEN_VAR: token}, start_new_session=True)
+        except BaseException as exc:
+            os.close(read_end)
+            log.close()
+            if isinstance(exc, OSError):  # the exec failed: there is no child
+                supervisor.release(watchdog, record)
+            else:  # an exception after the fork may have left one: the watchdog kills it
+                supervisor.abandon(watchdog)
+            raise
+        finally:
+            os.close(write_end)
+        server = Server(proc, proc.pid, base_url, log_path, time.monotonic(), token, log, None, watchdog, record)
     try:
         server.reader = pump(read_end, log)
-    except BaseException:  # e.g. Ctrl-C right now: the caller never gets the server to tear it down
+        deliver(pending)
+    except BaseException:  # the caller never gets the server to tear it down
         stop(server, 1.0)
         raise
     return server

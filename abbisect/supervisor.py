@@ -162,6 +162,16 @@ def release(watchdog: subprocess.Popen | None, record: Path | None) -> None:
         record.unlink(missing_ok=True)
 
 
+def abandon(watchdog: subprocess.Popen) -> None:
+    """The launch failed in a way that may have left a child: the watchdog kills whatever carries the token
+    (nothing, when the exec failed) and exits; the record stays for the reaper until then."""
+    if watchdog.stdin is not None:
+        try:
+            watchdog.stdin.close()
+        except OSError:
+            pass
+
+
 def main(argv: list[str]) -> int:
     token, grace = argv[0], float(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches abbisect too; it tears down in order

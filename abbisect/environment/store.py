@@ -26,7 +26,7 @@ from abbisect.environment.pins import AfterEngine
 from abbisect.errors import InfraError
 from abbisect.locks import atomic_write, file_lock
 from abbisect.logstream import CappedLog, pump
-from abbisect.proc import scrubbed_env
+from abbisect.proc import deliver, scrubbed_env, signals_held
 from abbisect.progress import Status
 from abbisect.recipe import Install
 from abbisect.redact import expand_env
@@ -289,19 +289,24 @@ def _run_one(step: Step, env: dict[str, str], ctx: BuildContext, out: CappedLog,
         record = None  # an unwritable cache fails elsewhere with a clear message; the watchdog still runs
     watchdog = supervisor.watch(token, 2.0)
     read_end, write_end = os.pipe()
+    with signals_held() as pending:  # a Ctrl-C inside Popen would leave the step running, unheld
+        try:
+            argv = _niced(step.argv, ctx.venv.parent.name)
+            proc = subprocess.Popen(argv, stdout=write_end, stderr=subprocess.STDOUT, cwd=ctx.source,
+                                    env={**env, supervisor.TOKEN_VAR: token}, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        except OSError as exc:
+            os.close(read_end)
+            supervisor.release(watchdog, record)
+            out.write(f"\n[abbisect] {exc}\n".encode())
+            return f"{step.desc}: {exc}"
+        finally:
+            os.close(write_end)
     try:
-        argv = _niced(step.argv, ctx.venv.parent.name)
-        proc = subprocess.Popen(argv, stdout=write_end, stderr=subprocess.STDOUT, cwd=ctx.source,
-                                env={**env, supervisor.TOKEN_VAR: token}, stdin=subprocess.DEVNULL,
-                                start_new_session=True)
-    except OSError as exc:
-        os.close(read_end)
-        supervisor.release(watchdog, record)
-        out.write(f"\n[abbisect] {exc}\n".encode())
-        return f"{step.desc}: {exc}"
-    finally:
-        os.close(write_end)
-    try:
+        if pending:
+            _kill_group(proc)
+            os.close(read_end)
+            deliver(pending)
         return _wait_step(step, proc, read_end, out, deadline, timeout, on_step, ctx.venv.parent.name)
     finally:
         supervisor.release(watchdog, record)
