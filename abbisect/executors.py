@@ -167,7 +167,7 @@ class _Worker:
 class LocalParallel:
     """One warm trial process a slot (`python -m abbisect.trial --serve`), trials on all slots at once; a
     cancelled trial's process group is killed (its server goes with it: servers die with their parent) and
-    the slot gets a new process for its next trial."""
+    the slot's next process is started at once, so it is warm when the next round comes."""
 
     name = "local"
 
@@ -177,6 +177,7 @@ class LocalParallel:
         self.running: dict[Future[TrialResult], dict] = {}
         self.workers: dict[int, _Worker] = {}
         self.lock = threading.Lock()
+        self.closed = False
 
     def submit(self, spec: TrialSpec, slot: Slot, progress: Progress) -> Future[TrialResult]:
         holder: dict = {}
@@ -200,7 +201,7 @@ class LocalParallel:
             if holder.get("cancelled"):
                 return infra_result(spec, f"cancelled on {slot.label()}: its verdict was no longer needed")
             worker = self._worker(slot)
-            holder["proc"] = worker.proc
+            holder["proc"], holder["slot"] = worker.proc, slot
             line = worker.run(fh.name, progress)
         finally:
             os.unlink(fh.name)
@@ -221,8 +222,22 @@ class LocalParallel:
         holder["cancelled"] = True
         if "proc" in holder:
             _kill_group(holder["proc"])
+            # The slot's next trial (the next round) finds a warm process instead of paying for a new one.
+            threading.Thread(target=self._respawn, args=(holder["proc"], holder["slot"]), daemon=True).start()
+
+    def _respawn(self, old: subprocess.Popen, slot: Slot) -> None:
+        try:
+            old.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            return  # the next trial on this slot finds it dead or alive, and acts then
+        with self.lock:
+            current = self.workers.get(slot.index)
+            if not self.closed and (current is None or current.proc is old):
+                self.workers[slot.index] = _Worker(slot)
 
     def shutdown(self) -> None:
+        with self.lock:
+            self.closed = True  # no slot gets a new process from now on
         for future in list(self.running):
             self.cancel(future)
         self.pool.shutdown(wait=False, cancel_futures=True)

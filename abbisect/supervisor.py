@@ -133,9 +133,19 @@ def watch(token: str, grace: float) -> subprocess.Popen:
     """Start the watchdog of one launch (a server, a build step); `release` it when done."""
     from abbisect.proc import scrubbed_env
 
-    return subprocess.Popen([sys.executable, "-m", "abbisect.supervisor", token, str(grace)],
-                            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            env=scrubbed_env({"PYTHONPATH": _abbisect_path()}))
+    # Born with SIGTERM and SIGINT blocked (the mask is inherited): a signal that comes while the watchdog's
+    # interpreter starts waits until its handlers are in place, instead of killing it before it can kill the
+    # server (a stopped trial's process group is signalled the moment its server starts).
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _WATCHED)
+    try:
+        return subprocess.Popen([sys.executable, "-m", "abbisect.supervisor", token, str(grace)],
+                                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                env=scrubbed_env({"PYTHONPATH": _abbisect_path()}))
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+_WATCHED = {signal.SIGTERM, signal.SIGINT}
 
 
 def _abbisect_path() -> str:
@@ -176,6 +186,7 @@ def main(argv: list[str]) -> int:
     token, grace = argv[0], float(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches abbisect too; it tears down in order
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1 if kill_family(token, grace) else 0))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _WATCHED)  # blocked since birth (watch): handled from now on
     released = False
     for line in sys.stdin:
         if line.strip() == "release":

@@ -6,10 +6,11 @@ from __future__ import annotations
 import os
 import signal
 import time
+import uuid
 from pathlib import Path
 
 import pytest
-from conftest import toy_recipe
+from conftest import marked_pids, toy_recipe
 
 from abbisect import checkout
 from abbisect.ab import trial_spec
@@ -62,19 +63,44 @@ def test_gpu_slot_pins_the_trial(tmp_path, engine_repo, cache_dir):
     assert result.extras["gpu_before"]["skipped"] and result.extras["gpu_before"]["notice"]
 
 
-def test_cancel_kills_the_trial_process(tmp_path, engine_repo, cache_dir):
-    (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["hang"], timeouts={"build": 300, "ready": 120,
-                                                                             "request": 20, "teardown": 5})
+@pytest.mark.parametrize("when", ["launching", "loading"])
+def test_cancel_kills_the_trial_process_and_its_server(tmp_path, engine_repo, cache_dir, when):
+    """Stopped as its server is being started (the trial has just said "launch") or while it loads: the
+    trial process goes, and so does its server."""
+    mark = uuid.uuid4().hex
+    (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["hang"], env={"ABBISECT_TEST_MARK": mark},
+                     timeouts={"build": 300, "ready": 120, "request": 20, "teardown": 5})
     ex = LocalParallel(slots_for([], 1))
     lines: list[str] = []
     future = ex.submit(spec, ex.slots[0], lines.append)
     deadline = time.monotonic() + 120
     while not any("launch" in line for line in lines) and time.monotonic() < deadline:
-        time.sleep(0.2)
+        time.sleep(0.01)
+    while when == "loading" and not marked_pids(mark) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first = ex.workers[0].proc
     ex.cancel(future)
     result = future.result(timeout=60)
-    ex.shutdown()
     assert result.verdict.status == "infra_error" and "cancelled" in result.verdict.reasons[0]
+    assert first.wait(timeout=30) is not None
+    deadline = time.monotonic() + 20
+    while marked_pids(mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not marked_pids(mark), "the cancelled trial's server survived"
+    # the slot's next process is started at once (warm for the next round), and the next trial runs in it
+    deadline = time.monotonic() + 30
+    while (0 not in ex.workers or ex.workers[0].proc is first) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    spare = ex.workers[0].proc
+    assert spare is not first and spare.poll() is None
+    (ok,) = _specs(tmp_path, engine_repo, cache_dir, ["fixed"])
+    try:
+        assert ex.submit(ok, ex.slots[0], lines.append).result(timeout=300).verdict.status == "ok"
+        assert ex.workers[0].proc is spare
+    finally:
+        ex.shutdown()
+    assert spare.wait(timeout=30) is not None  # shut down with the executor, not replaced
+    assert ex.workers == {}
 
 
 ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'abbisect[ray]')")
