@@ -53,7 +53,28 @@ def bisect(repo: Path, work: Path, cache: Path, k: int, ready: float, install: b
     candidates = [s for s in data["steps"] if s["role"].startswith("candidate")]
     rounds = len(data["rounds"]) if data["rounds"] else len(candidates)
     return {"k": k, "rounds": rounds, "launches": data["launches"], "wall_s": round(wall, 1),
-            "first_new": data["first_new"]}
+            "first_new": data["first_new"], "stages": _stages(data)}
+
+
+STAGES = ("checkout", "build", "ready", "query", "teardown", "score", "total")
+
+
+def _stages(data: dict) -> dict[str, float]:
+    """Mean seconds per trial stage, the mean step (a trial as the driver waited for it), and per round the
+    time beyond its slowest step (picking, dispatch, the results coming back)."""
+    trials = [t["timings"] for t in data["trials"] if not t.get("cached")]
+    out = {name: sum(t.get(name, 0.0) for t in trials) / max(len(trials), 1) for name in STAGES}
+    steps = data["steps"]
+    out["step"] = sum(s["seconds"] for s in steps) / max(len(steps), 1)
+    # a trial as the driver waited for it, beyond the trial's own time (dispatch, a new trial process,
+    # the result coming back); stopped trials left out
+    total = {t["n"]: t["timings"].get("total", 0.0) for t in data["trials"] if not t.get("cached")}
+    beyond = [s["seconds"] - total[s["n"]] for s in steps if s["n"] in total and s["status"] != "infra_error"]
+    out["beyond"] = sum(beyond) / max(len(beyond), 1)
+    gaps = [r["seconds"] - max((s["seconds"] for s in steps if s["round"] == r["round"]), default=0.0)
+            for r in data["rounds"]]
+    out["round gap"] = sum(gaps) / len(gaps) if gaps else 0.0
+    return out
 
 
 def main() -> None:
@@ -79,6 +100,12 @@ def main() -> None:
         ideal = math.log2(n) / math.log(n, r["k"] + 1)
         print(f"{r['k']:>3} {r['rounds']:>7} {r['launches']:>9} {r['wall_s']:>8.1f} "
               f"{r['wall_s'] / base['wall_s']:>9.2f} {1 / ideal:>16.2f} {r['first_new'] == shas[bug]!s:>6}")
+    names = [*STAGES, "step", "beyond", "round gap"]
+    print("\nmean seconds per trial stage (fresh trials), per step, a step beyond its trial's own time, and a"
+          " round beyond its slowest step:")
+    print(f"{'k':>3} " + " ".join(f"{n:>9}" for n in names))
+    for r in rows:
+        print(f"{r['k']:>3} " + " ".join(f"{r['stages'][n]:>9.2f}" for n in names))
 
 
 if __name__ == "__main__":

@@ -51,6 +51,12 @@ def test_local_slots_find_the_same_commit_in_fewer_rounds(tmp_path, long_history
         slots = [s["slot"] for s in four["steps"] if s["role"] == "candidate" and s["round"] == r["round"]]
         assert len(slots) == len(set(slots)) <= 4
     assert "4 slots on the local executor" in md and "round 1:" in err
+    # the two slots the ends leave free test two commits splitting the range meanwhile, read once the ends
+    # showed the direction: one round fewer after the ends
+    ahead = [s for s in four["steps"] if s["round"] == 0 and s["role"].startswith("candidate")]
+    assert len(ahead) == 2 and sorted(s["slot"] for s in ahead) == [2, 3]
+    assert "with 2 commit(s) between them" in md
+    assert all(s["remaining"] < n for s in ahead if s["role"] == "candidate")
     tested = [s["sha"] for s in four["steps"]]
     assert len(tested) == len(set(tested)), "a commit was tested twice"
     # the serving matrix's timeline draws the slots of this run and the back-to-back trials of the other
@@ -77,3 +83,16 @@ def test_slots_need_a_parallel_executor(tmp_path, long_history, cache_dir):
     bad = abbisect("bisect", str(recipe), "--good", "v0", "--bad", "head", "--gpus", "0,0", cwd=tmp_path,
                    cache=cache_dir)
     assert bad.returncode == 2 and "one slot only" in bad.stderr
+
+
+def test_commits_tested_with_ends_that_show_no_change_are_not_evidence(tmp_path, long_history, cache_dir):
+    """Both ends good: no search follows, so what the free slots tested beside them is marked unneeded."""
+    repo, shas = long_history
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, name="same"))
+    out = tmp_path / "same"
+    proc = abbisect("bisect", str(recipe), "--good", "v0", "--bad", shas[CULPRIT - 1], "-o", str(out), "--no-cache",
+                    "--slots", "4", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 3, proc.stderr[-3000:]  # no change between the ends
+    res = json.loads((out / "bisect.json").read_text())
+    ahead = [s for s in res["steps"] if s["round"] == 0 and not s["role"].endswith("end")]
+    assert len(ahead) == 2 and all(s["role"] == "candidate (no longer needed)" for s in ahead)

@@ -251,9 +251,12 @@ class Driver:
             # What the next steps test: the new end (while the old end's server loads), then the first midpoint.
             self.prefetch_build([s for s in (run.new.sha, state.next_commit()) if s])
 
-        if self.parallel:  # both ends at once, one slot each
-            self._steps_at_once(run, [(rev.sha, role) for rev, role in zip((run.old, run.new), roles, strict=True)],
-                                recorded)
+        if self.parallel:  # both ends at once, one slot each; the other slots start on the range meanwhile
+            ahead = self._between_ends(state)
+            self._steps_at_once(run, [*((rev.sha, role) for rev, role in zip((run.old, run.new), roles, strict=True)),
+                                      *((sha, "candidate") for sha in ahead)], recorded)
+            for step in run.steps[2:]:
+                step.round = 0  # tested with the ends
         else:
             for rev, role in zip((run.old, run.new), roles, strict=True):
                 self._step(run, rev.sha, role, None, recorded)
@@ -267,6 +270,10 @@ class Driver:
         """Both ends' verdicts known (old end, new end): stop on no change or an untestable end, else search
         in the direction they show (merge bases first when the ends are on different branches)."""
         o, n = ends[0].outcome, ends[1].outcome
+        ahead = [s for s in run.steps if s.role == "candidate" and s.round == 0]  # tested with the ends
+        if "skip" in (o, n) or o == n:
+            for step in ahead:  # no search follows: not evidence
+                self._not_needed(step)
         if "skip" in (o, n):
             bad_end = ends[0] if o == "skip" else ends[1]
             run.mode, run.message = "untestable-end", (f"the {bad_end.role} ({bad_end.sha[:10]}) is untestable: "
@@ -297,6 +304,9 @@ class Driver:
                      f"{run.bad.ref} is {'good' if named_good_is_old else 'bad'}: searching for the commit that "
                      f"{'fixed' if run.mode == 'fix' else 'broke'} it")
         term = {o: OLD, n: NEW}
+        if ahead:  # the commits tested with the ends, read now that the direction is known (news first)
+            for step in sorted(ahead, key=lambda s: (term.get(s.outcome) != NEW, graph._index[s.sha])):
+                state = self._take(state, step, term)
         if self.parallel:
             state = self._multisect(run, state, term, rel, recorded)
         state = self._search(run, state, term, rel, recorded)
@@ -334,12 +344,26 @@ class Driver:
         return self._finish(run, t0)
 
     # -- lazy ends -----------------------------------------------------------------------------------
-    def _lazy_impossible(self, run: BisectRun) -> str:
-        """Why the ends must be tested before the search here ("" when lazy can keep its guarantee)."""
+    def _judged_against_ends(self) -> str:
+        """Why a commit's verdict needs the ends' trials ("" when it does not)."""
         if "differs_from_good" in self.recipe.verdict.bad_if:
             return "the verdict compares each commit with the good end (differs_from_good)"
         if self.judge is judges.interactive:
             return "the interactive judge shows each trial beside the ends' outputs"
+        return ""
+
+    def _between_ends(self, state: SearchState | None) -> tuple[str, ...]:
+        """With more than two slots, the commits to test while the ends run: they split the range as a round
+        would, and their verdicts are read once the ends have shown the direction."""
+        k = len(self.slots) - 2
+        if k < 1 or state is None or self.variable is not None or self._judged_against_ends():
+            return ()
+        return pick(state, k)
+
+    def _lazy_impossible(self, run: BisectRun) -> str:
+        """Why the ends must be tested before the search here ("" when lazy can keep its guarantee)."""
+        if why := self._judged_against_ends():
+            return why
         if run.merge_bases:
             return "the ends are on different branches (their merge base is judged against both ends)"
         if self.variable is not None:
@@ -488,12 +512,7 @@ class Driver:
                         step.round = number
                         verdict = term.get(step.outcome, SKIP)
                         useful = still_useful(state, sha)
-                        if useful:
-                            state = fold(state, [(sha, verdict)])
-                        else:  # stopped (or finished) after the other verdicts had decided it: not evidence
-                            step.role = "candidate (no longer needed)"
-                            self.results.pop(sha, None)
-                        step.remaining = len(state.remaining())
+                        state = self._take(state, step, term)
                         self.save(run, state)
                         if verdict == SKIP and useful and not state.done():
                             busy = [s for s, _ in running.values()]
@@ -505,6 +524,19 @@ class Driver:
                 run.rounds.append({"round": number, "commits": tested, "seconds": round(time.monotonic() - t_round, 2),
                                    "remaining": len(state.remaining())})
         return state
+
+    def _take(self, state: SearchState, step: Step, term: dict[str, str]) -> SearchState:
+        """Fold a finished step's verdict in; one that other verdicts have already decided is not evidence."""
+        if still_useful(state, step.sha):
+            state = fold(state, [(step.sha, term.get(step.outcome, SKIP))])
+        else:  # stopped (or finished) after the other verdicts had decided it
+            self._not_needed(step)
+        step.remaining = len(state.remaining())
+        return state
+
+    def _not_needed(self, step: Step) -> None:
+        step.role = "candidate (no longer needed)"
+        self.results.pop(step.sha, None)
 
     def _across_branches(self, run: BisectRun, rel: dict[str, TrialResult], recorded: dict) -> bool:
         """Ends on different branches: test the merge base(s) and pick the range to search.

@@ -193,7 +193,9 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += [ends_mode_line(run), ""]
     if run.rounds:
         per_round = ", ".join(f"{r['seconds']:.0f} s ({len(r['commits'])})" for r in run.rounds)
-        lines += [(f"{run.slots} slots on the {run.executor} executor (ends tested at once): {len(run.rounds)} "
+        ahead = sum(s.round == 0 and s.role.startswith("candidate") for s in run.steps)
+        with_ends = f"ends tested at once, with {ahead} commit(s) between them" if ahead else "ends tested at once"
+        lines += [(f"{run.slots} slots on the {run.executor} executor ({with_ends}): {len(run.rounds)} "
                    f"rounds after the ends — time per round (commits tested): {per_round}."), ""]
     ab = decisive_ab(run)
     if ab is not None:
