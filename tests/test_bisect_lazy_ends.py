@@ -120,3 +120,24 @@ def test_relative_verdict_falls_back_to_ends_first(tmp_path, line_repo, cache_di
     assert roles(res)[:2] == ["old end", "new end"] and res["first_new"] == shas[BUG]
     assert res["launches"] == 2 + search_steps(repo, shas, 0, 8)
     assert "fell back: the verdict compares" in (out / "bisect.md").read_text()
+
+
+def test_dry_run_says_how_the_ends_will_be_treated(tmp_path, line_repo, cache_dir):
+    repo, _ = line_repo
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
+    relative = write_recipe(tmp_path / "rel.yaml", toy_recipe(repo, verdict={"bad_if": ["differs_from_good"]}))
+
+    def plan(path: Path, *args: str) -> str:
+        proc = abbisect("bisect", str(path), "--good", "t0", "--bad", "t8", "--dry-run", *args, cwd=tmp_path,
+                        cache=cache_dir)
+        assert proc.returncode == 0, proc.stderr
+        return proc.stdout
+
+    assert "both ends are tested first; the direction (regression or fix) is observed" in plan(recipe)
+    assert "ends lazy: the search starts from --good/--bad at once" in plan(recipe, "--ends", "lazy")
+    four = plan(recipe, "--ends", "lazy", "--slots", "4")
+    assert "lazy is not possible here (4 slots test the two ends at once anyway)" in four
+    assert "4 slots: the ends at once, with 2 commit(s) splitting the range beside them" in four
+    rel = plan(relative, "--ends", "lazy", "--slots", "4")
+    assert "not possible here (the verdict compares each commit with the good end" in rel
+    assert "4 slots: the ends at once" in rel and "splitting the range" not in rel

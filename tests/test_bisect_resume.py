@@ -250,3 +250,33 @@ def test_secrets_stay_out_of_state_and_resume_reads_the_recipe_again(tmp_path, h
     write_recipe(recipe, toy_recipe(repo, env={"HF_TOKEN": "another-value"}))
     changed = abbisect("bisect", "--resume", str(out), cwd=tmp_path, cache=module_cache)
     assert changed.returncode == 2 and "not the recipe the bisect started with" in changed.stderr
+
+
+def test_interrupted_lazy_bisect_resumes_lazily_without_repeating_a_trial(tmp_path, history, module_cache):
+    """`--ends lazy` interrupted at its second candidate's query: the printed command resumes it in lazy mode
+    (no end tested, since the answer does not rest on one), the same answer, the finished trial replayed."""
+    repo, _ = history
+    recipe, mark = recipe_for(tmp_path, repo)
+    ref = abbisect("bisect", str(recipe), "--good", "v1", "--bad", "v2", "--no-cache", "--ends", "lazy",
+                   "-o", str(tmp_path / "ref"), "--json", cwd=tmp_path, cache=module_cache)
+    assert ref.returncode == 0, ref.stderr
+    reference = json.loads(ref.stdout)["data"]
+    assert reference["ends"]["mode"] == "lazy" and all(s["role"] == "candidate" for s in reference["steps"])
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "abbisect", "bisect", str(recipe), "--good", "v1", "--bad", "v2", "--no-cache",
+           "--ends", "lazy", "-o", str(out)]
+    try:
+        err, interrupted = interrupt(cmd, tmp_path, module_cache, 1, "query", signal.SIGINT, mark)
+        recorded = [s["sha"] for s in json.loads((out / "state.json").read_text())["steps"]]
+        assert len(recorded) == 1
+        before = launches(mark)
+        again = run_printed(re.search(r"resume with:\n\s+(.+)", err)[1], tmp_path, module_cache, tmp_path / "bin")
+        assert again.returncode == 0, again.stderr
+        res = json.loads(again.stdout)["data"]
+        assert res["ends"]["mode"] == "lazy" and res["first_new"] == reference["first_new"]
+        assert [s["sha"] for s in res["steps"]] == [s["sha"] for s in reference["steps"]]
+        assert [s["sha"] for s in res["steps"] if s["replayed"]] == recorded
+        assert len(launches(mark)) - len(before) == res["launches"] == len(res["steps"]) - 1
+        assert interrupted.endswith(res["steps"][1]["sha"][:10])
+    finally:
+        end_our_servers(mark)

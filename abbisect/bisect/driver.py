@@ -109,6 +109,29 @@ def order_ends(repo: Path, good: checkout.Revision,
     return good, bad, bases
 
 
+def judged_against_ends(recipe: Recipe, judge: Judge | None = None) -> str:
+    """Why a commit's verdict needs the ends' trials ("" when it does not)."""
+    if "differs_from_good" in recipe.verdict.bad_if:
+        return "the verdict compares each commit with the good end (differs_from_good)"
+    if judge is judges.interactive:
+        return "the interactive judge shows each trial beside the ends' outputs"
+    return ""
+
+
+def ends_first_because(recipe: Recipe, judge: Judge | None = None, merge_bases: tuple[str, ...] = (),
+                       over: bool = False, slots: int = 1) -> str:
+    """Why the ends must be tested before the search ("" when `bisect.ends: lazy` can keep its guarantee)."""
+    if why := judged_against_ends(recipe, judge):
+        return why
+    if merge_bases:
+        return "the ends are on different branches (their merge base is judged against both ends)"
+    if over:
+        return "a dependency is the variable (bisect.over)"
+    if slots > 1:
+        return f"{slots} slots test the two ends at once anyway"
+    return ""
+
+
 class Driver:
     def __init__(self, recipe: Recipe, repo: Path, cache: Cache | Path, out: Path, trial_cache: TrialCache,
                  progress: Progress, runner: Runner = run_trial, retries: int = 0, prefetch: int = 2,
@@ -344,33 +367,17 @@ class Driver:
         return self._finish(run, t0)
 
     # -- lazy ends -----------------------------------------------------------------------------------
-    def _judged_against_ends(self) -> str:
-        """Why a commit's verdict needs the ends' trials ("" when it does not)."""
-        if "differs_from_good" in self.recipe.verdict.bad_if:
-            return "the verdict compares each commit with the good end (differs_from_good)"
-        if self.judge is judges.interactive:
-            return "the interactive judge shows each trial beside the ends' outputs"
-        return ""
-
     def _between_ends(self, state: SearchState | None) -> tuple[str, ...]:
         """With more than two slots, the commits to test while the ends run: they split the range as a round
         would, and their verdicts are read once the ends have shown the direction."""
         k = len(self.slots) - 2
-        if k < 1 or state is None or self.variable is not None or self._judged_against_ends():
+        if k < 1 or state is None or self.variable is not None or judged_against_ends(self.recipe, self.judge):
             return ()
         return pick(state, k)
 
     def _lazy_impossible(self, run: BisectRun) -> str:
-        """Why the ends must be tested before the search here ("" when lazy can keep its guarantee)."""
-        if why := self._judged_against_ends():
-            return why
-        if run.merge_bases:
-            return "the ends are on different branches (their merge base is judged against both ends)"
-        if self.variable is not None:
-            return "a dependency is the variable (bisect.over)"
-        if self.parallel:
-            return f"{len(self.slots)} slots test the two ends at once anyway"
-        return ""
+        return ends_first_because(self.recipe, self.judge, run.merge_bases, self.variable is not None,
+                                  len(self.slots))
 
     def _lazy(self, run: BisectRun, recorded: dict, t0: float) -> BisectRun:
         """Search at once from the user's labels, as `git bisect run` does; afterwards test the ends the answer

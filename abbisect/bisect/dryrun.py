@@ -10,9 +10,10 @@ from pathlib import Path
 
 from abbisect import checkout
 from abbisect.bisect import history
-from abbisect.bisect.driver import order_ends
+from abbisect.bisect.driver import ends_first_because, judged_against_ends, order_ends
 from abbisect.bisect.search import NEW, OLD, start
 from abbisect.cache import Cache
+from abbisect.executors import slots_for
 from abbisect.plan import render_env, render_plan
 from abbisect.recipe import Recipe
 
@@ -46,6 +47,22 @@ def search_lines(repo: Path, label: str, new: str, olds: list[str], first_parent
     return lines, [first, *(s for s in after.values() if s)]
 
 
+def ends_line(recipe: Recipe, bases: tuple[str, ...] = ()) -> str:
+    """How the run will treat the ends (bisect.ends, and the slots)."""
+    slots = len(slots_for(recipe.gpu_slots, recipe.bisect.slots))
+    first = ("both ends are tested first; the direction (regression or fix) is observed, not assumed"
+             + (f"; {slots} slots: the ends at once" if slots > 1 else "")
+             + (f", with {slots - 2} commit(s) splitting the range beside them" if slots > 2 and not bases
+                and not judged_against_ends(recipe) else ""))
+    if recipe.bisect.ends == "first":
+        return first
+    why = ends_first_because(recipe, merge_bases=bases, slots=slots)
+    if why:
+        return f"bisect.ends lazy is not possible here ({why}): {first}"
+    return ("ends lazy: the search starts from --good/--bad at once, as git bisect run does; an end is tested "
+            "only if the answer rests on it")
+
+
 def render_bisect_plan(recipe: Recipe, repo: Path, good: checkout.Revision, bad: checkout.Revision,
                        cache: Cache | Path) -> str:
     first_parent = recipe.bisect.first_parent
@@ -53,7 +70,7 @@ def render_bisect_plan(recipe: Recipe, repo: Path, good: checkout.Revision, bad:
     old, new, bases = order_ends(repo, good, bad)
     lines = [f"bisect plan for {recipe.name} (dry run: nothing is built or launched)",
              f"good end: {good.ref} → {good.sha} {good.subject}", f"bad end:  {bad.ref} → {bad.sha} {bad.subject}",
-             "both ends are tested first; the direction (regression or fix) is observed, not assumed"]
+             ends_line(recipe, bases)]
     extra: list[tuple[str, str]] = []
     if not bases:
         lines.append(f"ends: {old.ref} is an ancestor of {new.ref}: the range is {old.ref}..{new.ref}")
