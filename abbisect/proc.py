@@ -107,6 +107,15 @@ def signals_held() -> Iterator[list[int]]:
 
 
 def deliver(pending: list[int]) -> None:
-    """Raise the first held signal again, now under its own handler (Ctrl-C: KeyboardInterrupt)."""
-    if pending:
-        signal.raise_signal(pending[0])
+    """The first held signal, now under its own handler (Ctrl-C: KeyboardInterrupt). One whose default is to
+    end the process raises SystemExit instead, so the caller's cleanup still stops the child it started;
+    an ignored one is dropped."""
+    if not pending:
+        return
+    sig = pending[0]
+    handler = signal.getsignal(sig)
+    if handler == signal.SIG_IGN:
+        return
+    if handler == signal.SIG_DFL:
+        raise SystemExit(128 + sig)
+    signal.raise_signal(sig)

@@ -182,10 +182,25 @@ def abandon(watchdog: subprocess.Popen) -> None:
             pass
 
 
+LATE_S = 1.0  # how long a triggered watchdog keeps looking for a server that had not exec'd yet
+
+
+def end_all(token: str, grace: float, late: float = LATE_S) -> list[int]:
+    """Kill the server's family, and keep looking for `late` seconds: a server forked but not yet exec'd when
+    its owner died carries the token only from its exec on."""
+    left = kill_family(token, grace)
+    deadline = time.monotonic() + late
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if token_pids(token):
+            left = kill_family(token, grace)
+    return left
+
+
 def main(argv: list[str]) -> int:
     token, grace = argv[0], float(argv[1])
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches abbisect too; it tears down in order
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1 if kill_family(token, grace) else 0))
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1 if end_all(token, grace) else 0))
     signal.pthread_sigmask(signal.SIG_UNBLOCK, _WATCHED)  # blocked since birth (watch): handled from now on
     released = False
     for line in sys.stdin:
@@ -193,7 +208,7 @@ def main(argv: list[str]) -> int:
             released = True
             break
     if not released:
-        kill_family(token, grace)
+        end_all(token, grace)
     return 0
 
 

@@ -398,7 +398,11 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if args == ["--serve"]:
         # A warm worker (executors.LocalParallel): one spec file a line on stdin, one result line on stdout
-        # each (after RESULT_MARK), so the next trial starts without a new interpreter and imports.
+        # each (after RESULT_MARK), so the next trial starts without a new interpreter and imports. A
+        # stopped trial (SIGTERM to the worker's group) unwinds, so its server is torn down in order.
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
         for line in sys.stdin:
             print(RESULT_MARK + _one(Path(line.strip())), flush=True)
         return 0

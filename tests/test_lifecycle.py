@@ -311,15 +311,15 @@ def ctrl_c_as_it_returns(self, args, *rest, **kw):
     execute_child(self, args, *rest, **kw)
     if tuple(args) == SERVER and what == "server, raised":  # no signal: an exception past any hold
         raise KeyboardInterrupt
-    if tuple(args) == SERVER:
-        os.kill(os.getpid(), signal.SIGINT)
+    if tuple(args) == SERVER:  # SIGTERM: its default action (a worker process), which would end us at once
+        os.kill(os.getpid(), signal.SIGTERM if what.endswith("SIGTERM") else signal.SIGINT)
 subprocess.Popen._execute_child = ctrl_c_as_it_returns
 
 survived = interrupted = 0
 for i in range(rounds):
     try:
         start_and_stop()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):
         interrupted += 1
     deadline = time.monotonic() + 5
     while marked() and time.monotonic() < deadline:
@@ -331,13 +331,35 @@ print(f"interrupted {interrupted}, survived {survived} of {rounds}")
 '''
 
 
-@pytest.mark.parametrize("what", ["server", "build step", "server, raised"])
+@pytest.mark.parametrize("what", ["server", "build step", "server, raised", "server, SIGTERM", "build step, SIGTERM"])
 def test_ctrl_c_while_a_child_starts_never_leaves_it_running(tmp_path, what):
     """A Ctrl-C that lands after the child exec'd but before Popen returned (seen in 1 of 4 interrupted
     launches under load) must still stop the server or build step, and still interrupt. An exception there
-    that no signal hold can catch ("raised") leaves the server to its watchdog, which kills it."""
+    that no signal hold can catch ("raised") leaves the server to its watchdog, which kills it. A SIGTERM
+    whose action is the default one (a process that set no handler) becomes SystemExit once the child can be
+    stopped, instead of ending the process with the child running."""
     out = subprocess.run([sys.executable, "-c", _INTERRUPT_AT_START, str(tmp_path), "3", uuid.uuid4().hex, what],
                          check=False, capture_output=True, text=True, timeout=120,
                          env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "interrupted 3, survived 0 of 3", out.stdout + out.stderr[-2000:]
+
+
+def test_a_watchdog_whose_owner_died_also_ends_a_server_that_execs_late(tmp_path):
+    """The owner died while its server was forked but not yet exec'd (no token in its environment yet): the
+    watchdog keeps looking for a moment and ends it when it appears."""
+    from abbisect import supervisor
+
+    token, mark = uuid.uuid4().hex, uuid.uuid4().hex
+    watchdog = supervisor.watch(token, 2.0)
+    time.sleep(0.5)  # its handlers are set
+    assert watchdog.stdin is not None
+    watchdog.stdin.close()  # the owner is gone, and no process carries the token yet
+    time.sleep(0.2)
+    late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
+                            env={**os.environ, supervisor.TOKEN_VAR: token, "ABBISECT_TEST_MARK": mark})
+    try:
+        assert late.wait(timeout=10) is not None
+    finally:
+        late.kill()
+    assert watchdog.wait(timeout=10) == 0
