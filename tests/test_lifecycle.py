@@ -264,6 +264,7 @@ def test_a_long_wait_for_ready_says_how_long_and_what_the_server_printed_last(tm
 
 
 
+HERE_AND_REPO = (Path(__file__).resolve().parent, Path(__file__).resolve().parents[1])  # conftest, abbisect
 _INTERRUPT_AT_START = r'''
 import os, signal, subprocess, sys, time
 from pathlib import Path
@@ -273,10 +274,11 @@ from abbisect.environment import store
 from abbisect.environment.base import BuildContext, Step
 from abbisect.logstream import CappedLog
 from abbisect.recipe import Install
+from conftest import marked_pids
 
 cache, rounds, mark, what = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
 SERVER = (sys.executable, "-c", "import time; time.sleep(60)")
-env = {**os.environ, "LIFECYCLE_MARK": mark}
+env = {**os.environ, "ABBISECT_TEST_MARK": mark}
 
 
 def start_and_stop():
@@ -294,15 +296,7 @@ def start_and_stop():
 
 
 def marked():
-    needle = f"LIFECYCLE_MARK={mark}".encode()
-    found = []
-    for entry in os.listdir("/proc"):
-        try:
-            if entry.isdigit() and needle in Path(f"/proc/{entry}/environ").read_bytes().split(b"\0"):
-                found.append(int(entry))
-        except OSError:
-            pass
-    return found
+    return marked_pids(mark)
 
 
 # Where a real Ctrl-C lands one time in five under load: the child has exec'd, Popen has not returned.
@@ -340,7 +334,7 @@ def test_ctrl_c_while_a_child_starts_never_leaves_it_running(tmp_path, what):
     stopped, instead of ending the process with the child running."""
     out = subprocess.run([sys.executable, "-c", _INTERRUPT_AT_START, str(tmp_path), "3", uuid.uuid4().hex, what],
                          check=False, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+                         env={**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in HERE_AND_REPO)})
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.strip() == "interrupted 3, survived 0 of 3", out.stdout + out.stderr[-2000:]
 
