@@ -303,10 +303,12 @@ def _run_one(step: Step, env: dict[str, str], ctx: BuildContext, out: CappedLog,
         finally:
             os.close(write_end)
     try:
-        if pending:
+        try:
+            deliver(pending)  # an ignored signal is dropped and the step goes on
+        except BaseException:
             _kill_group(proc)
             os.close(read_end)
-            deliver(pending)
+            raise
         return _wait_step(step, proc, read_end, out, deadline, timeout, on_step, ctx.venv.parent.name)
     finally:
         supervisor.release(watchdog, record)
