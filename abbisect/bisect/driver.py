@@ -18,7 +18,7 @@ from typing import Any
 from abbisect import checkout, judges
 from abbisect.ab import trial_spec
 from abbisect.bisect import history
-from abbisect.bisect.multisect import fold, pick, still_useful
+from abbisect.bisect.multisect import fold_taken, pick, still_useful
 from abbisect.bisect.search import NEW, OLD, SKIP, SearchResult, SearchState, start
 from abbisect.cache import Cache
 from abbisect.dependency import DependencyCommits, PackageVersions
@@ -51,6 +51,11 @@ class Step:
     round: int | None = None  # with several slots: the multisection round, and where and when it ran
     slot: int | None = None
     start_s: float | None = None  # seconds since the bisect began
+
+    @property
+    def is_end(self) -> bool:
+        """An end of the range (old/new, good/bad), not a commit between them."""
+        return self.role.endswith(" end")
 
 
 @dataclass
@@ -327,9 +332,8 @@ class Driver:
                      f"{run.bad.ref} is {'good' if named_good_is_old else 'bad'}: searching for the commit that "
                      f"{'fixed' if run.mode == 'fix' else 'broke'} it")
         term = {o: OLD, n: NEW}
-        if ahead:  # the commits tested with the ends, read now that the direction is known (news first)
-            for step in sorted(ahead, key=lambda s: (term.get(s.outcome) != NEW, graph._index[s.sha])):
-                state = self._take(state, step, term)
+        if ahead:  # the commits tested with the ends, read now that the direction is known
+            state = self._take(state, ahead, term)
         if self.parallel:
             state = self._multisect(run, state, term, rel, recorded)
         state = self._search(run, state, term, rel, recorded)
@@ -429,7 +433,7 @@ class Driver:
         return self._conclude(run, state, graph, t0)
 
     def _ends_agree(self, run: BisectRun, labels: dict[str, str]) -> bool:
-        return all(s.outcome == labels[s.sha] for s in run.steps if s.sha in labels and s.role.endswith(" end"))
+        return all(s.outcome == labels[s.sha] for s in run.steps if s.sha in labels and s.is_end)
 
     def _ends_needed(self, run: BisectRun, graph, result: SearchResult) -> dict[str, str]:
         """{end sha: why the answer rests on it}: the new end when it is the found commit (or among the
@@ -454,7 +458,7 @@ class Driver:
     def _lazy_to_first(self, run: BisectRun, roles: dict[str, str], graph, recorded: dict, t0: float) -> BisectRun:
         """An end contradicts its label: test the other one too and go on as ends-first mode would."""
         contradicted = ", ".join(f"{s.role} {s.sha[:10]} is {s.outcome}" for s in run.steps if s.sha in roles
-                                 and s.role.endswith(" end"))
+                                 and s.is_end)
         self.say(f"lazy ends: {contradicted}, against its label; testing the other end and going on as with "
                  "--ends first")
         for rev in (run.old, run.new):
@@ -464,7 +468,7 @@ class Driver:
                                      "its label")
         run.ends_lazy.append(f"an end contradicted its label ({contradicted}): judged from both ends' verdicts "
                              "as ends-first mode does")
-        by_sha = {s.sha: s for s in run.steps if s.sha in roles and s.role.endswith(" end")}
+        by_sha = {s.sha: s for s in run.steps if s.sha in roles and s.is_end}
         return self._from_ends(run, (by_sha[run.old.sha], by_sha[run.new.sha]), start(graph, run.new.sha,
                                [run.old.sha]), graph, recorded, t0)
 
@@ -519,7 +523,7 @@ class Driver:
                         step.round = number
                         verdict = term.get(step.outcome, SKIP)
                         useful = still_useful(state, sha)
-                        state = self._take(state, step, term)
+                        state = self._take(state, [step], term)
                         self.save(run, state)
                         if verdict == SKIP and useful and not state.done():
                             busy = [s for s, _ in running.values()]
@@ -532,13 +536,14 @@ class Driver:
                                    "remaining": len(state.remaining())})
         return state
 
-    def _take(self, state: SearchState, step: Step, term: dict[str, str]) -> SearchState:
-        """Fold a finished step's verdict in; one that other verdicts have already decided is not evidence."""
-        if still_useful(state, step.sha):
-            state = fold(state, [(step.sha, term.get(step.outcome, SKIP))])
-        else:  # stopped (or finished) after the other verdicts had decided it
-            self._not_needed(step)
-        step.remaining = len(state.remaining())
+    def _take(self, state: SearchState, steps: list[Step], term: dict[str, str]) -> SearchState:
+        """Fold finished steps' verdicts in; one that other verdicts have already decided is not evidence
+        (stopped, or finished after them)."""
+        state, taken = fold_taken(state, [(s.sha, term.get(s.outcome, SKIP)) for s in steps])
+        for step in steps:
+            if step.sha not in taken:
+                self._not_needed(step)
+            step.remaining = len(state.remaining())
         return state
 
     def _not_needed(self, step: Step) -> None:

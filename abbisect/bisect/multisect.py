@@ -66,13 +66,20 @@ def fold(state: SearchState, verdicts: Iterable[tuple[str, str]]) -> SearchState
     """Record verdicts that arrived together (in any order). A verdict on a commit that another verdict
     already put outside the range narrows nothing and is left out, as the sequential search would never
     have tested it."""
+    return fold_taken(state, verdicts)[0]
+
+
+def fold_taken(state: SearchState, verdicts: Iterable[tuple[str, str]]) -> tuple[SearchState, set[str]]:
+    """`fold`, and the commits whose verdicts were recorded (the others were no longer needed)."""
     pending = list(verdicts)
     # News first (the lowest wins), then olds and skips on what is left.
     pending.sort(key=lambda sv: (sv[1] != NEW, state.graph._index[sv[0]]))
+    taken = set()
     for sha, verdict in pending:
         if still_useful(state, sha):
             state = state.record(sha, verdict)
-    return state
+            taken.add(sha)
+    return state, taken
 
 
 def still_useful(state: SearchState, sha: str) -> bool:

@@ -207,7 +207,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
         lines += ["### Skipped (untestable) commits", ""]
         lines += [f"- `{s.sha[:10]}`: {s.status} — {cell(s.evidence, 150)}" for s in skipped]
         lines += [""]
-    end_steps = [s for s in run.steps if s.role.endswith(" end")][:2]
+    end_steps = [s for s in run.steps if s.is_end][:2]
     fps = {s.role: s.result.extras["fingerprint"] for s in end_steps if s.result and s.result.extras.get("fingerprint")}
     if fps:
         from abbisect.gpu.fingerprint import Fingerprint, render_sides
