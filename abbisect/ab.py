@@ -7,16 +7,18 @@ import shlex
 import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from abbisect import __version__, checkout
-from abbisect.cache import Cache
-from abbisect.errors import UserError
+from abbisect.bisect import history
+from abbisect.infra.cache import Cache
+from abbisect.infra.errors import UserError
+from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.score import Divergence, diff_signatures, divergence
-from abbisect.serial import dump
-from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
+from abbisect.trial.pipeline import run_trial
+from abbisect.trial.spec import Progress, TrialResult, trial_spec
 
 
 @dataclass(frozen=True)
@@ -31,6 +33,9 @@ class ABResult:
     command: str  # to reproduce
     version: str
     started: str
+    # GitHub links of each side ({"a": {"commit": …}, "b": {"commit", "compare", "pr"}}), gathered before
+    # rendering so that the report needs no git.
+    links: dict[str, dict[str, str]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -67,18 +72,13 @@ def neutral_launch(result: TrialResult) -> str:
     return f"{env} {cmd}".strip()
 
 
-def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, started: str) -> ABResult:
+def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, started: str,
+            links: dict[str, dict[str, str]] | None = None) -> ABResult:
     divs = tuple(divergence(oa.text, ob.text) if not (oa.error or ob.error) else None
                  for oa, ob in zip(a.outputs, b.outputs))
     return ABResult(recipe.model_dump(mode="json"), a, b, divs,
                     diff_signatures(list(a.signatures), list(b.signatures)), neutral_launch(a), neutral_launch(b),
-                    command, __version__, started)
-
-
-def trial_spec(recipe: Recipe, repo: Path, rev: checkout.Revision, side: str, cache: Cache | Path, out: Path,
-               pins: tuple[str, ...] | list[str] = ()) -> TrialSpec:
-    return TrialSpec(recipe, side, rev.ref, rev.sha, rev.subject, str(repo), str(cache),
-                     str(out / f"{side}-{rev.short}"), list(pins))
+                    command, __version__, started, links or {})
 
 
 def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path) -> tuple[Path, list[checkout.Revision]]:
@@ -103,13 +103,16 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
             results = [f.result() for f in futures]
     else:
         results = [runner(spec, say) for spec, say in zip(specs, says)]
-    return compare(recipe, results[0], results[1], command, started)
+    a, b = results
+    links = {"a": history.github_links(a.spec.repo, a.spec.sha), "b": history.github_links(b.spec.repo, b.spec.sha,
+                                                                                       a.spec.sha)}
+    return compare(recipe, a, b, command, started, links)
 
 
 def side_slots(recipe: Recipe, progress: Progress) -> list:
     """The two slots of an A/B at once (`ab.parallel`): the first two `gpus` slots, whose GPUs must be the
     same model; without GPUs, two CPU slots (no same-GPU hygiene: nothing to check)."""
-    from abbisect.executors import slots_for
+    from abbisect.trial.executors import slots_for
 
     if recipe.gpus is not None and len(recipe.gpu_slots) < 2:
         raise UserError("ab.parallel: true needs two GPU slots, one a side: gpus: [[0], [1]] "

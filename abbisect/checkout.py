@@ -10,10 +10,10 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
-from abbisect.cache import Cache, hold, release, remove_if_unused
-from abbisect.errors import InfraError, UserError
-from abbisect.git import GitError, git, is_repository
-from abbisect.locks import file_lock
+from abbisect.infra.cache import Cache, hold, release, remove_if_unused
+from abbisect.infra.errors import InfraError, UserError
+from abbisect.infra.git import GitError, git, is_repository
+from abbisect.infra.locks import file_lock
 from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
 
 _URL = re.compile(r"^[a-z+]+://|^git@")

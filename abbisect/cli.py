@@ -2,7 +2,7 @@
 mapped to an exit code here.
 
 `EXIT_CODES` is the one table of exit codes (README "Exit codes" and each command's --help repeat it);
-`Main.invoke` turns the error tree of `abbisect.errors` into one line on stderr and the command's code.
+`Main.invoke` turns the error tree of `abbisect.infra.errors` into one line on stderr and the command's code.
 """
 
 from __future__ import annotations
@@ -12,14 +12,16 @@ import shlex
 import signal
 import sys
 import tempfile
+import threading
 import time
 import traceback
 from pathlib import Path
 
 import click
 
-from abbisect import __version__, progress
-from abbisect.errors import describe_os_error, kind_of
+from abbisect import __version__
+from abbisect.infra import progress
+from abbisect.infra.errors import describe_os_error, kind_of
 
 # The commands, each in abbisect/commands/<name>.py as a click command of that name; imported when used.
 COMMANDS = ("bisect", "cache", "check", "env", "matrix", "run", "scan", "schema")
@@ -54,12 +56,12 @@ def _invocation() -> str:
     return shlex.join(["abbisect", *sys.argv[1:]])
 
 
-def _crash_log(text: str) -> Path | None:
-    """Keep a traceback where it can be written: the cache, else the temp folder; never raise from here."""
-    from abbisect import paths
-    from abbisect.cache import Cache
+def _crash_log(text: str, opened: Path | None) -> Path | None:
+    """Keep a traceback where it can be written: the cache the command opened (else the default one), else
+    the temp folder; never raise from here."""
+    from abbisect.infra.cache import Cache, cache_path
 
-    for folder in (paths.last_root or paths.cache_path(), Path(tempfile.gettempdir())):
+    for folder in (opened or cache_path(), Path(tempfile.gettempdir())):
         temp = folder == Path(tempfile.gettempdir())
         log = folder / "abbisect-crash.log" if temp else Cache(folder).crash_log
         try:
@@ -89,7 +91,11 @@ class Main(click.Group):
             command = ctx.invoked_subcommand
             exc.show()
             ctx.exit(exit_code(command, "usage"))
-        except (click.exceptions.Exit, click.ClickException, SystemExit):
+        except SystemExit as exc:
+            if exc.code == _SIGNALS["terminated"] and _TERMINATED.is_set():
+                click.echo("abbisect: terminated" + _hint(ctx), err=True)
+            raise
+        except (click.exceptions.Exit, click.ClickException):
             raise
         except BaseException as exc:  # noqa: BLE001 -- every ending gets one line and its command's code
             command, ending = ctx.invoked_subcommand, kind_of(exc)
@@ -103,18 +109,32 @@ class Main(click.Group):
                 # Torn down already: a second Ctrl-C while Python shuts down must not turn 130 into a signal death.
                 signal.signal(signal.SIGINT, signal.SIG_IGN)
                 _stop_children()
-                click.echo("abbisect: interrupted", err=True)
+                click.echo("abbisect: interrupted" + _hint(ctx), err=True)
             else:
+                from abbisect.commands.common import META_KEY
+
                 log = _crash_log(f"--- {time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} {_invocation()}\n"
-                                 + traceback.format_exc())
+                                 + traceback.format_exc(), ctx.meta.get(META_KEY))
                 where = f"traceback in {log}" if log else "no writable place for the traceback"
                 click.echo(f"abbisect: internal error: {type(exc).__name__}: {exc} ({where})", err=True)
             ctx.exit(exit_code(command, ending))
 
 
+_TERMINATED = threading.Event()
+
+
 def _on_sigterm(*_) -> None:
+    _TERMINATED.set()
     _stop_children()  # builds in background threads must not hold the exit
     sys.exit(_SIGNALS["terminated"])
+
+
+def _hint(ctx: click.Context) -> str:
+    """What the interrupted command asked to be told (how to resume it, what it left where)."""
+    from abbisect.commands.common import HINT_KEY
+
+    hint = ctx.meta.get(HINT_KEY)
+    return f"; {hint}" if hint else ""
 
 
 def _stop_children() -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from abbisect import checkout
 from abbisect.builtin.realengine import ensure_vllm_cpu_repo
-from abbisect.cache import disk_usage, human
+from abbisect.infra.cache import disk_usage, human
 
 
 def du(path: Path) -> int:

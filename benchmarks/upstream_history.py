@@ -24,8 +24,8 @@ from pathlib import Path
 
 from abbisect.bisect import history
 from abbisect.bisect.search import NEW, OLD, start
-from abbisect.proc import scrubbed_env
-from abbisect.serial import dump
+from abbisect.infra.proc import scrubbed_env
+from abbisect.infra.serial import dump
 
 
 def git(repo: Path, *args: str) -> str:

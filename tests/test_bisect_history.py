@@ -18,7 +18,7 @@ from abbisect.bisect.history import (
     pr_number,
     resolve,
 )
-from abbisect.errors import UserError
+from abbisect.infra.errors import UserError
 
 _clock = iter(range(1_700_000_000, 1_800_000_000, 60))
 

@@ -170,7 +170,8 @@ def test_interrupted_bisect_resumes_without_repeating_a_trial(tmp_path, history,
         before = launches(mark)
         assert len(before) == trial + (stage in ("launch", "query"))
         if sig == signal.SIGINT:
-            printed = re.search(r"resume with:\n\s+(.+)", err)[1]
+            printed = re.search(r"abbisect: interrupted; resume with: (.+)", err)[1]
+            assert err.count("abbisect: interrupted") == 1, err  # said once, with the command that resumes
         else:  # nothing is printed on SIGKILL: the command printed at the start is the one to use
             printed = re.search(r"if interrupted, resume with: (.+)\)", err)[1]
         assert printed == f"abbisect bisect --resume {out}" and "--no-cache" not in printed
@@ -270,7 +271,8 @@ def test_interrupted_lazy_bisect_resumes_lazily_without_repeating_a_trial(tmp_pa
         recorded = [s["sha"] for s in json.loads((out / "state.json").read_text())["steps"]]
         assert len(recorded) == 1
         before = launches(mark)
-        again = run_printed(re.search(r"resume with:\n\s+(.+)", err)[1], tmp_path, module_cache, tmp_path / "bin")
+        again = run_printed(re.search(r"abbisect: interrupted; resume with: (.+)", err)[1], tmp_path, module_cache,
+                            tmp_path / "bin")
         assert again.returncode == 0, again.stderr
         res = json.loads(again.stdout)["data"]
         assert res["ends"]["mode"] == "lazy" and res["first_new"] == reference["first_new"]

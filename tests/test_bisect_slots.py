@@ -95,4 +95,4 @@ def test_commits_tested_with_ends_that_show_no_change_are_not_evidence(tmp_path,
     assert proc.returncode == 3, proc.stderr[-3000:]  # no change between the ends
     res = json.loads((out / "bisect.json").read_text())
     ahead = [s for s in res["steps"] if s["round"] == 0 and not s["role"].endswith("end")]
-    assert len(ahead) == 2 and all(s["role"] == "candidate (no longer needed)" for s in ahead)
+    assert len(ahead) == 2 and all(s["role"] == "candidate" and s["needed"] is False for s in ahead)

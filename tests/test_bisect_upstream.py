@@ -335,7 +335,7 @@ def test_dry_run_plans_both_ends_counts_and_midpoints_without_building(upstream_
 
 
 def test_rerun_command_drops_the_result_folder() -> None:
-    from abbisect.bisect.report import rerun_command
+    from abbisect.report.bisect import rerun_command
 
     assert rerun_command("abbisect bisect r.yaml --good a -o out --json") == "abbisect bisect r.yaml --good a --json"
     assert rerun_command("abbisect bisect r.yaml --output=x --resume d --bad b") == "abbisect bisect r.yaml --bad b"
@@ -395,7 +395,7 @@ def test_check_under_git_bisect_run_in_the_cache_clone_needs_no_network(upstream
 
 
 def checkout_clone(cache: Path, source: Path) -> Path:
-    from abbisect.cache import Cache
+    from abbisect.infra.cache import Cache
 
     return Cache(cache).clone(f"file://{source}")
 

@@ -15,8 +15,8 @@ import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.builtin.history import TEMPLATE, Commit, _git, commit
-from abbisect.cache import Entry, parse_age, parse_size, select
-from abbisect.errors import UserError
+from abbisect.infra.cache import Entry, parse_age, parse_size, select
+from abbisect.infra.errors import UserError
 
 
 def _run(tmp_path: Path, repo: Path, cache: Path, a: str, b: str, name: str, env: dict | None = None, **over):
@@ -87,7 +87,7 @@ def test_gc_keeps_what_another_process_uses(tmp_path, engine_repo):
     _run(tmp_path, engine_repo, cache, "broken", "fixed", "one")
     venvs = sorted(p for p in (cache / "envs").iterdir() if p.is_dir())
     assert len(venvs) == 3  # the shared venv of the dependencies and one thin venv per commit
-    script = ("import pathlib, time\nfrom abbisect.cache import hold\n"
+    script = ("import pathlib, time\nfrom abbisect.infra.cache import hold\n"
               f"hold(pathlib.Path({str(venvs[0])!r}))\nprint('held', flush=True)\ntime.sleep(120)")
     holder = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
     try:
@@ -178,11 +178,11 @@ def test_overlay_build_drops_the_worktree(tmp_path, engine_repo):
 def test_holds_are_counted_within_a_process(tmp_path):
     """A trial and a background build of the same process may hold one worktree: the first to let go must
     not free it for removal under the other (a bisect once lost its candidate's worktree that way)."""
-    from abbisect.cache import hold, release
+    from abbisect.infra.cache import hold, release
 
     entry = tmp_path / "worktrees" / "repo" / "abc"
     entry.mkdir(parents=True)
-    probe = ("import sys, pathlib\nfrom abbisect.cache import remove_if_unused\n"
+    probe = ("import sys, pathlib\nfrom abbisect.infra.cache import remove_if_unused\n"
              "print(remove_if_unused(pathlib.Path(sys.argv[1])))")
 
     def removable() -> bool:

@@ -1,4 +1,4 @@
-"""One cache layout (`Cache`), one door to git (`abbisect.git`) and one way to run a command into a log
+"""One cache layout (`Cache`), one door to git (`abbisect.infra.git`) and one way to run a command into a log
 (`proc.run_logged`): the paths every module asks for are the ones `abbisect cache list` sees, a trial's key
 is the same before its build as after, and git's repository variables reach neither git nor a command."""
 
@@ -13,18 +13,18 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, run_ab, toy_recipe
 
-from abbisect import checkout, git
-from abbisect.ab import trial_spec
+from abbisect import checkout
 from abbisect.bisect import history
 from abbisect.builtin.history import Commit, build_history, commit, init_repo
-from abbisect.cache import Cache
 from abbisect.environment.tree import CommitTree
-from abbisect.errors import UserError
-from abbisect.proc import run_logged
+from abbisect.infra import git
+from abbisect.infra.cache import Cache
+from abbisect.infra.errors import UserError
+from abbisect.infra.proc import run_logged
+from abbisect.infra.serial import dump, load
 from abbisect.recipe import Recipe
-from abbisect.serial import dump, load
-from abbisect.trial import TrialSpec
-from abbisect.trialcache import TrialCache, machine_key, planned_env_key, trial_key
+from abbisect.trial.cache import TrialCache, machine_key, planned_env_key, trial_key
+from abbisect.trial.spec import TrialSpec, trial_spec
 
 ROOT = Path(__file__).resolve().parent.parent
 

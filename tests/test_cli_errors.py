@@ -10,8 +10,9 @@ import time
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect import __version__, progress
-from abbisect.progress import Final, Reporter, Status
+from abbisect import __version__
+from abbisect.infra import progress
+from abbisect.infra.progress import Final, Reporter, Status
 
 
 def _envelope(stdout: str, command: str) -> dict:

@@ -7,12 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from abbisect.dependency import diff_packages, resolve_versions
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.builtin import toydep
-from abbisect.dependency import diff_packages, resolve_versions
-from abbisect.errors import UserError
-from abbisect.recipe import Install, Over
+from abbisect.infra.errors import UserError
+from abbisect.recipe import Over, make_install
 
 VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0"]
 
@@ -99,7 +99,7 @@ def test_bisect_over_the_dependency_commits(tmp_path, engine_repo, cache_dir, wh
 
 
 def test_version_ranges_and_diffs(wheels):
-    install = Install(find_links=[str(wheels)])
+    install = make_install(find_links=[str(wheels)])
     rng = Over.model_validate({"package": "toydep", "versions": {"from": "1.1", "to": "9"}})
     assert resolve_versions(rng, install) == VERSIONS[1:]
     pre = Over.model_validate({"package": "toydep", "versions": {"from": "1.1", "to": "9", "prereleases": True}})

@@ -17,8 +17,8 @@ from conftest import abbisect, toy_recipe, write_recipe
 from abbisect.builtin.history import Commit, _git, commit, init_repo
 from abbisect.environment import ensure_env
 from abbisect.environment.editable import cuda_variant, heavy_pins
-from abbisect.plan import env_plan_for, plan_for
-from abbisect.recipe import Install, Recipe
+from abbisect.recipe import Recipe, make_install
+from abbisect.trial.plan import env_plan_for, plan_for
 
 
 def _wheel(dest: Path, name: str, version: str, files: dict[str, bytes]) -> Path:
@@ -213,7 +213,7 @@ def test_sglang_build_by_era(sglang_repo, tmp_path: Path, monkeypatch) -> None:
     assert _plan(repo, shas[3], cache).key != _plan(repo, shas[3], cache, extras=["x"]).key
 
     # the blocked era is untestable with its reason, without building anything
-    install = Install(strategy="editable", read_pins=True)
+    install = make_install(strategy="editable", read_pins=True)
     env = ensure_env(repo, shas[2], install, "python", cache, timeout=60)
     assert not env.ok and env.error.startswith("needs cargo:") and not Path(env.path).exists()
 
@@ -260,7 +260,7 @@ def test_heavy_pins_from_the_commits_own_index_come_first_from_that_index(sglang
 def test_wheel_templates_fill_from_the_commit_or_make_it_untestable(sglang_repo, tmp_path: Path) -> None:
     repo, shas = sglang_repo
     tpl = "https://w.invalid/{sha}/sglang-{version}+g{short:9}-py3-none-any.whl"
-    install = Install(strategy="wheel", wheel_url_template=tpl)
+    install = make_install(strategy="wheel", wheel_url_template=tpl)
     from abbisect.environment.store import env_plan
 
     static = env_plan(tmp_path / "wt", shas[0], install, "python", tmp_path, git_dir=repo)

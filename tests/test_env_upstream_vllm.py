@@ -19,8 +19,8 @@ from abbisect import checkout
 from abbisect.environment import ensure_env
 from abbisect.environment.store import env_plan
 from abbisect.environment.vllm_wheels import resolve
-from abbisect.errors import InfraError
-from abbisect.recipe import Install
+from abbisect.infra.errors import InfraError
+from abbisect.recipe import Install, make_install
 
 ARCH = platform.machine()
 
@@ -97,7 +97,7 @@ def vllm_history(tmp_path_factory) -> dict:
 
 
 def _install(h: dict, **kw) -> Install:
-    return Install(strategy="vllm-wheels", wheel_index=h["url"], **kw)
+    return make_install(strategy="vllm-wheels", wheel_index=h["url"], **kw)
 
 
 def _build(h: dict, sha: str, install: Install):
@@ -159,13 +159,13 @@ def test_eras_without_metadata_and_without_the_location_switch(vllm_history: dic
 def test_an_unreachable_index_is_an_infrastructure_fault(vllm_history: dict, tmp_path: Path) -> None:
     h = vllm_history
     with pytest.raises(InfraError, match="wheel index unreachable"):
-        env_plan(h["repo"], h["a"], Install(strategy="vllm-wheels", wheel_index="http://127.0.0.1:9",
+        env_plan(h["repo"], h["a"], make_install(strategy="vllm-wheels", wheel_index="http://127.0.0.1:9",
                                             variant="cu129"), None, tmp_path)
 
 
 def test_index_urls_are_filled_per_commit(vllm_history: dict, tmp_path: Path) -> None:
     h = vllm_history
-    install = Install(strategy="editable", extra_index_urls=[h["url"] + "/{sha}/cu129"],
+    install = make_install(strategy="editable", extra_index_urls=[h["url"] + "/{sha}/cu129"],
                       index_url="https://example.invalid/{short:9}/{short}/{version}")
     plan = env_plan(tmp_path / "wt", h["a"], install, None, tmp_path, git_dir=h["repo"])
     argv = next(s for s in plan.steps if s.desc == "install checkout").argv

@@ -13,10 +13,10 @@ from pathlib import Path
 from abbisect import checkout
 from abbisect.environment import ensure_env
 from abbisect.environment.store import MARKER
-from abbisect.recipe import Install
+from abbisect.recipe import make_install
 
 # The second command sleeps only when the test asks (a shell variable: not part of the env key).
-SLOW = Install(strategy="command", commands=["{uv} pip install --python {python} -e {src}",
+SLOW = make_install(strategy="command", commands=["{uv} pip install --python {python} -e {src}",
                                              "sleep ${ABBISECT_TEST_SLEEP:-0}"])
 
 
@@ -27,8 +27,8 @@ def test_killed_build_is_rebuilt_then_reused(tmp_path, engine_repo):
     script = textwrap.dedent(f"""
         from pathlib import Path
         from abbisect.environment import ensure_env
-        from abbisect.recipe import Install
-        ensure_env(Path({str(source)!r}), {sha!r}, Install.model_validate({SLOW.model_dump()!r}), None,
+        from abbisect.recipe import make_install
+        ensure_env(Path({str(source)!r}), {sha!r}, make_install(**{SLOW.model_dump()!r}), None,
                    Path({str(cache)!r}), 600)
     """)
     proc = subprocess.Popen([sys.executable, "-c", script], start_new_session=True,
@@ -60,6 +60,6 @@ def test_failed_build_is_an_outcome_with_its_log(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     sha = checkout.resolve(engine_repo, "noinstall").sha
     source = checkout.worktree(engine_repo, sha, cache)
-    env = ensure_env(source, sha, Install(), None, cache, 600)
+    env = ensure_env(source, sha, make_install(), None, cache, 600)
     assert not env.ok and "install checkout failed" in env.error
     assert Path(env.log).is_file() and not (Path(env.path).parent / MARKER).exists()

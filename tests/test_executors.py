@@ -13,10 +13,11 @@ import pytest
 from conftest import marked_pids, toy_recipe
 
 from abbisect import checkout
-from abbisect.ab import trial_spec
-from abbisect.errors import UserError
-from abbisect.executors import InProcess, LocalParallel, Slot, parse_gpus, slots_for
+from abbisect.infra.errors import UserError
 from abbisect.recipe import parse_recipe
+from abbisect.trial.executors import LocalParallel, Slot, on_slot, parse_gpus, slots_for
+from abbisect.trial.pipeline import run_trial
+from abbisect.trial.spec import trial_spec
 
 
 def _specs(tmp_path, engine_repo, cache_dir, refs, **over):
@@ -58,7 +59,7 @@ def test_local_parallel_runs_slots_at_once(tmp_path, engine_repo, cache_dir):
 def test_gpu_slot_pins_the_trial(tmp_path, engine_repo, cache_dir):
     """On a CPU machine the slot's GPU is still what the trial pins (hygiene is skipped with its notice)."""
     (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["fixed"])
-    result = InProcess([Slot(0, (3,))]).submit(spec, Slot(0, (3,)), lambda m: None).result()
+    result = run_trial(on_slot(spec, Slot(0, (3,))))
     assert result.spec.recipe.gpus == [3]
     assert result.extras["gpu_before"]["skipped"] and result.extras["gpu_before"]["notice"]
 
@@ -116,7 +117,7 @@ def ray_cluster():
 
 
 def test_ray_runs_trials_as_tasks(tmp_path, engine_repo, cache_dir, ray_cluster):
-    from abbisect.executors import RayExecutor
+    from abbisect.trial.executors import RayExecutor
 
     specs = _specs(tmp_path, engine_repo, cache_dir, ["broken", "fixed"], env={"TOYENGINE_LOAD_SECONDS": "1.5"})
     ex = RayExecutor(slots_for([], 2), resource="abbisect_slot")
@@ -130,7 +131,7 @@ def test_ray_runs_trials_as_tasks(tmp_path, engine_repo, cache_dir, ray_cluster)
 def test_ray_worker_lost_mid_trial(tmp_path, engine_repo, cache_dir, ray_cluster, retries, expected):
     """Kill the worker running a trial: Ray retries it elsewhere; without retries it is infra_error (skip),
     never the commit's verdict."""
-    from abbisect.executors import RayExecutor
+    from abbisect.trial.executors import RayExecutor
 
     (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["fixed"], env={"TOYENGINE_LOAD_SECONDS": "3"})
     ex = RayExecutor(slots_for([], 1), resource="abbisect_slot", retries=retries)

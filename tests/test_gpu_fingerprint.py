@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from abbisect.commands.env import env
-from abbisect.errors import UserError
-from abbisect.gpu.devices import class_for_capability
+from abbisect.gpu.devices import device_classes
 from abbisect.gpu.fingerprint import Fingerprint, GpuInfo, collect, render_sides, render_table
-from abbisect.serial import load
+from abbisect.infra.errors import UserError
+from abbisect.infra.serial import load
 
 H200 = GpuInfo(0, "NVIDIA H200", "9.0", 132, 143771, 232448, 233472)
 
@@ -107,7 +107,7 @@ def test_fingerprint_on_gpu_matches_device_table() -> None:
     g = fp.gpus[0]
     assert fp.driver and fp.cuda_runtime and g.sm_count
     major, minor = (int(x) for x in g.capability.split("."))
-    known = class_for_capability(major, minor)
+    known = device_classes().get(f"sm_{major}{minor}")
     if known is not None:  # the data table must agree with what the driver reports
         assert g.shared_memory_per_block_optin == known.shared_memory_per_block_optin
         assert g.shared_memory_per_sm == known.shared_memory_per_sm

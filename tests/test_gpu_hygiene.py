@@ -15,10 +15,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from abbisect.errors import UserError
 from abbisect.gpu import hygiene
 from abbisect.gpu.hygiene import HygieneReport, check_idle, describe, map_devices, wait_released
-from abbisect.serial import dump, load
+from abbisect.infra.errors import UserError
+from abbisect.infra.serial import dump, load
 
 MIB = 1024 * 1024
 

@@ -14,18 +14,18 @@ import pytest
 import yaml
 from triton_kernels import GEMM
 
-from abbisect.errors import UserError
 from abbisect.gpu.probe import (
     ProbeConfig,
     ProbeResult,
     ProbeRow,
-    load_probe,
     probe_status,
     probe_verdict,
     render_probe_markdown,
     run_probe,
 )
-from abbisect.serial import dump, load
+from abbisect.infra.errors import UserError
+from abbisect.infra.serial import dump, load
+from abbisect.recipe import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 RECIPE = ROOT / "recipes" / "vllm-mla-fp8kv-smem-probe.yaml"
@@ -84,9 +84,8 @@ def test_config_rejects_unknown_keys_and_targets() -> None:
         gemm_config(targets=["sm_999"])
     with pytest.raises(ValueError):
         gemm_config(grid=None)  # no launcher and no grid
-    with pytest.raises(UserError):
-        load_probe({"name": "x"})
-    cfg = load_probe(yaml.safe_load(RECIPE.read_text()))
+    cfg = load_recipe(RECIPE)[0].probe
+    assert cfg is not None
     assert cfg.launcher == "_decode_grouped_att_m_fwd" and "sm_120" in cfg.targets
 
 
@@ -97,7 +96,7 @@ def _row(stages: int, dtype: str, target: str, shared: int, limit: int, **kw: ob
 
 
 def test_verdict_scopes_to_launcher_default_and_when() -> None:
-    cfg = load_probe(yaml.safe_load(RECIPE.read_text()))
+    cfg = ProbeConfig.model_validate(yaml.safe_load(RECIPE.read_text())["probe"])
     rows = [_row(s, d, "sm_120", n, 101376) for s, d, n in [
         (1, "float8_e4m3fn", 83968), (2, "float8_e4m3fn", 102400), (3, "float8_e4m3fn", 102656),
         (2, "bfloat16", 63488)]]
@@ -246,7 +245,7 @@ def test_cross_compiled_equals_launched_gemm(gemm_root: Path, tmp_path: Path) ->
 @pytest.mark.gpu
 @needs_gpu
 def test_cross_compiled_equals_launched_vllm(vllm_src: Path, tmp_path: Path) -> None:
-    cfg = load_probe(yaml.safe_load(RECIPE.read_text()))
+    cfg = ProbeConfig.model_validate(yaml.safe_load(RECIPE.read_text())["probe"])
     res = run_probe(cfg, sys.executable, vllm_src, tmp_path)
     print("\n" + render_probe_markdown(res))
     _assert_compiled_equals_launched(res)
@@ -265,7 +264,7 @@ def _assert_compiled_equals_launched(res: ProbeResult) -> None:
 
 def test_a_probe_that_measures_nothing_leaves_the_commit_untested(tmp_path) -> None:
     """gpu/probe_trial: a probe that could not measure its scope is `infra_error` → skip, never a verdict."""
-    from abbisect.gpu.probe_trial import probe_trial
+    from abbisect.trial.probe import probe_trial
 
     config = ProbeConfig(file="no_such_kernel.py", kernel="k", grid=[1], targets=["sm_90"], mode="compile",
                          bad_if={"not_fits": ["sm_90"]})

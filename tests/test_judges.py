@@ -13,7 +13,7 @@ import pytest
 from conftest import toy_recipe, write_recipe
 
 from abbisect.builtin.history import Commit, _git, build_history, commit, init_repo
-from abbisect.judges import outcome_of_exit
+from abbisect.trial.judges import outcome_of_exit
 
 # Exits 1 (bad) when any output says "famous": a change the built-in rules call harmless.
 JUDGE = '''import json, os, sys

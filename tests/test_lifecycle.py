@@ -17,10 +17,11 @@ import pytest
 from conftest import abbisect, marked_pids, run_ab, toy_recipe, write_recipe
 
 from abbisect.builtin.history import Commit, build_history
-from abbisect.logstream import CappedLog, LineScanner
+from abbisect.infra.logstream import CappedLog
 from abbisect.recipe import Verdicts
+from abbisect.score.scanner import LineScanner
 from abbisect.score.signatures import load_catalogue
-from abbisect.verdict import Evidence, judge
+from abbisect.verdict.rules import Evidence, judge
 
 CRASH_HISTORY = [
     Commit("Initial engine", tag="good"),
@@ -158,7 +159,10 @@ def test_sigkill_at_each_stage_leaves_no_server(tmp_path, crash_repo, cache_dir,
         assert _wait_for(lambda: not marked_pids(mark), 20), [_cmdline(p) for p in marked_pids(mark)]
     else:
         assert left, "they should still run until the next invocation reaps them"
-    nxt = abbisect("run", str(recipe), "--dry-run", cwd=tmp_path, cache=cache_dir)
+    # A dry run opens no cache and reaps nothing: the next command that opens the cache does.
+    dry = abbisect("run", str(recipe), "--dry-run", cwd=tmp_path, cache=cache_dir)
+    assert dry.returncode == 0 and "reaped" not in dry.stderr, dry.stderr
+    nxt = abbisect("cache", "list", cwd=tmp_path, cache=cache_dir)
     assert nxt.returncode == 0, nxt.stderr
     if victims != "abbisect":
         what = "build step" if stage == "build" else "server"
@@ -268,12 +272,12 @@ HERE_AND_REPO = (Path(__file__).resolve().parent, Path(__file__).resolve().paren
 _INTERRUPT_AT_START = r'''
 import os, signal, subprocess, sys, time
 from pathlib import Path
-from abbisect import launch
-from abbisect.engines.base import LaunchPlan
+from abbisect.launch import server as launch
+from abbisect.launch.engines.base import LaunchPlan
 from abbisect.environment import store
 from abbisect.environment.base import BuildContext, Step
-from abbisect.logstream import CappedLog
-from abbisect.recipe import Install
+from abbisect.infra.logstream import CappedLog
+from abbisect.recipe import make_install
 from conftest import marked_pids
 
 cache, rounds, mark, what = Path(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -286,10 +290,10 @@ failed = []
 def start_and_stop():
     if what.startswith("server"):
         server = launch.start(LaunchPlan(SERVER, {}, None, None), env, cache / "server.log", cache,
-                              "http://127.0.0.1:9", cache=cache, grace=2.0)
+                              "http://127.0.0.1:9", cache=cache)
         launch.stop(server, 2.0)
     else:  # a build step
-        ctx = BuildContext(cache, "0" * 40, Install(), cache / "venv", cache)
+        ctx = BuildContext(cache, "0" * 40, make_install(), cache / "venv", cache)
         out = CappedLog(cache / "build.log")
         try:
             error = store._run_one(Step(SERVER, "build"), env, ctx, out, time.monotonic() + 30, 30.0, None)
@@ -302,13 +306,15 @@ def marked():
     return marked_pids(mark)
 
 
-# Where a real Ctrl-C lands one time in five under load: the child has exec'd, Popen has not returned.
+# Where a real Ctrl-C lands one time in five under load: the child (the supervisor that starts the server or
+# build step) has exec'd, Popen has not returned.
 execute_child = subprocess.Popen._execute_child
 def ctrl_c_as_it_returns(self, args, *rest, **kw):
     execute_child(self, args, *rest, **kw)
-    if tuple(args) == SERVER and what == "server, raised":  # no signal: an exception past any hold
+    starting = list(args)[-1:] == ["abbisect.infra.supervisor"]
+    if starting and what == "server, raised":  # no signal: an exception past any hold
         raise KeyboardInterrupt
-    if tuple(args) == SERVER:  # SIGTERM: its default action (a worker process), which would end us at once
+    if starting:  # SIGTERM: its default action (a worker process), which would end us at once
         os.kill(os.getpid(), signal.SIGTERM if what.endswith("SIGTERM") else signal.SIGINT)
 subprocess.Popen._execute_child = ctrl_c_as_it_returns
 if what.endswith("ignored"):  # a caller that ignores Ctrl-C: the held one is dropped and the child goes on
@@ -351,21 +357,20 @@ def test_ctrl_c_while_a_child_starts_never_leaves_it_running(tmp_path, what):
         assert lines[1] == "build steps failed: []", out.stdout
 
 
-def test_a_watchdog_whose_owner_died_also_ends_a_server_that_execs_late(tmp_path):
-    """The owner died while its server was forked but not yet exec'd (no token in its environment yet): the
-    watchdog keeps looking for a moment and ends it when it appears."""
-    from abbisect import supervisor
+def test_a_supervisor_told_to_stop_as_it_starts_the_server_ends_it(tmp_path):
+    """SIGTERM reaches the supervisor while it starts the server (a stopped trial's process group is signalled
+    at once): it ends the server it has just started instead of dying before it can."""
+    from abbisect.infra import supervisor
 
-    token, mark = uuid.uuid4().hex, uuid.uuid4().hex
-    watchdog = supervisor.watch(token, 2.0)
-    time.sleep(0.5)  # its handlers are set
-    assert watchdog.stdin is not None
-    watchdog.stdin.close()  # the owner is gone, and no process carries the token yet
-    time.sleep(0.2)
-    late = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True,
-                            env={**os.environ, supervisor.TOKEN_VAR: token, "ABBISECT_TEST_MARK": mark})
+    mark = uuid.uuid4().hex
+    read_end, write_end = os.pipe()
     try:
-        assert late.wait(timeout=10) is not None
+        child = supervisor.spawn([sys.executable, "-c", "import time; time.sleep(60)"],
+                                 {**os.environ, "ABBISECT_TEST_MARK": mark}, tmp_path, write_end)
     finally:
-        late.kill()
-    assert watchdog.wait(timeout=10) == 0
+        os.close(write_end)
+        os.close(read_end)
+    assert marked_pids(mark) == [child.pid]
+    child.terminate()
+    assert _wait_for(lambda: not marked_pids(mark), 10)
+    assert child.watchdog.wait(timeout=10) == 0

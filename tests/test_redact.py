@@ -8,8 +8,8 @@ from pathlib import Path
 
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.redact import MASK, Redactor, expand_env, mask_env
-from abbisect.serial import dump
+from abbisect.infra.redact import MASK, Redactor, expand_env, mask_env
+from abbisect.infra.serial import dump
 
 LITERAL = "hf_planted_secret_123"
 FROM_ENV = "ref_planted_secret_789"
@@ -57,7 +57,7 @@ def test_expand_reads_references_only_at_launch():
 
 
 def test_guard_keeps_message_type():
-    from abbisect.progress import Status
+    from abbisect.infra.progress import Status
 
     seen = []
     say = Redactor.from_recipe(recipe_dict(), {}).guard(seen.append)
@@ -123,8 +123,8 @@ def test_trial_seam_prints_no_secret(tmp_path, engine_repo, cache_dir):
     import sys
 
     from abbisect import checkout
-    from abbisect.ab import trial_spec
     from abbisect.recipe import parse_recipe
+    from abbisect.trial.spec import trial_spec
 
     recipe = parse_recipe(toy_recipe(engine_repo, env={"HF_TOKEN": LITERAL}))
     spec = trial_spec(recipe, engine_repo, checkout.resolve(engine_repo, "fixed"), "remote", cache_dir, tmp_path)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from abbisect.engines import sglang, vllm
+from abbisect.launch.engines import sglang, vllm
 
 P = "(APIServer pid=7095) INFO 11-30 05:01:02"
 

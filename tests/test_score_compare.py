@@ -2,9 +2,9 @@ import json
 
 import pytest
 
+from abbisect.infra.serial import dump, load
 from abbisect.score.answers import AnswerCheck, check_answer
 from abbisect.score.compare import Divergence, Resemblance, divergence, resemblance, similarity
-from abbisect.serial import dump, load
 
 GOOD = "The capital of France is Paris. It is known for the Eiffel Tower and the Louvre."
 BAD = "The capital of France is need analysis there need analysis there need analysis there"

@@ -6,6 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from abbisect.infra.serial import dump, load
 from abbisect.score.degeneration import (
     LABELS,
     Loop,
@@ -17,7 +18,6 @@ from abbisect.score.degeneration import (
     prefix_sensibleness,
     text_metrics,
 )
-from abbisect.serial import dump, load
 
 CORPUS = Path(__file__).resolve().parent / "data" / "corpus" / "dev.jsonl"  # see tests/data/README.md
 

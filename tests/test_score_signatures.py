@@ -3,6 +3,7 @@ from pathlib import Path
 
 import pytest
 
+from abbisect.infra.serial import dump, load
 from abbisect.score.signatures import (
     SEVERITIES,
     Signature,
@@ -13,7 +14,6 @@ from abbisect.score.signatures import (
     scan_text,
     severity_at_least,
 )
-from abbisect.serial import dump, load
 
 LOGS = Path(__file__).resolve().parent / "data" / "logs"  # short excerpts, see tests/data/README.md
 

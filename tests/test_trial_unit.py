@@ -9,10 +9,9 @@ import sys
 from conftest import toy_recipe
 
 from abbisect import checkout
-from abbisect.ab import trial_spec
+from abbisect.infra.serial import dump, load
 from abbisect.recipe import parse_recipe
-from abbisect.serial import dump, load
-from abbisect.trial import TrialResult
+from abbisect.trial.spec import TrialResult, trial_spec
 
 
 def test_trial_runs_from_a_json_spec_in_another_process(tmp_path, engine_repo, cache_dir):

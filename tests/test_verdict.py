@@ -8,10 +8,10 @@ from dataclasses import dataclass
 import pytest
 from pydantic import ValidationError
 
-from abbisect.executors import infra_result
 from abbisect.recipe import Verdicts
-from abbisect.status import BAD_RULES, SKIP_RULES, Status
-from abbisect.verdict import PROBE_STATUS, Evidence, judge, status_of
+from abbisect.trial.executors import infra_result
+from abbisect.verdict.rules import PROBE_STATUS, Evidence, judge, status_of
+from abbisect.verdict.status import BAD_RULES, SKIP_RULES, Status
 
 _HEALTHY = {"build_ok": True, "build_error": None, "ready": "ready", "rejected_flags": (), "first_exception": None,
             "n_outputs": 4, "n_errors": 0, "degenerate": (), "late_loops": (), "answer_misses": (),
@@ -77,7 +77,7 @@ def test_a_signature_the_recipe_names_is_bad_whatever_bad_if_says():
 def test_statuses_not_decided_from_evidence():
     """infra_error comes from the executor (or a probe that measured nothing), does_not_fit from a probe."""
     from abbisect.recipe import parse_recipe
-    from abbisect.trial import TrialSpec
+    from abbisect.trial.spec import TrialSpec
 
     recipe = parse_recipe({"name": "t", "engine": {"kind": "command", "repo": "builtin:demo"},
                            "launch": {"command": ["serve"]}, "prompts": ["hi"]})

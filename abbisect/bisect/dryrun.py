@@ -1,6 +1,6 @@
 """`abbisect bisect --dry-run`: what a bisection would test and build, computed from git alone.
 
-Nothing is built or launched: the ends' plans come from `abbisect.plan` (the commits' own trees), the
+Nothing is built or launched: the ends' plans come from `abbisect.trial.plan` (the commits' own trees), the
 candidate counts and midpoints from the same pure search the real run uses.
 """
 
@@ -10,12 +10,13 @@ from pathlib import Path
 
 from abbisect import checkout
 from abbisect.bisect import history
-from abbisect.bisect.driver import ends_first_because, judged_against_ends, order_ends
+from abbisect.bisect.ends import ends_first_because, judged_against_ends
+from abbisect.bisect.history import order_ends
 from abbisect.bisect.search import NEW, OLD, start
-from abbisect.cache import Cache
-from abbisect.executors import slots_for
-from abbisect.plan import render_env, render_plan
+from abbisect.infra.cache import Cache
 from abbisect.recipe import Recipe
+from abbisect.trial.executors import slots_for
+from abbisect.trial.plan import render_env, render_plan
 
 
 def _label(repo: Path, sha: str) -> str:

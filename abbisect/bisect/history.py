@@ -6,11 +6,12 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from abbisect import git
 from abbisect.bisect.search import Graph
-from abbisect.errors import UserError
-from abbisect.git import GitError
-from abbisect.git import git as _git
+from abbisect.checkout import Revision
+from abbisect.infra import git
+from abbisect.infra.errors import UserError
+from abbisect.infra.git import GitError
+from abbisect.infra.git import git as _git
 
 PathLike = str | Path
 
@@ -143,6 +144,19 @@ def github_urls(repo_path: PathLike, sha: str, base_sha: str | None = None) -> d
     urls = {"commit": f"{base}/commit/{sha}"}
     if base_sha:
         urls["compare"] = f"{base}/compare/{base_sha}...{sha}"
+    return urls
+
+
+def github_links(repo_path: PathLike, sha: str, base_sha: str | None = None) -> dict[str, str]:
+    """Commit, compare (from `base_sha`) and PR links of a commit when the repository has a GitHub remote, else
+    {} (also when git cannot say: a report without links beats no report)."""
+    try:
+        urls = github_urls(repo_path, sha, base_sha)
+        pr = pr_number(commit_info(repo_path, sha).subject) if urls else None
+    except (RuntimeError, OSError, UserError):
+        return {}
+    if urls and pr:
+        urls["pr"] = urls["commit"].split("/commit/")[0] + f"/pull/{pr}"
     return urls
 
 
@@ -335,3 +349,20 @@ def releases(repo_path: PathLike, sha: str) -> Releases:
                                 rank_branches([_short(b) for b in c_branches]), first_release(c_tags)))
     return Releases(info.sha, info.pr, first_release(tags), rank_branches([_short(b) for b in branches]),
                     tuple(carriers), release_tags(tags))
+
+
+def order_ends(repo: Path, good: Revision,
+               bad: Revision) -> tuple[Revision, Revision, tuple[str, ...]]:
+    """(old, new, merge bases): the end that is an ancestor of the other is old, whichever name the user
+    gave it, and there are no merge bases to test.  Ends on different branches (a release tag and main)
+    come back as (good, bad, their merge bases): the driver tests the merge base first, as git does."""
+    if good.sha == bad.sha:
+        raise UserError(f"--good {good.ref} and --bad {bad.ref} are the same commit {good.short}")
+    if is_ancestor(repo, good.sha, bad.sha):
+        return good, bad, ()
+    if is_ancestor(repo, bad.sha, good.sha):
+        return bad, good, ()
+    bases = tuple(merge_bases(repo, good.sha, bad.sha))
+    if not bases:
+        raise UserError(f"{good.ref} and {bad.ref} share no history (no merge base): nothing to bisect")
+    return good, bad, bases

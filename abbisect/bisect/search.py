@@ -15,11 +15,23 @@ import heapq
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from functools import cached_property
 from typing import Literal
 
-OLD, NEW, SKIP = "old", "new", "skip"
-VERDICTS = (OLD, NEW, SKIP)
+
+class Mark(StrEnum):
+    """What a search records for a tested commit: like the old end, like the new end, or untestable. Its own
+    vocabulary (git's terms), apart from a trial's good/bad/skip: which outcome is "old" depends on the
+    direction of the search."""
+
+    OLD = "old"
+    NEW = "new"
+    SKIP = "skip"
+
+
+OLD, NEW, SKIP = Mark.OLD, Mark.NEW, Mark.SKIP
+VERDICTS = tuple(Mark)
 
 Outcome = Literal["running", "found", "ambiguous", "untestable"]
 

@@ -11,9 +11,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from abbisect import git
-from abbisect.cache import sidecar
-from abbisect.locks import file_lock
+from abbisect.infra import git
+from abbisect.infra.cache import sidecar
+from abbisect.infra.locks import file_lock
 
 TEMPLATE = Path(__file__).parent / "template"
 

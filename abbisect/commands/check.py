@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from abbisect import checkout
-from abbisect.cache import open_cache
 from abbisect.cli import exit_code, exit_help
+from abbisect.commands.common import open_cache
 from abbisect.commands.options import (
     cache_dir_option,
     json_option,
@@ -17,11 +17,11 @@ from abbisect.commands.options import (
     no_cache_option,
     recipe_argument,
 )
-from abbisect.errors import UserError
-from abbisect.progress import Final, Reporter
+from abbisect.infra.errors import UserError
+from abbisect.infra.progress import Final, Reporter
+from abbisect.infra.redact import Redactor
+from abbisect.infra.serial import dump
 from abbisect.recipe import load_recipe, recipe_path
-from abbisect.redact import Redactor
-from abbisect.serial import dump
 
 
 @click.command(epilog=exit_help("check") + " 125 covers every fault on abbisect's side (download, disk, checkout,"
@@ -43,19 +43,19 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive
     """
     import os
 
-    from abbisect.ab import trial_spec
     from abbisect.bisect.history import bisect_under_way, has_commit
-    from abbisect.judges import judging, make_judge
-    from abbisect.proc import is_git_var
-    from abbisect.trial import run_trial
-    from abbisect.trialcache import TrialCache, machine_key
+    from abbisect.infra.proc import is_git_var
+    from abbisect.trial.cache import TrialCache, machine_key
+    from abbisect.trial.judges import judging, make_judge
+    from abbisect.trial.pipeline import run_trial
+    from abbisect.trial.spec import trial_spec
 
     under = bisect_under_way(dict(os.environ), Path.cwd()) if ref is None else None
     # git bisect run exports GIT_DIR (and more): from here on they must not steer abbisect's own git
     # calls on the recipe's repository, nor reach a build or a server.
     for name in [n for n in os.environ if is_git_var(n)]:
         del os.environ[name]
-    from abbisect.envelope import dumps
+    from abbisect.infra.envelope import dumps
 
     # Errors from here on exit as abbisect.cli.EXIT_CODES["check"] says (usage 128, infra 125).
     rec, base = load_recipe(recipe_path(recipe))
@@ -81,9 +81,7 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     kept = json.dumps(red.data(dump(result)), indent=1, default=str)
     (Path(spec.out_dir) / "trial.json").write_text(kept)
-    outcome = result.verdict.outcome
-    if invert and outcome != "skip":
-        outcome = "good" if outcome == "bad" else "bad"
+    outcome = result.verdict.outcome.inverted() if invert else result.verdict.outcome
     progress(Final(f"{rev.ref} ({rev.short}): {result.verdict.status} → {outcome}"
                    + (" (cached)" if result.cached else "") + f" — {'; '.join(result.verdict.reasons[:2])}"))
     if as_json:

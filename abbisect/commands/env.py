@@ -20,7 +20,7 @@ def env(as_json: bool, python: str | None, key_only: bool) -> None:
         click.echo(fp.key)
         return
     if as_json:
-        from abbisect.envelope import dumps
+        from abbisect.infra.envelope import dumps
 
         click.echo(dumps("env", fp.to_dict(), indent=2))
         return

@@ -9,15 +9,14 @@ from pathlib import Path
 import click
 import pandas as pd
 
-from abbisect.cache import Cache
+from abbisect.commands.common import open_cache
 from abbisect.commands.options import cache_dir_option, json_option, output_option
-from abbisect.errors import UserError
+from abbisect.infra.errors import UserError
 from abbisect.matrix import plots
 from abbisect.matrix.cells import Matrix, build_cells, mark_env, stack_from
 from abbisect.matrix.html import render_html
 from abbisect.matrix.loader import Source, load
 from abbisect.matrix.markdown import render_matrix
-from abbisect.paths import cache_root
 
 FILES = ("matrix.md", "matrix.json", "matrix.csv", "matrix.html")
 
@@ -98,7 +97,7 @@ def matrix(
         raise UserError(f"no such results folder: {', '.join(missing)}")
     out = Path(output) if output else roots[0] / "matrix"
     out.mkdir(parents=True, exist_ok=True)
-    cache = Cache(cache_root(cache_dir)) if (checks or trial_cache) else None
+    cache = open_cache(cache_dir, budget=False) if (checks or trial_cache) else None
     if cache and checks and cache.checks().is_dir():
         roots.append(cache.checks())
     loaded = load(roots, out, cache.trials if cache and trial_cache else None)
@@ -140,6 +139,6 @@ def matrix(
         click.echo(f"not read: {skipped}", err=True)
     click.echo(f"wrote {', '.join(str(out / f) for f in FILES)}", err=True)
     if as_json:
-        from abbisect.envelope import dumps
+        from abbisect.infra.envelope import dumps
 
         click.echo(dumps("matrix", data))

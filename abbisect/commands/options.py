@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
-from abbisect.errors import UserError
+from abbisect.infra.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]

@@ -21,13 +21,13 @@ from abbisect.commands.options import (
     output_option,
     recipe_argument,
 )
-from abbisect.errors import UserError
-from abbisect.progress import Final, Reporter
+from abbisect.infra.errors import UserError
+from abbisect.infra.progress import Final, Reporter
+from abbisect.infra.redact import Redactor
 from abbisect.recipe import Recipe, load_recipe, recipe_path
-from abbisect.redact import Redactor
 
 if TYPE_CHECKING:
-    from abbisect.trial import Progress, TrialResult, TrialSpec
+    from abbisect.trial.spec import Progress, TrialResult, TrialSpec
 
 
 def _sides(recipe: Recipe, a: str | None, b: str | None) -> tuple[str, str]:
@@ -40,7 +40,7 @@ def _sides(recipe: Recipe, a: str | None, b: str | None) -> tuple[str, str]:
 
 def _pins(recipe: Recipe, a_pins: tuple[str, ...], b_pins: tuple[str, ...]) -> tuple[tuple[str, ...], ...]:
     """Each side's pins: --a-pin/--b-pin when given, else the recipe's sides.<x>.pins."""
-    from abbisect.dependency import requirement_name
+    from abbisect.environment.pins import requirement_name
 
     got = (a_pins or tuple(recipe.sides.a.pins if recipe.sides else ()),
            b_pins or tuple(recipe.sides.b.pins if recipe.sides else ()))
@@ -94,14 +94,14 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
         interactive: bool, expect: str | None, fail_if: str | None) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
     from abbisect.ab import resolve_sides, run_ab
-    from abbisect.cache import open_cache
-    from abbisect.envelope import dumps
-    from abbisect.judges import judging, make_judge
-    from abbisect.plan import render_plan
+    from abbisect.commands.common import open_cache
+    from abbisect.infra.envelope import dumps
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.portable import reproduce_command
     from abbisect.report.render import ab_files
-    from abbisect.trial import run_trial
+    from abbisect.trial.judges import judging, make_judge
+    from abbisect.trial.pipeline import run_trial
+    from abbisect.trial.plan import render_plan
 
     gates = parse_gate(expect, "--expect"), parse_gate(fail_if, "--fail-if")
     check_output_option(output)
@@ -115,7 +115,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
     red = Redactor.from_recipe(rec)
     if dry_run:
-        from abbisect.paths import cache_path  # a plan needs no cache, not even a writable one
+        from abbisect.infra.cache import cache_path  # a plan needs no cache, not even a writable one
 
         click.echo(red.text(render_plan(rec, refs, cache_path(cache_dir), pins)))
         return
@@ -124,14 +124,14 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     repo, revs = resolve_sides(rec, refs, cache)
     out = new_output_dir(rec.name, output)
     progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
-    from abbisect.trialcache import TrialCache, machine_key
+    from abbisect.trial.cache import TrialCache, machine_key
 
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     fetch: Callable[..., TrialResult] = trials.fetch
     executor = None
     if rec.ab.parallel:  # each side in a trial process of its own, on its own slot
         from abbisect.ab import side_slots
-        from abbisect.executors import LocalParallel
+        from abbisect.trial.executors import LocalParallel
 
         executor = pool = LocalParallel(side_slots(rec, progress))
         slot_of = dict(zip(("a", "b"), pool.slots, strict=True))

@@ -8,7 +8,8 @@ from pathlib import Path
 import click
 
 from abbisect.commands.options import json_option
-from abbisect.errors import UserError
+from abbisect.infra.errors import UserError
+from abbisect.infra.serial import dump
 from abbisect.score.signatures import (
     SEVERITIES,
     SignatureMatch,
@@ -17,7 +18,6 @@ from abbisect.score.signatures import (
     scan_text,
     severity_at_least,
 )
-from abbisect.serial import dump
 
 
 def _read(path: str) -> str:
@@ -95,7 +95,7 @@ def scan(logs: tuple[str, ...], fail_on: str, as_json: bool) -> None:
                 for path, matches, root in report
             ],
         }
-        from abbisect.envelope import dumps
+        from abbisect.infra.envelope import dumps
 
         click.echo(dumps("scan", out, indent=2))
     else:

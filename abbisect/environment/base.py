@@ -12,14 +12,16 @@ import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, TypeVar, runtime_checkable
 
 import uv
 
-from abbisect.cache import Cache
 from abbisect.environment.tree import CommitTree
-from abbisect.recipe import Install
-from abbisect.redact import mask_env
+from abbisect.infra.cache import Cache
+from abbisect.infra.redact import mask_env
+from abbisect.recipe import FromCheckout, Install, InstallCommon
+
+T = TypeVar("T", bound=InstallCommon)
 
 
 @dataclass(frozen=True)
@@ -74,6 +76,9 @@ class BuildContext:
 
 class Strategy(Protocol):
     name: str
+    # Whether the venv keeps using the commit's worktree after the build (an editable install does; one that
+    # copies the source in, or never reads it, lets the worktree go).
+    needs_source_after_build: bool
 
     def key_inputs(self, ctx: BuildContext) -> dict[str, object]:
         """What the venv's contents depend on besides the interpreter (hashed into the env key)."""
@@ -81,8 +86,21 @@ class Strategy(Protocol):
     def steps(self, ctx: BuildContext) -> list[Step]:
         """The build, as commands: shown by --dry-run, run by the store."""
 
-    # Optional, read with a fallback by store.py: `blocker(ctx) -> str | None` (why this commit cannot be
-    # built here), `facts(ctx) -> dict[str, str]` (for the report), `needs_source_after_build: bool`.
+    def blocker(self, ctx: BuildContext) -> str | None:
+        """Why this commit cannot be built here (the trial is untestable, with this reason), or None."""
+
+    def facts(self, ctx: BuildContext) -> dict[str, str]:
+        """What the report shows about this venv besides its steps."""
+
+
+def never_blocked(ctx: BuildContext) -> str | None:
+    """The `blocker` of a strategy that can build every commit."""
+    return None
+
+
+def no_facts(ctx: BuildContext) -> dict[str, str]:
+    """The `facts` of a strategy with nothing to add to its steps."""
+    return {}
 
 
 @runtime_checkable
@@ -150,9 +168,17 @@ def pip_config_find_links() -> tuple[str, ...]:
     return tuple(os.path.expanduser(x) for x in found.split() if x)
 
 
+def options(ctx: BuildContext, kind: type[T]) -> T:
+    """The install section as its strategy's model (the store picks a strategy by it, so this always holds)."""
+    if not isinstance(ctx.install, kind):
+        raise TypeError(f"install strategy {ctx.install.strategy!r} is not one of {kind.__name__}")
+    return ctx.install
+
+
 def checkout_target(ctx: BuildContext) -> str:
     """The commit's package for `pip install -e`, with its extras: `<worktree>/python[all]`."""
-    extras = f"[{','.join(ctx.install.extras)}]" if ctx.install.extras else ""
+    extras_ = options(ctx, FromCheckout).extras
+    extras = f"[{','.join(extras_)}]" if extras_ else ""
     return f"{ctx.package_dir}{extras}"
 
 

@@ -23,19 +23,26 @@ from pathlib import Path
 from packaging.markers import InvalidMarker, Marker
 from packaging.requirements import InvalidRequirement, Requirement
 
-from abbisect import git
 from abbisect.environment.base import (
     BuildContext,
     Step,
     checkout_target,
+    options,
     pip_install,
     post_steps,
     read_toml,
     scm_version,
     venv_steps,
 )
+from abbisect.infra import git
+from abbisect.recipe import EditableInstall
 
 name = "editable"
+needs_source_after_build = True  # the venv runs the commit's worktree (see store.needs_source)
+
+
+def _opts(ctx: BuildContext) -> EditableInstall:
+    return options(ctx, EditableInstall)
 
 # Compiled or CUDA-built distributions, by name: a rule, so packages an engine starts pinning tomorrow
 # are covered too. torch and its family, triton, anything with "kernel" in its name (sgl-kernel,
@@ -85,16 +92,6 @@ def is_heavy(req: Requirement) -> bool:
 
 def heavy_pins(data: dict, extras: tuple[str, ...] = ()) -> list[str]:
     return sorted({str(r) for r in _requirements(data, extras) if is_heavy(r)})
-
-
-def read_heavy_pins(package_dir: Path, extras: tuple[str, ...] = ()) -> list[str] | None:
-    """The pinned heavy requirements of the pyproject.toml in `package_dir`, or None without one."""
-    try:
-        text = (package_dir / "pyproject.toml").read_text()
-    except OSError:
-        return None
-    data = read_toml(text)
-    return heavy_pins(data, extras) if data else None
 
 
 def sourced_indexes(data: dict) -> dict[str, str]:
@@ -191,7 +188,7 @@ def _data(ctx: BuildContext) -> dict:
 
 def _heavy(ctx: BuildContext) -> list[str] | None:
     data = _data(ctx)
-    return heavy_pins(data, tuple(ctx.install.extras)) if data else None
+    return heavy_pins(data, tuple(_opts(ctx).extras)) if data else None
 
 
 def layer_inputs(ctx: BuildContext) -> dict[str, object] | None:
@@ -199,7 +196,7 @@ def layer_inputs(ctx: BuildContext) -> dict[str, object] | None:
     them statically (pyproject [project], not `dynamic`) and the recipe keeps `share_deps`. Commits with
     equal inputs share that venv; each gets a thin venv of its own source on top (see `steps`). None: a
     full venv per commit (dependencies computed by setup.py, or sharing switched off)."""
-    i = ctx.install
+    i = _opts(ctx)
     if not i.share_deps or i.system_site_packages:
         return None
     data = _data(ctx)
@@ -220,12 +217,12 @@ def base_steps(ctx: BuildContext) -> list[Step]:
     """The shared venv of the dependencies (`ctx.venv` is the shared one): heavy pins first, then the rest."""
     out = venv_steps(ctx)
     data = _data(ctx)
-    if ctx.install.read_pins:
-        for index, pins in heavy_steps_pins(data, tuple(ctx.install.extras)):
+    if _opts(ctx).read_pins:
+        for index, pins in heavy_steps_pins(data, tuple(_opts(ctx).extras)):
             where = ("--extra-index-url", index) if index else ()
             out.append(pip_install(ctx, *where, *pins, env=dict(ctx.install.env),
                                    desc="install the commit's heavy pins" + (f" from {index}" if index else "")))
-    deps = sorted({str(r) for r in _requirements(data, tuple(ctx.install.extras))}) + list(ctx.install.pins)
+    deps = sorted({str(r) for r in _requirements(data, tuple(_opts(ctx).extras))}) + list(ctx.install.pins)
     if deps:
         out.append(pip_install(ctx, *deps, desc="install the dependencies (shared)", env=dict(ctx.install.env)))
     return [*out, *post_steps(ctx)]
@@ -295,7 +292,7 @@ def _build_files(ctx: BuildContext) -> str | None:
     if top.returncode != 0:
         return None
     parts = [ctx.read_package(f) or "" for f in ("pyproject.toml", "setup.cfg", "MANIFEST.in")]
-    return hashlib.sha256(json.dumps([parts, sorted(top.stdout.split()), sorted(ctx.install.extras),
+    return hashlib.sha256(json.dumps([parts, sorted(top.stdout.split()), sorted(_opts(ctx).extras),
                                       ctx.install.env], sort_keys=True).encode()).hexdigest()[:20]
 
 
@@ -324,9 +321,9 @@ def key_inputs(ctx: BuildContext) -> dict[str, object]:
     inputs: dict[str, object] = {"sha": ctx.sha}
     if ctx.base is not None:
         inputs["layered_on"] = ctx.base.parent.name  # the shared venv's key
-    if ctx.install.read_pins:
+    if _opts(ctx).read_pins:
         inputs["heavy"] = _heavy(ctx)
-        inputs["cuda"] = cuda_variant(_data(ctx), tuple(ctx.install.extras))
+        inputs["cuda"] = cuda_variant(_data(ctx), tuple(_opts(ctx).extras))
     needs = build_needs(ctx)
     if needs.env or needs.rust:
         # cargo's presence decides between a build and "needs cargo": a machine that gains cargo rebuilds.
@@ -337,8 +334,8 @@ def key_inputs(ctx: BuildContext) -> dict[str, object]:
 def facts(ctx: BuildContext) -> dict[str, str]:
     """What the report shows about this venv besides its steps."""
     out: dict[str, str] = {}
-    if ctx.install.read_pins:
-        out["cuda"] = cuda_variant(_data(ctx), tuple(ctx.install.extras)) or "not stated by the pins"
+    if _opts(ctx).read_pins:
+        out["cuda"] = cuda_variant(_data(ctx), tuple(_opts(ctx).extras)) or "not stated by the pins"
     needs = build_needs(ctx)
     switches = [f"{k}={v}" for k, v in needs.env.items() if k.endswith("_BUILD_RUST_EXTS")]
     if needs.rust:
@@ -355,8 +352,8 @@ def steps(ctx: BuildContext) -> list[Step]:
     if ctx.base is not None:
         return _layer_steps(ctx, ctx.base)
     out = venv_steps(ctx)
-    if ctx.install.read_pins:
-        for index, pins in heavy_steps_pins(_data(ctx), tuple(ctx.install.extras)):
+    if _opts(ctx).read_pins:
+        for index, pins in heavy_steps_pins(_data(ctx), tuple(_opts(ctx).extras)):
             where = ("--extra-index-url", index) if index else ()
             out.append(pip_install(ctx, *where, *pins, env=dict(ctx.install.env),
                                    desc="install the commit's heavy pins" + (f" from {index}" if index else "")))

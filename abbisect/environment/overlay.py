@@ -14,12 +14,22 @@ from pathlib import Path
 from abbisect.environment.base import (
     BuildContext,
     Step,
+    never_blocked,
+    no_facts,
+    options,
     pip_install,
     post_steps,
     venv_steps,
 )
+from abbisect.recipe import OverlayInstall
 
 name = "overlay"
+blocker = never_blocked
+facts = no_facts
+
+
+def _opts(ctx: BuildContext) -> OverlayInstall:
+    return options(ctx, OverlayInstall)
 needs_source_after_build = False  # see store.needs_source
 
 # Runs inside the venv. Files are unlinked before being written because uv installs by hardlinking
@@ -58,7 +68,7 @@ print("overlay:", "; ".join(done))
 
 
 def requirement(ctx: BuildContext) -> str:
-    return ctx.install.wheel or ctx.install.package or ""
+    return _opts(ctx).wheel or _opts(ctx).package or ""
 
 
 def _wheel_digest(path: str) -> str:

@@ -8,11 +8,16 @@ own venv and its own cached trial.
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from packaging.utils import canonicalize_name
+
+from abbisect import checkout
 from abbisect.environment.base import BuildContext, Step, fill, pip_install
+from abbisect.infra.cache import Cache
 
 
 @dataclass(frozen=True)
@@ -46,3 +51,21 @@ class AfterEngine:
         if self.pins:
             out.append(pip_install(ctx, *self.pins, desc=f"pin {' '.join(self.pins)}", env=dict(self.env)))
         return out
+
+
+def after_engine(pins: list[str] | tuple[str, ...], dependency: dict | None, cache: Cache | Path,
+                 planning: bool = False) -> AfterEngine | None:
+    """A trial's pins and dependency commit (`{"repo", "sha", "commands", "env"}`) as build input; `planning`
+    computes keys without checking the dependency out."""
+    if not pins and not dependency:
+        return None
+    source = None
+    if dependency and not planning:
+        source = checkout.worktree(Path(dependency["repo"]), dependency["sha"], cache)
+    dep = dependency or {}
+    return AfterEngine(tuple(pins), dep.get("sha"), source, tuple(dep.get("commands", ())), dict(dep.get("env", {})))
+
+
+def requirement_name(req: str) -> str:
+    """The canonical distribution name a requirement names (`Deep_GEMM>=2` → `deep-gemm`)."""
+    return canonicalize_name(re.split(r"[\s<>=!~;\[@(]", req.strip(), maxsplit=1)[0])

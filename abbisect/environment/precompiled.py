@@ -14,18 +14,28 @@ from abbisect.environment.base import (
     BuildContext,
     Step,
     checkout_target,
+    no_facts,
+    options,
     pip_install,
     post_steps,
     venv_steps,
 )
+from abbisect.recipe import PrecompiledInstall
 
 name = "precompiled"
+needs_source_after_build = True  # the venv runs the commit's worktree (see store.needs_source)
+facts = no_facts
+
+
+def _opts(ctx: BuildContext) -> PrecompiledInstall:
+    return options(ctx, PrecompiledInstall)
 
 
 def build_env(ctx: BuildContext) -> dict[str, str]:
     env = {"VLLM_USE_PRECOMPILED": "1", **ctx.install.env}
-    if ctx.install.wheel:
-        env["VLLM_PRECOMPILED_WHEEL_LOCATION"] = ctx.install.wheel
+    wheel = _opts(ctx).wheel
+    if wheel:
+        env["VLLM_PRECOMPILED_WHEEL_LOCATION"] = wheel
     elif re.fullmatch(r"[0-9a-f]{40}", ctx.sha):
         env["VLLM_PRECOMPILED_WHEEL_COMMIT"] = ctx.sha
     else:  # --dry-run of a remote repository: the sha is only known once fetched
@@ -36,7 +46,7 @@ def build_env(ctx: BuildContext) -> dict[str, str]:
 def blocker(ctx: BuildContext) -> str | None:
     """A setup.py older than VLLM_PRECOMPILED_WHEEL_COMMIT would ignore the sha and take the nightly wheel."""
     setup = ctx.read_package("setup.py")
-    if ctx.install.wheel or setup is None or "VLLM_PRECOMPILED_WHEEL_COMMIT" in setup:
+    if _opts(ctx).wheel or setup is None or "VLLM_PRECOMPILED_WHEEL_COMMIT" in setup:
         return None
     return (f"setup.py of {ctx.sha[:12]} does not read VLLM_PRECOMPILED_WHEEL_COMMIT (older than vLLM #29838): "
             "it would build against the nightly wheel; use strategy vllm-wheels")

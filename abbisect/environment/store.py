@@ -10,26 +10,24 @@ import hashlib
 import json
 import os
 import shutil
-import signal
 import subprocess
 import threading
 import time
-import uuid
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from abbisect import supervisor
-from abbisect.cache import Cache, hold
 from abbisect.environment import command, editable, overlay, precompiled, vllm_wheels, wheel
 from abbisect.environment.base import BuildContext, SharedDeps, Step, Strategy, index_args, python_version
 from abbisect.environment.pins import AfterEngine
-from abbisect.errors import InfraError
-from abbisect.locks import atomic_write, file_lock
-from abbisect.logstream import CappedLog, pump
-from abbisect.proc import deliver, scrubbed_env, signals_held
-from abbisect.progress import Status
+from abbisect.infra import supervisor
+from abbisect.infra.cache import Cache, hold
+from abbisect.infra.errors import InfraError
+from abbisect.infra.locks import atomic_write, file_lock
+from abbisect.infra.logstream import CappedLog, pump
+from abbisect.infra.proc import scrubbed_env
+from abbisect.infra.progress import Status
+from abbisect.infra.redact import expand_env
 from abbisect.recipe import Install
-from abbisect.redact import expand_env
 
 # Typed by the Protocol, one module per entry: the type checker holds each strategy module to it.
 STRATEGIES: dict[str, Strategy] = {
@@ -99,12 +97,6 @@ def _digest(inputs: dict) -> str:
     return hashlib.sha256(json.dumps(inputs, sort_keys=True, default=str).encode()).hexdigest()[:20]
 
 
-def plan_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
-             after: AfterEngine | None = None) -> tuple[str, list[Step]]:
-    plan = env_plan(source, sha, install, subdir, cache, after=after)
-    return plan.key, list(plan.steps)
-
-
 def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
              git_dir: Path | None = None, after: AfterEngine | None = None) -> EnvPlan:
     """The build of `sha` in the worktree `source`, without building anything. The commit's files are
@@ -112,8 +104,8 @@ def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache
     `source` itself. `after` (a side's pins, a dependency commit) is installed last, for every strategy."""
     ctx, key, base = _context(source, sha, install, subdir, cache, git_dir, after)
     strategy = _strategy(install)
-    blocker: str | None = getattr(strategy, "blocker", lambda _c: None)(ctx)
-    facts: dict[str, str] = getattr(strategy, "facts", lambda _c: {})(ctx)
+    blocker = strategy.blocker(ctx)
+    facts = strategy.facts(ctx)
     shared = tuple(strategy.base_steps(base[0])) if base and isinstance(strategy, SharedDeps) else ()
     if base:
         facts = {**facts, "dependencies": f"shared venv {base[1]} (commits with the same declared dependencies)"}
@@ -124,7 +116,7 @@ def env_plan(source: Path, sha: str, install: Install, subdir: str | None, cache
 def needs_source(install: Install) -> bool:
     """Whether the venv keeps using the commit's worktree after the build (an editable install does;
     `overlay` copies the source in and `wheel` never reads it, so their worktree can go)."""
-    return getattr(_strategy(install), "needs_source_after_build", True)
+    return _strategy(install).needs_source_after_build
 
 
 def _healthy(root: Path) -> str | None:
@@ -193,9 +185,9 @@ def bin_dirs(venv: str, base: str | None) -> list[str]:
     return [f"{venv}/bin", *([f"{base}/bin"] if base else [])]
 
 
-# Build steps running now, in any thread (bisect prefetch builds run in background threads): their process
-# groups are killed by `stop_builds` when abbisect is interrupted, so SIGINT/SIGTERM never waits for a build.
-_ACTIVE: set[subprocess.Popen] = set()
+# Build steps running now, in any thread (bisect prefetch builds run in background threads): their families
+# are ended by `stop_builds` when abbisect is interrupted, so SIGINT/SIGTERM never waits for a build.
+_ACTIVE: set[supervisor.Supervised] = set()
 _ACTIVE_LOCK = threading.Lock()
 _STOPPING = threading.Event()
 STATUS_EVERY_S = 10.0
@@ -216,7 +208,7 @@ class background:
         _BACKGROUND.on = False
 
 
-_NICED: dict[subprocess.Popen, str] = {}  # running background build steps -> the venv key they build
+_NICED: dict[supervisor.Supervised, str] = {}  # running background build steps -> the venv key they build
 _PROMOTED: set[str] = set()  # venv keys a trial is waiting for: their further steps run at normal priority
 
 
@@ -240,24 +232,18 @@ def _promote(key: str) -> None:
 
 
 def stop_builds() -> int:
-    """Kill every running build step's process group and start no other step; returns how many."""
+    """End every running build step's family and start no other step; returns how many. Called from a signal
+    handler: it only signals the steps' supervisors and waits for nothing."""
     _STOPPING.set()
     with _ACTIVE_LOCK:
         procs = list(_ACTIVE)
     for proc in procs:
-        _kill_group(proc)
+        proc.terminate()
     return len(procs)
 
 
-def _kill_group(proc: subprocess.Popen) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)  # the step leads its own group (start_new_session)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
 def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, on_step) -> str | None:
-    """Each step in its own process group, its output through a capped log; killed on timeout or stop."""
+    """Each step under its own supervisor, its output through a capped log; ended on timeout or stop."""
     deadline = time.monotonic() + timeout
     base_env = scrubbed_env()
     base_env["PATH"] = os.pathsep.join([*bin_dirs(str(ctx.venv), str(ctx.base) if ctx.base else None),
@@ -281,50 +267,38 @@ def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, 
 
 def _run_one(step: Step, env: dict[str, str], ctx: BuildContext, out: CappedLog, deadline: float,
              timeout: float, on_step) -> str | None:
-    # Like a server, a build step is recorded and watched: it dies with abbisect, even under SIGKILL.
-    token = uuid.uuid4().hex
-    try:
-        record = supervisor.write_record(ctx.cache, token, argv=list(step.argv), kind="build step")
-    except OSError:
-        record = None  # an unwritable cache fails elsewhere with a clear message; the watchdog still runs
-    watchdog = supervisor.watch(token, 2.0)
+    """One build step under its supervisor, like a server: recorded, and ended with its whole family when it
+    finishes, times out or abbisect stops (even under SIGKILL)."""
     read_end, write_end = os.pipe()
-    with signals_held() as pending:  # a Ctrl-C inside Popen would leave the step running, unheld
-        try:
-            argv = _niced(step.argv, ctx.venv.parent.name)
-            proc = subprocess.Popen(argv, stdout=write_end, stderr=subprocess.STDOUT, cwd=ctx.source,
-                                    env={**env, supervisor.TOKEN_VAR: token}, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
-        except OSError as exc:
-            os.close(read_end)
-            supervisor.release(watchdog, record)
-            out.write(f"\n[abbisect] {exc}\n".encode())
-            return f"{step.desc}: {exc}"
-        finally:
-            os.close(write_end)
     try:
-        try:
-            deliver(pending)  # an ignored signal is dropped and the step goes on
-        except BaseException:
-            _kill_group(proc)
-            os.close(read_end)
-            raise
+        proc = supervisor.spawn(_niced(step.argv, ctx.venv.parent.name), env, ctx.source, write_end, ctx.cache,
+                                kind="build step")
+    except OSError as exc:
+        os.close(read_end)
+        out.write(f"\n[abbisect] {exc}\n".encode())
+        return f"{step.desc}: {exc}"
+    except BaseException:
+        os.close(read_end)
+        raise
+    finally:
+        os.close(write_end)
+    try:
         return _wait_step(step, proc, read_end, out, deadline, timeout, on_step, ctx.venv.parent.name)
     finally:
-        supervisor.release(watchdog, record)
+        proc.release()
 
 
-def _wait_step(step: Step, proc: subprocess.Popen, read_end: int, out: CappedLog, deadline: float,
+def _wait_step(step: Step, proc: supervisor.Supervised, read_end: int, out: CappedLog, deadline: float,
                timeout: float, on_step, key: str = "") -> str | None:
     reader = pump(read_end, out, close=False)
     with _ACTIVE_LOCK:
         _ACTIVE.add(proc)
-        if isinstance(proc.args, list) and proc.args[0] != step.argv[0]:  # started under nice
+        if proc.argv[0] != step.argv[0]:  # started under nice
             _NICED[proc] = key
     if key in _PROMOTED:  # a trial began waiting for it as it started
         _promote(key)
     if _STOPPING.is_set():  # stop_builds ran between this thread's last check and the add above
-        _kill_group(proc)
+        proc.kill()
     t0 = time.monotonic()
     next_status = t0 + STATUS_EVERY_S
     try:
@@ -336,8 +310,7 @@ def _wait_step(step: Step, proc: subprocess.Popen, read_end: int, out: CappedLog
                 pass
             now = time.monotonic()
             if now >= deadline:
-                _kill_group(proc)
-                proc.wait()
+                proc.kill()
                 reader.join(timeout=2.0)
                 out.write(f"\n[abbisect] build timed out after {timeout:.0f} s\n".encode())
                 return f"{step.desc}: timed out after {timeout:.0f} s"
@@ -345,13 +318,13 @@ def _wait_step(step: Step, proc: subprocess.Popen, read_end: int, out: CappedLog
                 on_step(Status(f"{step.desc} ({now - t0:.0f} s)"))
                 next_status = now + STATUS_EVERY_S
     except BaseException:  # Ctrl-C / SIGTERM in this thread: the step's own session does not get it
-        _kill_group(proc)
+        proc.kill()
         raise
     finally:
         with _ACTIVE_LOCK:
             _ACTIVE.discard(proc)
             _NICED.pop(proc, None)
-    _kill_group(proc)  # what the step left running in its group (a build server, a daemon) goes with it
+    proc.kill()  # what the step left running (a build server, a daemon) goes with it
     reader.join(timeout=2.0)
     if _STOPPING.is_set():
         return f"{step.desc}: stopped (abbisect is stopping)"

@@ -14,7 +14,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from abbisect import git
+from abbisect.infra import git
 
 SHA_RE = re.compile(r"[0-9a-f]{40}")
 

@@ -28,10 +28,24 @@ import urllib.parse
 import urllib.request
 from dataclasses import asdict, dataclass
 
-from abbisect.environment.base import BuildContext, Step, checkout_target, pip_install, post_steps, venv_steps
-from abbisect.errors import InfraError
+from abbisect.environment.base import (
+    BuildContext,
+    Step,
+    checkout_target,
+    options,
+    pip_install,
+    post_steps,
+    venv_steps,
+)
+from abbisect.infra.errors import InfraError
+from abbisect.recipe import VllmWheelsInstall
 
 name = "vllm-wheels"
+needs_source_after_build = True  # the venv runs the commit's worktree (see store.needs_source)
+
+
+def _opts(ctx: BuildContext) -> VllmWheelsInstall:
+    return options(ctx, VllmWheelsInstall)
 
 DEFAULT_INDEX = "https://wheels.vllm.ai"  # vLLM's own per-commit wheel index
 NEAREST_LIMIT = 64  # first-parent ancestors searched for a wheel when the recipe allows one
@@ -53,7 +67,7 @@ class Wheel:
 
 
 def _base(ctx: BuildContext) -> str:
-    base = (ctx.install.wheel_index or DEFAULT_INDEX).rstrip("/")
+    base = (_opts(ctx).wheel_index or DEFAULT_INDEX).rstrip("/")
     if "://" not in base:  # a local mirror of the index
         base = "file://" + os.path.abspath(os.path.expanduser(base))
     return base
@@ -128,8 +142,8 @@ def detected_variant() -> str | None:
 
 def _variant(ctx: BuildContext) -> tuple[str | None, bool]:
     """(variant, explicit): from the recipe, else detected; None means the index's default."""
-    if ctx.install.variant:
-        return ctx.install.variant, True
+    if _opts(ctx).variant:
+        return _opts(ctx).variant, True
     return detected_variant(), False
 
 
@@ -170,7 +184,7 @@ def choose(ctx: BuildContext) -> Choice:
     if not _setup_honours_location(ctx):  # untestable whatever the index holds: do not ask it
         return Choice(None, _variant(ctx)[0], missing="setup.py cannot be given the wheel")
     variant, explicit = _variant(ctx)
-    return _choose(_base(ctx), str(ctx.tree.root), ctx.sha, variant, explicit, ctx.install.nearest_wheel)
+    return _choose(_base(ctx), str(ctx.tree.root), ctx.sha, variant, explicit, _opts(ctx).nearest_wheel)
 
 
 def _setup_honours_location(ctx: BuildContext) -> bool:

@@ -14,17 +14,25 @@ from abbisect.environment.base import (
     Step,
     commit_values,
     fill,
+    no_facts,
+    options,
     pip_install,
     post_steps,
     venv_steps,
 )
+from abbisect.recipe import WheelInstall
 
 name = "wheel"
+facts = no_facts
+
+
+def _opts(ctx: BuildContext) -> WheelInstall:
+    return options(ctx, WheelInstall)
 needs_source_after_build = False  # see store.needs_source
 
 
 def requirement(ctx: BuildContext) -> str:
-    i = ctx.install
+    i = _opts(ctx)
     if i.wheel_url_template:
         return fill(i.wheel_url_template, commit_values(ctx))
     return i.wheel or i.package or ""

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from abbisect.errors import UserError
+from abbisect.infra.errors import UserError
 
 _TABLE = Path(__file__).with_name("devices.yaml")
 
@@ -42,8 +42,3 @@ def device_class(name: str) -> DeviceClass:
     if name not in table:
         raise UserError(f"unknown device class {name!r}; known: {', '.join(table)} (abbisect/gpu/devices.yaml)")
     return table[name]
-
-
-def class_for_capability(major: int, minor: int) -> DeviceClass | None:
-    """The table row for a GPU's compute capability, or None when the table lacks it."""
-    return device_classes().get(f"sm_{major}{minor}")

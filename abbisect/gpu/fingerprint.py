@@ -15,9 +15,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from abbisect.errors import UserError
-from abbisect.proc import scrubbed_env
-from abbisect.serial import dump, load
+from abbisect.infra.errors import UserError
+from abbisect.infra.proc import scrubbed_env
+from abbisect.infra.serial import dump, load
 
 _WORKER = Path(__file__).with_name("_fingerprint_worker.py")
 _ENGINE_KEYS = ("engine", "engine_version", "engine_sha")

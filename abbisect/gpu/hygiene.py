@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from abbisect.errors import UserError
+from abbisect.infra.errors import UserError
 
 log = logging.getLogger(__name__)
 

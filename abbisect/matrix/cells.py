@@ -18,7 +18,7 @@ from typing import Any
 
 from abbisect.gpu._fingerprint_worker import ENGINE_DISTS
 from abbisect.gpu.fingerprint import Fingerprint
-from abbisect.serial import load
+from abbisect.infra.serial import load
 
 UNKNOWN_STACK = "not recorded"
 MODEL_FLAGS = ("--model", "--model-path", "--served-model-name")

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from abbisect import git
+from abbisect.infra import git
 from abbisect.matrix.cells import Evidence, evidence_from_bisect, evidence_from_run, evidence_from_trial
 
 # The files each command writes; anything else in a results folder is logs, CSV or a report.

@@ -133,8 +133,8 @@ def _loop(output: Mapping[str, Any], analysis: Mapping[str, Any] | None) -> tupl
     hold a repeated unit (a list's pattern) that is no loop.
     """
     if analysis is None:
+        from abbisect.infra.serial import dump
         from abbisect.score import analyze
-        from abbisect.serial import dump
 
         analysis = dump(analyze(output.get("text") or ""))
     loop = analysis.get("loop")

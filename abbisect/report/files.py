@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from abbisect.errors import UserError
-from abbisect.redact import Redactor
-from abbisect.trial import TrialResult
-from abbisect.trialcache import scrub_file
+from abbisect.infra.errors import UserError
+from abbisect.infra.redact import Redactor
+from abbisect.trial.cache import scrub_file
+from abbisect.trial.spec import TrialResult
 
 
 def new_output_dir(recipe_name: str, output: str | None) -> Path:

@@ -16,8 +16,9 @@ from pathlib import Path
 
 import yaml
 
-from abbisect.serial import load
-from abbisect.trial import TrialResult
+from abbisect.infra.serial import load
+from abbisect.report.packages import render_packages, side_variable
+from abbisect.trial.spec import TrialResult
 
 COMMENT_LIMIT = 65_536  # GitHub's limit for an issue comment, in characters
 MARGIN = 1_536  # room for what a person adds when pasting
@@ -273,17 +274,13 @@ def reproduce_block(commands: list[str], version: str, started: str = "") -> str
 
 
 def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = False,
-              links: Callable[[TrialResult, TrialResult | None], dict[str, str]] | None = None,
               recipe: dict | None = None, recipe_file: str | None = None) -> str:
     """The A/B report. `level` is the title's heading level; `embedded` (inside bisect.md) leaves out the
     title, the recipe, the fingerprint and Reproduce, which the enclosing report shows once."""
     a, b = ab.a, ab.b
-    link = links or (lambda _r, _base: {})
     h2 = level if embedded else level + 1
     lines = [] if embedded else [heading(level, f"abbisect A/B: `{ab.name}`"), ""]
-    urls_a, urls_b = link(a, None), link(b, a)
-    from abbisect.dependency import render_packages, side_variable
-
+    urls_a, urls_b = ab.links.get("a", {}), ab.links.get("b", {})
     commits = [commit_line("A", a, urls_a), commit_line("B", b, urls_b)]
     if side_variable(a) or side_variable(b):  # a dependency is the variable: say which, per side
         commits = [f"{line}; {side_variable(r) or 'no pins'}" for line, r in zip(commits, (a, b))]
@@ -306,7 +303,7 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     if a.outputs or b.outputs:
         lines += [heading(h2, "Outputs"), "", outputs_table(a, b, ab.divergences, budget), ""]
     lines += [line.replace("### ", heading(h2, "")) if line.startswith("### ") else line
-              for line in render_packages(a, b)]
+              for line in render_packages(a, b, ab.same_launch)]
     probes = [p for p in (probe_block("A", a, h2 + 1), probe_block("B", b, h2 + 1)) if p]
     lines += [x for p in probes for x in (p, "")]
     gpu = gpu_block(a, b)

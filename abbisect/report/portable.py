@@ -14,10 +14,9 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from abbisect import git
-from abbisect.cache import WORKTREES, Cache
+from abbisect.infra import git
+from abbisect.infra.cache import WORKTREES, Cache
 from abbisect.recipe import BUILTIN_PREFIX, PackagedModel, Recipe
-from abbisect.trial import TrialResult
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
 _WORKTREE = re.compile(rf"\$ABBISECT_CACHE_DIR/{WORKTREES}/(?:[^/\s]+/)*?([0-9a-f]{{40}})")
@@ -40,7 +39,7 @@ def engine_source(recipe: Recipe) -> str:
 
 def model_sha256(model: PackagedModel, cache: Cache | Path) -> str | None:
     """The GGUF's sha256 recorded when the model was prepared (None before, or for older cache entries)."""
-    from abbisect.models import MARKER, model_dir
+    from abbisect.environment.models import MARKER, model_dir
 
     marker = model_dir(model, cache) / MARKER
     try:
@@ -108,20 +107,6 @@ class Portable:
             text = text.replace(old, new)
         # A commit's worktree (e.g. an editable install in a package list) is named by its commit.
         return _WORKTREE.sub(lambda m: f"<checkout of {m.group(1)[:10]}>", text)
-
-
-def github_links(result: TrialResult, base: TrialResult | None = None) -> dict[str, str]:
-    """Commit, PR and compare (from `base`) links when the engine repository has a GitHub remote."""
-    from abbisect.bisect import history
-
-    try:
-        urls = history.github_urls(result.spec.repo, result.spec.sha, base.spec.sha if base else None)
-    except (RuntimeError, OSError):
-        return {}
-    pr = history.pr_number(result.spec.subject or "")
-    if urls and pr:
-        urls["pr"] = urls["commit"].split("/commit/")[0] + f"/pull/{pr}"
-    return urls
 
 
 def reproduce_command(argv: list[str], recipe_file: Path | None) -> str:

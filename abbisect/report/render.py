@@ -4,16 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from abbisect.cache import Cache
+from abbisect.infra.cache import Cache
 from abbisect.recipe import PackagedModel, Recipe
 from abbisect.report.markdown import OUTPUTS_FILE, fit, outputs_document, render_ab
-from abbisect.report.portable import Portable, github_links, portable_recipe
+from abbisect.report.portable import Portable, portable_recipe
 
 
 def model_path(recipe: Recipe, cache: Cache | Path) -> str | None:
     """Where the model the engine loads lies on this machine (a prepared packaged model, or a local path)."""
     if isinstance(recipe.model, PackagedModel):
-        from abbisect.models import model_dir
+        from abbisect.environment.models import model_dir
 
         return str(model_dir(recipe.model, cache) / "model")
     return recipe.model
@@ -27,7 +27,7 @@ def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_
     """{file name: text} of an A/B's markdown; local paths replaced."""
     portable = portable_for(recipe, cache, repo, recipe_file, out)
     doc = portable_recipe(recipe, cache)
-    report = fit(lambda budget: portable.text(render_ab(ab, budget, links=github_links, recipe=doc,
+    report = fit(lambda budget: portable.text(render_ab(ab, budget, recipe=doc,
                                                                   recipe_file=recipe_file.name if recipe_file else None)))
     files = {"report.md": report}
     if ab.a.outputs or ab.b.outputs:

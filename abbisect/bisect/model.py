@@ -1,0 +1,143 @@
+"""A bisection as data: what each tested commit was for (`Role`), how the run ended (`Mode`), each step, and
+the run itself. The driver fills a `BisectRun` in; the reports render it; `state.json` saves it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+
+from abbisect import checkout
+from abbisect.bisect import history
+from abbisect.bisect.search import SearchResult
+from abbisect.recipe import Recipe
+from abbisect.trial.spec import TrialResult
+from abbisect.verdict.status import Outcome
+
+if TYPE_CHECKING:
+    from abbisect.bisect.variables import Variable
+
+
+class Role(StrEnum):
+    """What a tested commit is for the search; the value is how reports name it."""
+
+    OLD_END = ("old end", True)
+    NEW_END = ("new end", True)
+    GOOD_END = ("good end", True)  # ends on different branches: named by their labels, not by which is older
+    BAD_END = ("bad end", True)
+    MERGE_BASE = ("merge base", False)
+    CANDIDATE = ("candidate", False)
+
+    is_end: bool
+
+    def __new__(cls, value: str, is_end: bool) -> Self:
+        obj = str.__new__(cls, value)
+        obj._value_ = value
+        obj.is_end = is_end
+        return obj
+
+
+class Mode(StrEnum):
+    """How a bisection ended; `stopped`: no search ran (what stopped it is each tested commit's own verdict);
+    `ending`: its row of the exit-code table (abbisect.cli.EXIT_CODES) when it did not find a commit."""
+
+    REGRESSION = ("regression", False, "")
+    FIX = ("fix", False, "")
+    NO_CHANGE = ("no-change", True, "no-change")
+    UNTESTABLE_END = ("untestable-end", True, "untestable-end")
+    UNTESTABLE_MERGE_BASE = ("untestable-merge-base", True, "untestable-end")  # the base stands in for an end
+    UNFINISHED = ("", False, "")
+
+    stopped: bool
+    ending: str
+
+    def __new__(cls, value: str, stopped: bool, ending: str) -> Self:
+        obj = str.__new__(cls, value)
+        obj._value_ = value
+        obj.stopped, obj.ending = stopped, ending
+        return obj
+
+    @property
+    def word(self) -> str:
+        """What the found commit did: "fixed" it or "broke" it."""
+        return "fixed" if self is Mode.FIX else "broke"
+
+
+class EndsMode(StrEnum):
+    """`bisect.ends`: both ends tested before the search, or only when the answer rests on them."""
+
+    FIRST = "first"
+    LAZY = "lazy"
+
+
+@dataclass
+class Step:
+    n: int
+    sha: str
+    role: Role
+    outcome: Outcome  # after relative judgement and retries
+    status: str
+    evidence: str
+    seconds: float
+    cached: bool
+    result: TrialResult | None = field(default=None, repr=False)
+    remaining: int | None = None  # candidates left after this step (the range shrinking, for the pictures)
+    replayed: bool = False  # taken from the saved state of an interrupted run, not run again
+    round: int | None = None  # with several slots: the multisection round, and where and when it ran
+    slot: int | None = None
+    start_s: float | None = None  # seconds since the bisect began
+    needed: bool = True  # False: other verdicts decided the range first, so this one is not evidence
+
+    @property
+    def is_end(self) -> bool:
+        """An end of the range (old/new, good/bad), not a commit between them."""
+        return self.role.is_end
+
+
+@dataclass
+class BisectRun:
+    recipe: Recipe
+    repo: Path
+    good: checkout.Revision  # as the user named them
+    bad: checkout.Revision
+    old: checkout.Revision  # the ancestor end
+    new: checkout.Revision
+    variable: Variable  # what the candidates are (abbisect/bisect/variables.py)
+    mode: Mode = Mode.UNFINISHED
+    message: str = ""
+    steps: list[Step] = field(default_factory=list)
+    result: SearchResult | None = None
+    found_parent: str | None = None
+    launches: int = 0
+    builds: int = 0
+    wall_s: float = 0.0
+    command: str = ""
+    # Ends on different branches: their merge bases (tested before the search) and what was made of them.
+    merge_bases: tuple[str, ...] = ()
+    ends_note: str = ""
+    mislabelled: str = ""  # the named ends observed the other way round, in words ("" when they were not)
+    excluded: tuple[str, ...] = ()  # further old ends of the searched range (the end sharing the base's verdict)
+    releases: history.Releases | None = None
+    options: dict = field(default_factory=dict)  # command-line choices a resumed run must keep (no_cache, …)
+    # Multisection: how many trials ran at once, where, and each round's commits and wall time.
+    slots: int = 1
+    executor: str = "sequential"
+    rounds: list[dict] = field(default_factory=list)
+    # bisect.ends: what ran, what the recipe / --ends asked for, why lazy was not possible, and what lazy mode
+    # did with each end (tested or not, and why).
+    ends_mode: EndsMode = EndsMode.FIRST
+    ends_asked: EndsMode = EndsMode.FIRST
+    ends_fallback: str = ""
+    ends_lazy: list[str] = field(default_factory=list)
+    # Gathered once the search is over, so the reports render without asking git (renderers are pure).
+    commits: dict[str, history.CommitInfo] = field(default_factory=dict)
+    links: dict[str, str] = field(default_factory=dict)  # commit, compare, PR (and its parent's) links of the answer
+    engine_commits: dict[str, history.CommitInfo] = field(default_factory=dict)  # each trial's engine commit
+
+    def step_of(self, sha: str) -> Step | None:
+        return next((s for s in self.steps if s.sha == sha), None)
+
+    def subject(self, sha: str) -> str:
+        info = self.commits.get(sha)
+        return info.subject if info else ""

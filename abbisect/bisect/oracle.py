@@ -1,0 +1,174 @@
+"""The bisect's one `sha → verdict` function: a commit's trial (from the trial cache, a replayed state, or run
+now, on a slot when there are several), judged, retried and compared with the ends when the recipe asks, as a
+`Step`. Everything the search policies need from trials goes through `Oracle.step`.
+
+Venvs of the commits that may come next are built in the background (prefetch) while a trial's server runs.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
+from pathlib import Path
+
+from abbisect.bisect.model import BisectRun, Role, Step
+from abbisect.bisect.variables import Variable
+from abbisect.environment import EnvResult
+from abbisect.environment.store import background
+from abbisect.infra.serial import load
+from abbisect.recipe import Recipe
+from abbisect.score import resemblance
+from abbisect.trial import judges
+from abbisect.trial.executors import Executor, Slot
+from abbisect.trial.judges import Judge
+from abbisect.trial.pipeline import run_trial
+from abbisect.trial.spec import Progress, TrialResult, TrialSpec
+from abbisect.verdict.status import Outcome
+
+Runner = Callable[[TrialSpec, Progress], TrialResult]
+# How a trial is fetched: from the trial cache when it holds it, else run with `Runner` (TrialCache.fetch).
+Fetch = Callable[[TrialSpec, Progress, Runner], TrialResult]
+# Whether the trial cache holds a spec's result (a prefetch is pointless then).
+Cached = Callable[[TrialSpec], bool]
+
+
+class Oracle:
+    def __init__(self, recipe: Recipe, variable: Variable, out: Path, fetch: Fetch, cached: Cached,
+                 progress: Progress, runner: Runner = run_trial,
+                 retries: int = 0, prefetch: int = 2, judge: Judge | None = None,
+                 executor: Executor | None = None, slots: list[Slot] | None = None) -> None:
+        self.recipe, self.variable, self.out = recipe, variable, out
+        self.fetch, self.cached, self.say = fetch, cached, progress
+        self.retries, self.prefetch, self.judge = retries, prefetch, judge
+        # Several slots: each trial goes to the slot its thread was given (multisection); one: this thread.
+        self.executor = executor
+        self.slots = slots if slots is not None else (executor.slots if executor is not None else [Slot(0, None)])
+        self.runner = self._on_slot if executor is not None else runner
+        self.local = threading.local()
+        self.trial_futures: dict[str, Future[TrialResult]] = {}
+        self.recorded: dict[str, dict] = {}  # steps an interrupted run finished: replayed, never run again
+        self.results: dict[str, TrialResult] = {}  # the trials whose verdicts the search took
+        self.pool = ThreadPoolExecutor(max_workers=max(prefetch, 1), thread_name_prefix="prefetch")
+        self.prefetched: dict[str, Future[EnvResult]] = {}
+        self.launches = 0
+        self.builds = 0
+        self.count_lock = threading.Lock()
+        self.t0 = time.monotonic()
+
+    @property
+    def parallel(self) -> bool:
+        return len(self.slots) > 1
+
+    def _on_slot(self, spec: TrialSpec, progress: Progress) -> TrialResult:
+        """The runner with an executor: the trial goes to the slot this thread was given."""
+        slot = getattr(self.local, "slot", self.slots[0])  # one slot: the main thread runs every trial
+        assert self.executor is not None  # this runner is used only with an executor
+        future = self.executor.submit(spec, slot, progress)
+        self.trial_futures[spec.sha] = future
+        return future.result()
+
+    def cancel(self, sha: str) -> bool:
+        """Stop the running trial of `sha` (its verdict can no longer matter); False when none can be stopped."""
+        if self.executor is None or sha not in self.trial_futures:
+            return False
+        self.executor.cancel(self.trial_futures[sha])
+        return True
+
+    def spec(self, sha: str, label: str) -> TrialSpec:
+        return self.variable.spec(sha, label, self.out / "trials")
+
+    # -- prefetch ------------------------------------------------------------------------------------
+    def prefetch_build(self, shas: list[str]) -> None:
+        """Build venvs of the commits that may come next while the current trial's server runs."""
+        if not self.prefetch:
+            return
+        for sha in shas[: self.prefetch]:
+            if sha in self.prefetched or sha in self.recorded or self.cached(self.spec(sha, "prefetch")):
+                continue
+            self.prefetched[sha] = self.pool.submit(self._build, sha)
+
+    def _build(self, sha: str) -> EnvResult:
+        with background():  # yields the CPU to the trial running meanwhile
+            env = self.variable.build(sha)
+        if not env.reused:
+            with self.count_lock:  # background threads count builds too
+                self.builds += 1
+        return env
+
+    # -- one commit's verdict ------------------------------------------------------------------------
+    def _trial(self, sha: str, label: str) -> TrialResult:
+        result = self.fetch(self.spec(sha, label), lambda msg: self.say(f"{label} {sha[:10]}: {msg}"), self.runner)
+        if not result.cached:
+            with self.count_lock:  # several slots report at once
+                self.launches += 1 if result.launch else 0
+                self.builds += 0 if (result.env is None or result.env.reused) else 1
+        return result
+
+    def _again(self, sha: str, label: str) -> TrialResult:
+        """The trial once more, never from the cache (a retry, or a person asking to see it again)."""
+        again = self.runner(self.spec(sha, label), lambda m: self.say(f"{label}: {m}"))
+        with self.count_lock:
+            self.launches += 1 if again.launch else 0
+        return again
+
+    def _judged(self, sha: str, label: str,
+                ends: Mapping[str, TrialResult] | None) -> tuple[Outcome, TrialResult, str]:
+        """The trial's outcome, confirmed by retries and (if asked) by which end its outputs resemble."""
+        result = self._trial(sha, label)
+        if self.judge is not None:
+            result = judges.apply(self.judge, result, lambda: self._again(sha, f"{label} again"), ends)
+        outcome, evidence = result.verdict.outcome, "; ".join(result.verdict.reasons[:2])
+        relative = ends and "differs_from_good" in self.recipe.verdict.bad_if and self.judge is None
+        if ends and relative and outcome != Outcome.SKIP and result.outputs:
+            r = resemblance([o.text for o in result.outputs], [o.text for o in ends["good"].outputs],
+                            [o.text for o in ends["bad"].outputs])
+            if r.closer_to in ("good", "bad"):
+                outcome, evidence = Outcome(r.closer_to), f"outputs resemble the {r.closer_to} end: {r.evidence}"
+        for n in range(self.retries):
+            again = self._again(sha, f"{label} retry {n + 1}")
+            if self.judge is not None:
+                again = judges.apply(self.judge, again, lambda: self._again(sha, f"{label} again"), ends)
+            if again.verdict.outcome != result.verdict.outcome:
+                return Outcome.SKIP, result, (f"flaky: {result.verdict.status} then {again.verdict.status} "
+                                              f"on retry {n + 1}")
+        self.results[sha] = result
+        return outcome, result, evidence
+
+    def step(self, run: BisectRun, sha: str, role: Role, ends: Mapping[str, TrialResult] | None = None) -> Step:
+        """Test `sha` (or replay the verdict an interrupted run recorded for it) and record the step."""
+        t = time.monotonic()
+        r = self.recorded.get(sha)
+        if r is not None and r.get("result"):
+            result = load(TrialResult, r["result"])
+            step = Step(len(run.steps), sha, role, Outcome(r["outcome"]), r["status"], r["evidence"], r["seconds"],
+                        r["cached"], result, remaining=r.get("remaining"), replayed=True)
+            self.results[sha] = result
+        else:
+            outcome, result, evidence = self._judged(sha, role, ends)
+            step = Step(len(run.steps), sha, role, outcome, result.verdict.status, evidence,
+                        round(time.monotonic() - t, 2), result.cached, result)
+        run.steps.append(step)
+        self.say(f"{role} {sha[:10]}: [bold]{step.outcome}[/bold] ({step.status}) {step.evidence[:100]}"
+                 + (" (recorded before the interruption)" if step.replayed else ""))
+        return step
+
+    def slot_step(self, slot: Slot, run: BisectRun, sha: str, role: Role,
+                  ends: Mapping[str, TrialResult] | None) -> Step:
+        """`step` on a given slot (a thread of a multisection round)."""
+        self.local.slot = slot
+        start_s = round(time.monotonic() - self.t0, 2)
+        step = self.step(run, sha, role, ends)
+        step.slot, step.start_s = slot.index, start_s
+        return step
+
+    def not_needed(self, step: Step) -> None:
+        """Other verdicts decided the range before this one: it is shown, but not evidence."""
+        step.needed = False
+        self.results.pop(step.sha, None)
+
+    def shutdown(self, wait: bool = True) -> None:
+        self.pool.shutdown(wait=wait, cancel_futures=True)
+        if self.executor is not None:
+            self.executor.shutdown()

@@ -1,0 +1,315 @@
+"""What a bisect walks: one interface, three implementations (mozregression's range handlers are the pattern).
+
+- `EngineCommits`: the engine's own history (the default).
+- `PackageVersions`: versions of one package installed after a fixed engine commit (`bisect.over.package`).
+- `DependencyCommits`: commits of a dependency's repository, each built into the fixed engine's venv
+  (`bisect.over.repo`).
+
+The driver and the reports only talk to `Variable`: its candidates as a `Graph`, a `TrialSpec` for one point,
+and what a report says about a point (its subject, links, releases). A candidate is a string: a sha, or a
+version.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Protocol
+
+from packaging.version import Version
+
+from abbisect import checkout
+from abbisect.bisect import history
+from abbisect.bisect.kinds import VariableKind
+from abbisect.bisect.search import Graph
+from abbisect.bisect.versions import is_version, resolve_versions
+from abbisect.checkout import Revision
+from abbisect.environment import EnvResult, ensure_env, needs_source
+from abbisect.environment.pins import after_engine
+from abbisect.infra.cache import Cache
+from abbisect.infra.errors import UserError
+from abbisect.recipe import Recipe
+from abbisect.trial.spec import TrialSpec, trial_spec
+
+
+class Variable(Protocol):
+    @property
+    def kind(self) -> VariableKind: ...
+
+    @property
+    def repo(self) -> Path:
+        """The git directory the candidates live in (the engine's, for package versions)."""
+
+    @property
+    def engine(self) -> Revision | None:
+        """The engine commit every trial runs, when the engine is not the variable."""
+
+    def describe(self) -> str:
+        """What is walked, for the console and the report ("" for the engine's own history)."""
+
+    def resolve_ends(self, good: str, bad: str) -> tuple[Revision, Revision]:
+        """The two ends as the user named them (refs, dates, versions), resolved before anything is built."""
+
+    def recorded(self, ref: str, sha: str) -> Revision:
+        """An end as a bisect's state recorded it (by sha: a branch may have moved since)."""
+
+    def resolve_end(self, text: str, other: Revision) -> Revision:
+        """One end named again (a resumed run's --good), resolved as `resolve_ends` would beside `other`."""
+
+    def order_ends(self, good: Revision, bad: Revision) -> tuple[Revision, Revision, tuple[str, ...]]:
+        """(old, new, merge bases to test first): the ancestor end is old whatever its label."""
+
+    def graph(self, new: str, olds: Sequence[str], unrelated_olds: bool = False) -> Graph:
+        """The candidates after the old ends up to `new` (`unrelated_olds`: an old end need not be an
+        ancestor of `new`, as after a merge base was tested)."""
+
+    def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
+        """The trial of one candidate, its logs under `out`."""
+
+    def build(self, candidate: str) -> EnvResult:
+        """The candidate's venv, built ahead of its trial (a background prefetch)."""
+
+    def info(self, candidate: str) -> history.CommitInfo:
+        """What a report says about a candidate (sha, subject, author, date, PR, parents)."""
+
+    def links(self, candidate: str, base: str | None) -> dict[str, str]:
+        """GitHub links of the candidate (and a compare from `base`), {} when there are none."""
+
+    def engine_commit(self, sha: str) -> history.CommitInfo:
+        """The engine commit a trial ran (`TrialSpec.sha`): the candidate itself, or the fixed engine."""
+
+    def releases(self, candidate: str) -> history.Releases | None:
+        """Which releases contain the candidate and its backports (None when candidates are not commits)."""
+
+    def dry_run(self, good: Revision, bad: Revision) -> str:
+        """`bisect --dry-run`: what would be walked and built, nothing built."""
+
+
+class _Git:
+    """Candidates that are commits of a git repository `repo` (the engine's or a dependency's)."""
+
+    repo: Path
+    recipe: Recipe
+
+    def recorded(self, ref: str, sha: str) -> Revision:
+        rev = checkout.resolve(self.repo, sha)
+        return Revision(ref, rev.sha, rev.subject)
+
+    def graph(self, new: str, olds: Sequence[str], unrelated_olds: bool = False) -> Graph:
+        return history.candidate_graph(self.repo, new, list(olds), self.recipe.bisect.first_parent,
+                                       self.recipe.bisect.pathspec or None, unrelated_olds=unrelated_olds)
+
+    def info(self, candidate: str) -> history.CommitInfo:
+        return history.commit_info(self.repo, candidate)
+
+    def links(self, candidate: str, base: str | None) -> dict[str, str]:
+        return history.github_links(self.repo, candidate, base)
+
+    def releases(self, candidate: str) -> history.Releases | None:
+        return history.releases(self.repo, candidate)
+
+
+class EngineCommits(_Git):
+    """The engine's own history: each candidate is an engine commit, built and launched as itself."""
+
+    kind = VariableKind.ENGINE_COMMITS
+    engine = None
+
+    def __init__(self, recipe: Recipe, repo: Path, cache: Cache | Path) -> None:
+        self.recipe, self.repo, self.cache = recipe, repo, cache
+
+    def describe(self) -> str:
+        return ""
+
+    def resolve_ends(self, good: str, bad: str) -> tuple[Revision, Revision]:
+        from abbisect.bisect.dates import resolve_ends
+
+        return resolve_ends(self.repo, good, bad)
+
+    def resolve_end(self, text: str, other: Revision) -> Revision:
+        from abbisect.bisect.dates import resolve_end
+
+        return resolve_end(self.repo, text, other)
+
+    def order_ends(self, good: Revision, bad: Revision) -> tuple[Revision, Revision, tuple[str, ...]]:
+        return history.order_ends(self.repo, good, bad)
+
+    def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
+        rev = Revision(label, candidate, self.info(candidate).subject)
+        return trial_spec(self.recipe, self.repo, rev, label, self.cache, out)
+
+    def build(self, candidate: str) -> EnvResult:
+        recipe = self.recipe
+        source = checkout.worktree(self.repo, candidate, self.cache, tuple(recipe.engine.sparse))
+        env = ensure_env(source, candidate, recipe.install, recipe.engine.subdir, self.cache, recipe.timeouts.build)
+        if not needs_source(recipe.install):  # the trial checks it out again (a second or two)
+            checkout.discard(self.repo, source)
+        return env
+
+    def engine_commit(self, sha: str) -> history.CommitInfo:
+        return self.info(sha)
+
+    def dry_run(self, good: Revision, bad: Revision) -> str:
+        from abbisect.bisect.dryrun import render_bisect_plan
+
+        return render_bisect_plan(self.recipe, self.repo, good, bad, self.cache)
+
+
+class _FixedEngine:
+    """Candidates installed into one engine commit's venv after the engine (its pins or a dependency commit)."""
+
+    kind: VariableKind
+    recipe: Recipe
+
+    def __init__(self, recipe: Recipe, engine_repo: Path, engine: Revision, cache: Cache | Path) -> None:
+        self.recipe, self.engine_repo, self.engine, self.cache = recipe, engine_repo, engine, cache
+
+    def _spec(self, label: str, slug: str, out: Path, pins: list[str], dependency: dict | None) -> TrialSpec:
+        return TrialSpec(self.recipe, label, self.engine.ref, self.engine.sha, self.engine.subject,
+                         str(self.engine_repo), str(self.cache), str(out / f"{label.replace(' ', '-')}-{slug}"),
+                         pins, dependency)
+
+    def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
+        raise NotImplementedError  # each kind of candidate says how it goes into the venv
+
+    def engine_commit(self, sha: str) -> history.CommitInfo:
+        return history.commit_info(self.engine_repo, sha)
+
+    def build(self, candidate: str) -> EnvResult:
+        spec = self.spec(candidate, "prefetch", Path(self.cache))
+        recipe = self.recipe
+        source = checkout.worktree(self.engine_repo, self.engine.sha, self.cache, tuple(recipe.engine.sparse))
+        return ensure_env(source, self.engine.sha, recipe.install, recipe.engine.subdir, self.cache,
+                          recipe.timeouts.build, after=after_engine(spec.pins, spec.dependency, self.cache))
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def order_ends(self, good: Revision, bad: Revision) -> tuple[Revision, Revision, tuple[str, ...]]:
+        raise NotImplementedError
+
+    def graph(self, new: str, olds: Sequence[str], unrelated_olds: bool = False) -> Graph:
+        raise NotImplementedError
+
+    def dry_run(self, good: Revision, bad: Revision) -> str:
+        from abbisect.trial.plan import plan_for
+
+        old, new, _ = self.order_ends(good, bad)
+        chain = self.graph(new.sha, [old.sha]).order
+        spec = self.spec(new.sha, "plan", Path(self.cache))
+        key, steps = plan_for(self.recipe, self.engine_repo, self.engine.sha, self.cache,
+                              after_engine(spec.pins, spec.dependency, self.cache, planning=True))
+        lines = [f"recipe: {self.recipe.name}", f"bisect over {self.describe()}",
+                 f"old end {old.ref}, new end {new.ref}: {len(chain)} candidate(s) after the old end: "
+                 + ", ".join(c[:10] for c in chain[:20]) + (" …" if len(chain) > 20 else ""),
+                 f"each candidate's venv (shown for {new.ref}, env key {key}):"]
+        return "\n".join(lines + [f"  $ {s.display()}" for s in steps])
+
+
+class PackageVersions(_FixedEngine):
+    """Candidates are versions of one package, a linear chain ordered by version."""
+
+    kind = VariableKind.PACKAGE_VERSIONS
+
+    def __init__(self, recipe: Recipe, engine_repo: Path, engine: Revision, cache: Cache | Path,
+                 versions: list[str]) -> None:
+        super().__init__(recipe, engine_repo, engine, cache)
+        assert recipe.bisect.over is not None and recipe.bisect.over.package  # bisect.over.package names it
+        self.package: str = recipe.bisect.over.package
+        self.versions = versions
+        self.repo = engine_repo
+
+    def resolve(self, name: str) -> Revision:
+        if name not in self.versions:
+            # "2.1" names "2.1.0": compare as versions, not strings
+            match = [v for v in self.versions if is_version(name) and Version(v) == Version(name)]
+            if not match:
+                raise UserError(f"{self.package} {name} is not among the versions bisected: {', '.join(self.versions)}")
+            name = match[0]
+        return Revision(name, name, f"{self.package}=={name}")
+
+    def resolve_ends(self, good: str, bad: str) -> tuple[Revision, Revision]:
+        return self.resolve(good), self.resolve(bad)
+
+    def recorded(self, ref: str, sha: str) -> Revision:
+        return self.resolve(ref)
+
+    def resolve_end(self, text: str, other: Revision) -> Revision:
+        return self.resolve(text)
+
+    def order_ends(self, good: Revision, bad: Revision) -> tuple[Revision, Revision, tuple[str, ...]]:
+        if good.sha == bad.sha:
+            raise UserError(f"--good and --bad are the same version {good.sha}")
+        return (good, bad, ()) if Version(good.sha) < Version(bad.sha) else (bad, good, ())
+
+    def graph(self, new: str, olds: Sequence[str], unrelated_olds: bool = False) -> Graph:
+        chain = self.versions[self.versions.index(olds[0]) + 1: self.versions.index(new) + 1]
+        return Graph.from_parents({v: ((chain[i - 1],) if i else ()) for i, v in enumerate(chain)})
+
+    def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
+        slug = re.sub(r"[^A-Za-z0-9.+-]", "_", candidate)
+        return self._spec(label, slug, out, [f"{self.package}=={candidate}"], None)
+
+    def info(self, candidate: str) -> history.CommitInfo:
+        return history.CommitInfo(candidate, candidate, f"{self.package}=={candidate}", "", "", "", None, ())
+
+    def links(self, candidate: str, base: str | None) -> dict[str, str]:
+        return {}
+
+    def releases(self, candidate: str) -> history.Releases | None:
+        return None  # versions are releases themselves
+
+    def describe(self) -> str:
+        return f"{self.package} versions, engine fixed at {self.engine.ref} ({self.engine.short})"
+
+
+class DependencyCommits(_Git, _FixedEngine):
+    """Candidates are commits of a dependency's own repository, each built into the engine's venv."""
+
+    kind = VariableKind.DEPENDENCY_COMMITS
+
+    def __init__(self, recipe: Recipe, engine_repo: Path, engine: Revision, cache: Cache | Path,
+                 dep_repo: Path) -> None:
+        _FixedEngine.__init__(self, recipe, engine_repo, engine, cache)
+        assert recipe.bisect.over is not None  # bisect.over.repo names the dependency
+        self.repo = dep_repo
+        self.install = recipe.bisect.over.install
+
+    def resolve_ends(self, good: str, bad: str) -> tuple[Revision, Revision]:
+        return checkout.resolve(self.repo, good), checkout.resolve(self.repo, bad)
+
+    def resolve_end(self, text: str, other: Revision) -> Revision:
+        return checkout.resolve(self.repo, text)
+
+    def order_ends(self, good: Revision, bad: Revision) -> tuple[Revision, Revision, tuple[str, ...]]:
+        old, new, bases = history.order_ends(self.repo, good, bad)
+        if bases:
+            raise UserError(f"{good.ref} and {bad.ref} are on different branches of {self.repo}; pass their merge "
+                            f"base (git merge-base {good.ref} {bad.ref}) as one end")
+        return old, new, ()
+
+    def graph(self, new: str, olds: Sequence[str], unrelated_olds: bool = False) -> Graph:
+        return _Git.graph(self, new, olds, unrelated_olds)
+
+    def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
+        dep = {"repo": str(self.repo), "sha": candidate, "commands": list(self.install.commands),
+               "env": dict(self.install.env)}
+        return self._spec(label, candidate[:10], out, [], dep)
+
+    def describe(self) -> str:
+        over = self.recipe.bisect.over
+        return f"commits of {over.repo if over else self.repo}, engine fixed at {self.engine.ref} ({self.engine.short})"
+
+
+def variable_for(recipe: Recipe, cache: Cache | Path) -> Variable:
+    """What the recipe's bisect walks: `bisect.over` (the engine commit resolved, so a typo fails before any
+    build), else the engine's history."""
+    over = recipe.bisect.over
+    engine_repo = checkout.open_repo(recipe.engine.repo, cache)
+    if over is None:
+        return EngineCommits(recipe, engine_repo, cache)
+    engine = checkout.resolve(engine_repo, over.engine_ref)
+    if over.package:
+        return PackageVersions(recipe, engine_repo, engine, cache, resolve_versions(over, recipe.install))
+    return DependencyCommits(recipe, engine_repo, engine, cache, checkout.open_repo(over.repo or "", cache))

@@ -1,0 +1,65 @@
+"""The one door to git: every git command abbisect runs goes through here, with a scrubbed environment.
+
+`git bisect run` exports GIT_DIR (and a worktree may export GIT_WORK_TREE / GIT_INDEX_FILE); a git command
+that inherited them would read abbisect's repository instead of the one it names, so `proc.scrubbed_env`
+is applied to every call, once, here. Plain git rather than GitPython: once a sparse worktree moved
+`core.bare` into `config.worktree`, GitPython takes a bare clone for a checkout and runs git one folder
+too high.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from abbisect.infra.proc import scrubbed_env
+
+PathLike = str | Path
+
+
+class GitError(RuntimeError):
+    """A git command failed; the message is git's last line of stderr."""
+
+
+def call(args: Sequence[str], repo: PathLike | None = None, env: Mapping[str, str] | None = None,
+         base: Mapping[str, str] | None = None, input: str | bytes | None = None,
+         text: bool = True) -> subprocess.CompletedProcess:
+    """`git [-C repo] args…`, never raising on git's exit status: for callers that read the status.
+
+    The environment is `base` (default: this process's) scrubbed of git's repository variables, with
+    `env` on top (identity or dates of a commit abbisect makes)."""
+    argv = ["git", *(["-C", str(repo)] if repo is not None else []), *args]
+    return subprocess.run(argv, capture_output=True, text=text, check=False, input=input,
+                          stdin=subprocess.DEVNULL if input is None else None, env=scrubbed_env(env, base))
+
+
+def git(repo: PathLike, *args: str, env: Mapping[str, str] | None = None) -> str:
+    """`git -C repo args…`; stdout, or GitError with git's own message."""
+    proc = call(args, repo, env)
+    if proc.returncode != 0:
+        lines = proc.stderr.strip().splitlines()
+        why = lines[-1] if lines else f"exit {proc.returncode}"
+        raise GitError(f"git {' '.join(args[:2])} failed: {why}")
+    return proc.stdout
+
+
+def succeeds(repo: PathLike, *args: str) -> bool:
+    """Whether `git -C repo args…` exits 0 (`cat-file -e`, `merge-base --is-ancestor`, `rev-parse -q`)."""
+    return call(args, repo).returncode == 0
+
+
+def is_repository(path: PathLike) -> bool:
+    """Whether `path` itself is a git checkout or a git directory (not merely inside one)."""
+    proc = call(["rev-parse", "--absolute-git-dir"], path)
+    if proc.returncode != 0:
+        return False
+    top = Path(path).resolve()
+    found = Path(proc.stdout.strip()).resolve()
+    return found == top or found.parent == top or (top / ".git").exists()
+
+
+def resolve(repo: PathLike, ref: str) -> str | None:
+    """Full sha of the commit `ref` names, None when it names none."""
+    proc = call(["rev-parse", "--verify", "--quiet", "--end-of-options", f"{ref}^{{commit}}"], repo)
+    return proc.stdout.strip() if proc.returncode == 0 and proc.stdout.strip() else None

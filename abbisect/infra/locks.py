@@ -1,0 +1,83 @@
+"""Inter-process file locks (the environment store and worktrees are shared by concurrent runs)."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from abbisect.infra.errors import InfraError
+
+# How long to wait for another abbisect holding a lock (a build of the same commit, a model conversion)
+# before giving up as an infrastructure fault; ABBISECT_LOCK_TIMEOUT overrides it (seconds).
+DEFAULT_TIMEOUT = 3 * 3600.0
+_POLL = 0.2
+
+
+def lock_timeout() -> float:
+    raw = os.environ.get("ABBISECT_LOCK_TIMEOUT")
+    try:
+        return float(raw) if raw else DEFAULT_TIMEOUT
+    except ValueError:
+        return DEFAULT_TIMEOUT
+
+
+def locked_open(path: Path, how: int, timeout: float | None = None,
+                say: Callable[[str], None] | None = None) -> int:
+    """Open and flock `path`; returns the descriptor. Lock files may be removed by `abbisect cache gc`
+    while someone waits on them: a lock taken on a file that is no longer at `path` is taken again.
+    While another process holds it, say so (a `Status`); after `timeout` (default `lock_timeout()`) an
+    `InfraError`."""
+    start = time.monotonic()
+    limit = lock_timeout() if timeout is None else timeout
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            _flock(fd, how, path, start, limit, say)
+        except BaseException:
+            os.close(fd)
+            raise
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)
+
+
+def _flock(fd: int, how: int, path: Path, start: float, timeout: float, say: Callable[[str], None] | None) -> None:
+    from abbisect.infra.progress import Status, ambient
+
+    say = say or ambient
+    while True:
+        try:
+            fcntl.flock(fd, how | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            waited = time.monotonic() - start
+            if waited >= timeout:
+                raise InfraError(f"gave up after {waited:.0f} s waiting for another abbisect building {path.stem} "
+                                 f"(lock {path}); let it finish, or raise ABBISECT_LOCK_TIMEOUT (seconds)") from None
+            say(Status(f"waiting for another abbisect building {path.stem}", kind="lock"))
+            time.sleep(_POLL)
+
+
+@contextmanager
+def file_lock(path: Path, timeout: float | None = None, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = locked_open(path, fcntl.LOCK_EX, timeout, say)
+    try:
+        yield
+    finally:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+
+def atomic_write(path: Path, text: str) -> None:
+    """Write-then-rename, so a reader never sees half a file and a crash never leaves one."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)

@@ -1,0 +1,32 @@
+"""SGLang: `python -m sglang.launch_server`; ready only at "fired up and ready to roll" (after warm-up).
+
+The earlier "Uvicorn running on" line comes before the warm-up request and does not mean ready.
+"""
+
+from __future__ import annotations
+
+import re
+
+from abbisect.launch.engines.base import LaunchPlan
+from abbisect.recipe import Recipe
+
+kind = "sglang"
+READY_LINE = r"The server is fired up and ready to roll!"
+
+
+def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -> LaunchPlan:
+    argv = (python, "-m", "sglang.launch_server", "--model-path", model or "", "--host", host, "--port", str(port),
+            *recipe.launch.flags)
+    ready = recipe.launch.ready
+    return LaunchPlan(argv, {}, ready.http if ready else "/health", ready.log if ready and ready.log else READY_LINE)
+
+
+def facts(log_text: str) -> dict[str, object]:
+    """SGLang logs `server_args=ServerArgs(...)` at start; its version only in some releases ("sglang
+    version 0.4.6", "SGLang v0.5.2"), else the report takes it from the venv's fingerprint."""
+    facts: dict[str, object] = {}
+    if m := re.search(r"server_args=ServerArgs\((.*?)\)\s*$", log_text, re.MULTILINE):
+        facts["server_args"] = m.group(1)
+    if m := re.search(r"(?i)\bsglang(?:[ _]version)?[ =:]+v?(\d+\.\d+\.\d+[^\s,;)]*)", log_text):
+        facts["version"] = m.group(1)
+    return facts

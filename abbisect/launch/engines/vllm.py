@@ -1,0 +1,35 @@
+"""vLLM: `python -m vllm.entrypoints.openai.api_server` (or `vllm serve`); ready when /health is 200."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from abbisect.launch.engines.base import LaunchPlan, vllm_style_facts
+from abbisect.recipe import Recipe
+
+kind = "vllm"
+
+
+def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -> LaunchPlan:
+    common = ("--host", host, "--port", str(port), *recipe.launch.flags)
+    if recipe.launch.entrypoint == "cli":
+        argv = (str(Path(python).parent / "vllm"), "serve", model or "", *common)
+    else:
+        argv = (python, "-m", "vllm.entrypoints.openai.api_server", "--model", model or "", *common)
+    # Without VLLM_HOST_IP the engine's internal queue binds the machine's external address.
+    env = {"VLLM_HOST_IP": host, "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    ready = recipe.launch.ready
+    return LaunchPlan(argv, env, (ready.http if ready and ready.http else "/health"), ready.log if ready else None)
+
+
+# How vLLM states its version at start: "vLLM API server version 0.11.0" (up to 0.11), "vLLM server version
+# 0.32.0, serving model M" (later, with VLLM_DISABLE_LOG_LOGO or an unknown formatter), or the logo, whose
+# second line ends in "version 0.32.0" (bold when coloured). Every line may carry "(APIServer pid=N) INFO …".
+VERSION_RE = (r"(?m)vLLM (?:API )?server version (\S+?)(?:,|\s|$)"
+              r"|█\s+version\s+(\S+)\s*$")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def facts(log_text: str) -> dict[str, object]:
+    return vllm_style_facts(_ANSI.sub("", log_text), VERSION_RE)

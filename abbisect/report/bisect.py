@@ -1,0 +1,281 @@
+"""bisect.md: the found commit, fix or regression, the decisive A/B, the trail and how to reproduce.
+
+Pure: everything shown (commit subjects, links, releases) was gathered into the `BisectRun` when the search
+ended (abbisect/bisect/driver.py `conclude`), so rendering needs no git.
+"""
+
+from __future__ import annotations
+
+import shlex
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from abbisect import __version__
+from abbisect.ab import ABResult, compare
+from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role, Step
+from abbisect.gpu.fingerprint import Fingerprint, render_sides
+from abbisect.infra.serial import dump, load
+from abbisect.report.markdown import (
+    BUDGETS,
+    OUTPUTS_FILE,
+    Budget,
+    _elide,
+    cell,
+    details,
+    fit,
+    outputs_document,
+    recipe_block,
+    render_ab,
+    reproduce_block,
+    table,
+)
+from abbisect.report.portable import Portable
+from abbisect.trial.spec import TrialResult
+
+
+def relabel(result: TrialResult, label: str) -> TrialResult:
+    return replace(result, spec=replace(result.spec, ref=label, side=label))
+
+
+def terms(mode: Mode) -> tuple[str, str]:
+    """git bisect's (old, new) terms for the search: a fix search's old state is the broken one.
+
+    Not good/bad swapped: git refuses to let "good" mean the new state."""
+    return ("broken", "fixed") if mode is Mode.FIX else ("good", "bad")
+
+
+def rerun_command(cmd: str) -> str:
+    """The bisect command without its result folder (-o/--output) or --resume: run again, it makes a new one."""
+    words, out, skip = shlex.split(cmd), [], False
+    for w in words:
+        if skip:
+            skip = False
+        elif w in ("-o", "--output", "--resume"):
+            skip = True
+        elif not w.startswith(("--output=", "--resume=")) and not (w.startswith("-o") and len(w) > 2
+                                                                   and not w.startswith("--")):
+            out.append(w)
+    return shlex.join(out)
+
+
+def reproduce_commands(run: BisectRun, cmd: str, recipe_file: str) -> list[str]:
+    """The commands bisect.md prints: abbisect's own, then the same search driven by `git bisect run`
+    (old ends: the searched range's, merge base included); a test runs every one of them."""
+    repo = shlex.quote(str(run.repo))
+    if run.mode.stopped:  # no search ran: what stopped it is each tested commit's own verdict
+        if "differs_from_good" in run.recipe.verdict.bad_if:  # relative verdicts: check cannot judge alone
+            return [rerun_command(cmd)]
+        return [rerun_command(cmd), "# each commit tested, judged alone (exit 0 good, 1 bad, 125 untestable):",
+                *(f"abbisect check {shlex.quote(recipe_file)} {s.sha}  # {s.role}: exit {s.outcome.exit}"
+                  for s in run.steps)]
+    old_term, new_term = terms(run.mode)
+    olds = " ".join(dict.fromkeys((run.old.sha, *run.merge_bases, *run.excluded)))
+    lines = [rerun_command(cmd), "# the same search driven by git itself:",
+             f"git -C {repo} bisect start --term-old={old_term} --term-new={new_term}"
+             + (" --first-parent" if run.recipe.bisect.first_parent else "") + f" {run.new.sha} {olds}"
+             + (" -- " + " ".join(shlex.quote(p) for p in run.recipe.bisect.pathspec)
+                if run.recipe.bisect.pathspec else ""),
+             f"git -C {repo} bisect run abbisect check {shlex.quote(recipe_file)}"
+             + (" --invert" if run.mode is Mode.FIX else "")]
+    if run.result and run.result.first_new:
+        lines.append(f"git -C {repo} rev-parse refs/bisect/{new_term}  # {run.result.first_new}")
+    lines.append(f"git -C {repo} bisect reset")
+    return lines
+
+
+def releases_block(run: BisectRun) -> list[str]:
+    """Which releases carry the found commit, and its backports (commits elsewhere with the same change)."""
+    rel = run.releases
+    if rel is None:
+        return []
+    word = "fixed" if run.mode is Mode.FIX else "broken"
+    pr = f" (#{rel.pr})" if rel.pr else ""
+    where = f" on {rel.branches[0]}" if rel.branches else ""
+    first = (f"first released in {rel.first_release}" if rel.first_release else "in no release tag yet")
+    if len(rel.releases) > 1:
+        shown = ", ".join(rel.releases[:6]) + (", …" if len(rel.releases) > 6 else "")
+        first += f" (in {len(rel.releases)} releases: {shown})"
+    others = rel.branches[1:]
+    also = (f"; also on {', '.join(others[:3])}" + (f" and {len(others) - 3} more" if len(others) > 3 else "")
+            if others else "")
+    lines = ["### Releases and backports", "",
+             f"- {word}{where} by `{rel.sha[:10]}`{pr}; {first}{also}."]
+    for c in rel.carriers:
+        cfirst = f"first released in {c.first_release}" if c.first_release else "in no release tag yet"
+        lines.append(f"- backported to {', '.join(c.branches[:3]) or 'no branch'} as `{c.sha[:10]}` "
+                     f"({cell(c.subject, 80)}; {c.how}); {cfirst}.")
+    if not rel.carriers:
+        lines.append("- no backport found (no cherry-pick trailer, PR number or patch id matches on other branches).")
+    return [*lines, ""]
+
+
+def headline(run: BisectRun) -> str:
+    if run.mode.stopped:
+        return f"No bisection: {run.message}"
+    res = run.result
+    if res is None:
+        return "Bisection did not finish."
+    if res.outcome == "found" and res.first_new is not None:
+        noun = run.variable.kind.noun
+        shown = run.subject(res.first_new) if noun == "version" else res.first_new
+        return f"The {noun} that {run.mode.word} it: `{shown}`"
+    if res.outcome == "ambiguous":
+        return (f"Only untestable commits are left: the commit that {run.mode.word} it is one of "
+                f"{', '.join(f'`{c[:10]}`' for c in res.candidates)}")
+    return "No candidate could be tested in the range."
+
+
+def found_block(run: BisectRun) -> list[str]:
+    res = run.result
+    if res is None or res.first_new is None:
+        return []
+    info = run.commits[res.first_new]
+    urls = run.links
+    if run.variable.kind.noun == "version":
+        rows = [["version", f"`{info.subject}`"]]
+    else:
+        pr = f"[#{info.pr}]({urls['pr']})" if info.pr and urls.get("pr") else f"#{info.pr}" if info.pr else "—"
+        rows = [["sha", f"[`{info.sha}`]({urls['commit']})" if urls.get("commit") else f"`{info.sha}`"],
+                ["subject", cell(info.subject, 120)], ["author", cell(info.author, 60)],
+                ["date", info.date], ["PR", pr]]
+    engine = run.variable.engine
+    if engine is not None:
+        rows.append(["engine (fixed)", f"`{engine.ref}` = `{engine.sha}`"])
+    rows += [["kind", "**fix** (old end bad, new end good)" if run.mode is Mode.FIX else
+             "**regression** (old end good, new end bad)"]]
+    if urls.get("compare"):
+        rows.append(["compare with its parent", f"[{(run.found_parent or '')[:10]}…{res.first_new[:10]}]({urls['compare']})"])
+    return [table(["field", "value"], rows), ""]
+
+
+def trail(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
+    rows = []
+    for s in run.steps:
+        role = s.role if s.needed else f"{s.role} (no longer needed)"
+        rows.append([str(s.n), f"`{s.sha[:10]}`", cell(run.subject(s.sha), 50), role, f"**{s.outcome}**", s.status,
+                     cell(s.evidence, budget.cell), f"{s.seconds:.1f} s" + (" (cached)" if s.cached else "")
+                     + (" (before the resume)" if s.replayed else "")])
+    return table(["step", "commit", "subject", "role", "verdict", "status", "evidence", "time"],
+                 _elide(rows, budget.rows, "steps"))
+
+
+def decisive_ab(run: BisectRun) -> ABResult | None:
+    """The A/B of the found commit's parent against it, when both were tested."""
+    by_sha = {s.sha: s for s in run.steps}
+    if run.result and run.result.first_new and run.found_parent in by_sha:
+        parent, found = by_sha[run.found_parent].result, by_sha[run.result.first_new].result
+        if parent is not None and found is not None:
+            links = {"a": {"commit": run.links["parent"]} if run.links.get("parent") else {}, "b": run.links}
+            return compare(run.recipe, relabel(parent, "parent"), relabel(found, "found"), "", "", links)
+    return None
+
+
+def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS[0], recipe: dict | None = None,
+                  recipe_file: str | None = None) -> str:
+    lines = [f"## abbisect bisect: `{run.recipe.name}`", "",
+             f"Range: `{run.old.ref}` ({run.old.short}) .. `{run.new.ref}` ({run.new.short}); "
+             f"named good: `{run.good.ref}`, named bad: `{run.bad.ref}`"
+             + (", first-parent walk" if run.recipe.bisect.first_parent else "") + ".", "",
+             f"### {headline(run)}", ""]
+    if run.merge_bases:
+        lines += ["### Ends", "", run.ends_note or (f"The ends are on different branches; merge base "
+                                                     f"{', '.join(b[:10] for b in run.merge_bases)}."), ""]
+    if run.variable.describe():
+        lines[4:4] = [f"Walking {run.variable.describe()}.", ""]
+    if run.mislabelled:
+        lines += [(f"⚠ The ends were named the other way round: {cell(run.mislabelled, 300)}; this search "
+                   f"finds the commit that {run.mode.word} it."), ""]
+    lines += found_block(run)
+    lines += releases_block(run)
+    lines += [(f"{len(run.steps)} trials, {run.launches} server launches, {run.builds} venv builds, "
+              f"{run.wall_s:.1f} s wall time."), ""]
+    lines += [ends_mode_line(run), ""]
+    if run.rounds:
+        per_round = ", ".join(f"{r['seconds']:.0f} s ({len(r['commits'])})" for r in run.rounds)
+        ahead = sum(s.round == 0 and s.role is Role.CANDIDATE for s in run.steps)
+        with_ends = f"ends tested at once, with {ahead} commit(s) between them" if ahead else "ends tested at once"
+        lines += [(f"{run.slots} slots on the {run.executor} executor ({with_ends}): {len(run.rounds)} "
+                   f"rounds after the ends — time per round (commits tested): {per_round}."), ""]
+    ab = decisive_ab(run)
+    if ab is not None:
+        lines += ["### Decisive A/B: parent vs the found commit", "",
+                  render_ab(ab, budget, level=4, embedded=True), ""]
+    lines += ["### Trail", "", trail(run, budget), ""]
+    skipped = [s for s in run.steps if s.outcome == "skip" and s.needed]
+    if skipped:
+        lines += ["### Skipped (untestable) commits", ""]
+        lines += [f"- `{s.sha[:10]}`: {s.status} — {cell(s.evidence, 150)}" for s in skipped]
+        lines += [""]
+    end_steps = [s for s in run.steps if s.is_end][:2]
+    fps = {str(s.role): s.result.extras["fingerprint"] for s in end_steps if s.result and s.result.extras.get("fingerprint")}
+    if fps:
+        sides = {role: load(Fingerprint, fp) for role, fp in fps.items()}
+        lines += [details("Environment fingerprint of the two ends' venvs", render_sides(sides)), ""]
+    block = recipe_block(recipe, recipe_file)
+    lines += [block, ""] if block else []
+    lines += [reproduce_block(reproduce, __version__), ""]
+    return "\n".join(lines)
+
+
+def ends_mode_line(run: BisectRun) -> str:
+    """Which ends mode ran (bisect.ends) and, in lazy mode, which ends were tested and why (or why not)."""
+    if run.ends_mode is EndsMode.LAZY:
+        return ("Ends: **lazy** (`bisect.ends: lazy`): the search started from the labels at once; an end is "
+                "tested only when the answer rests on it. " + "; ".join(run.ends_lazy) + ".")
+    if run.ends_asked is EndsMode.LAZY:
+        return f"Ends: tested first — `bisect.ends: lazy` was asked but fell back: {run.ends_fallback}."
+    return "Ends: tested first (`bisect.ends: first`)."
+
+
+def bisect_files(run: BisectRun, reproduce: list[str], portable: Portable, doc: dict, engine_source: str,
+                 recipe_file: Path) -> dict[str, str]:
+    """{file name: text}: bisect.md (fits one GitHub comment, no local path) and the decisive outputs.
+    `portable` replaces this machine's paths, `doc` is the portable recipe, `engine_source` where a stranger
+    gets the engine's history."""
+    # `git -C REPO bisect run` runs its command inside REPO: the recipe is named by an absolute path there.
+    repo, recipe = shlex.quote(str(run.repo)), shlex.quote(str(recipe_file.resolve()))
+    commands = [c.replace(f"-C {repo} ", '-C "$ENGINE_REPO" ').replace(f" {recipe}", ' "$RECIPE"')
+                if c.startswith("git ") else c for c in reproduce]  # elsewhere the recipe is named by its file name
+    if any("$ENGINE_REPO" in c for c in commands):
+        commands.insert(0, f"# ENGINE_REPO: a git clone of {engine_source}; "
+                           "RECIPE: the absolute path of the recipe above, saved as a file")
+    files = {"bisect.md": fit(lambda budget: portable.text(render_bisect(run, commands, budget, doc,
+                                                                                 recipe_file.name)))}
+    ab = decisive_ab(run)
+    if ab is not None and (ab.a.outputs or ab.b.outputs):
+        files[OUTPUTS_FILE] = portable.text(outputs_document(f"abbisect bisect `{run.recipe.name}`: parent vs found",
+                                                             [("parent", ab.a), ("found", ab.b)]))
+    return files
+
+
+def bisect_json(run: BisectRun) -> dict:
+    res = run.result
+    return {"recipe": run.recipe.model_dump(mode="json"), "mode": run.mode, "message": run.message,
+            "good": run.good.ref, "bad": run.bad.ref, "old": run.old.sha, "new": run.new.sha,
+            "outcome": res.outcome if res else None, "first_new": res.first_new if res else None,
+            "candidates": list(res.candidates) if res else [], "found_parent": run.found_parent,
+            "commit": dump(run.commits[res.first_new]) if res and res.first_new else None,
+            "links": run.links, "mislabelled": run.mislabelled,
+            "steps": [dump(s, exclude={"result"}) for s in run.steps], "launches": run.launches, "builds": run.builds,
+            "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
+            "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
+            "releases": dump(run.releases) if run.releases else None,
+            "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "slots": run.slots, "executor": run.executor, "rounds": run.rounds,
+            "ends": {"mode": run.ends_mode, "asked": run.ends_asked, "fallback": run.ends_fallback,
+                     "lazy": run.ends_lazy},
+            "trials": [trial_record(run, s) for s in run.steps if s.result is not None]}
+
+
+def trial_record(run: BisectRun, step: Step) -> dict:
+    """What the serving matrix needs of a step's trial: its commit, GPU stack, engine version, timings."""
+    # The engine's commit (with bisect.over the step is a dependency's version or commit; the engine is fixed).
+    r = step.result
+    assert r is not None  # only steps with a trial are recorded
+    info = run.engine_commits[r.spec.sha]
+    return {"n": step.n, "sha": r.spec.sha, "ref": r.spec.ref, "subject": info.subject,
+            "pins": list(r.spec.pins), "dependency": (r.spec.dependency or {}).get("sha"),
+            "commit_date": info.date, "parents": list(info.parents),
+            "version": r.launch.facts.get("version") if r.launch else None,
+            "fingerprint": r.extras.get("fingerprint"), "timings": r.timings, "cached": r.cached}

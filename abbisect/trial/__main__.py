@@ -1,0 +1,3 @@
+from abbisect.trial.pipeline import main
+
+raise SystemExit(main())

@@ -1,0 +1,376 @@
+"""One trial: one commit through the whole pipeline, as a self-contained unit.
+
+`TrialSpec` (plain JSON-able data) goes in, `TrialResult` comes out; nothing else is shared, so an
+executor can run a trial in this process, in another process, or on another machine of a cluster.
+checkout → environment → launch → query → score → verdict.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abbisect import checkout
+from abbisect.environment import EnvResult, ensure_env, needs_source
+from abbisect.environment.inventory import installed_packages
+from abbisect.environment.pins import after_engine
+from abbisect.environment.store import bin_dirs
+from abbisect.infra.cache import Cache
+from abbisect.infra.errors import InfraError
+from abbisect.infra.proc import scrubbed_env
+from abbisect.infra.progress import Status
+from abbisect.infra.redact import expand_env
+from abbisect.infra.serial import dump, load
+from abbisect.launch import server as launch
+from abbisect.launch.engines import adapter
+from abbisect.query.chat import Completion, label, ordered, query_all
+from abbisect.recipe import Prompt, Recipe
+from abbisect.score import (
+    AnswerCheck,
+    OutputAnalysis,
+    Signature,
+    SignatureMatch,
+    Thresholds,
+    analyze,
+    check_answer,
+    load_catalogue,
+    severity_at_least,
+)
+from abbisect.score.scanner import LineScanner
+from abbisect.trial.spec import LaunchInfo, Progress, TrialResult, TrialSpec
+from abbisect.verdict.rules import Evidence, Verdict, judge
+
+LOG_TAIL_LINES = 30
+
+
+@dataclass
+class TrialRecord:
+    """A trial in the making: each stage of `run_trial` fills in its part, `result()` freezes it."""
+
+    spec: TrialSpec
+    env: EnvResult | None = None
+    launch: LaunchInfo | None = None
+    outputs: tuple[Completion, ...] = ()
+    analyses: tuple[OutputAnalysis, ...] = ()
+    answers: tuple[AnswerCheck | None, ...] = ()
+    signatures: tuple[SignatureMatch, ...] = ()
+    first_exception: tuple[int, str] | None = None
+    verdict: Verdict | None = None
+    timings: dict[str, float] = field(default_factory=dict)
+    extras: dict = field(default_factory=dict)
+    t0: float = field(default_factory=time.monotonic)
+    described: threading.Thread | None = None  # the venv's fingerprint and packages, read in the background
+
+    def wait_described(self) -> None:
+        if self.described is not None:
+            self.described.join()
+
+    def result(self) -> TrialResult:
+        if self.verdict is None:
+            raise RuntimeError(f"trial {self.spec.sha[:10]} ended without a verdict")
+        timings = dict(self.timings)
+        timings["total"] = round(time.monotonic() - self.t0, 3)
+        spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "teardown", "probe"))
+        timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
+        return TrialResult(self.spec, self.env, self.launch, self.outputs, self.analyses, self.answers,
+                           self.signatures, self.first_exception, self.verdict, timings, self.extras)
+
+
+def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | None = None) -> dict[str, str]:
+    env = scrubbed_env()
+    env.update({"VIRTUAL_ENV": venv, "PATH": os.pathsep.join([*bin_dirs(venv, base), env.get("PATH", "")]),
+                "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
+    if recipe.gpus is not None:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in recipe.gpus)
+    env.update(plan_env)
+    env.update(expand_env(recipe.env, env))  # ${VAR} references are read only now, never stored
+    return env
+
+
+def resolve_model(recipe: Recipe, cache: Cache | Path, progress: Progress) -> str | None:
+    if recipe.model is None or isinstance(recipe.model, str):
+        return recipe.model
+    from abbisect.environment.models import prepare
+
+    return str(prepare(recipe.model, cache, progress))
+
+
+def run_trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
+    try:
+        return _trial(spec, progress)
+    finally:
+        _discard_worktree(spec)
+
+
+def _discard_worktree(spec: TrialSpec) -> None:
+    """After a build that copied the source in (or never read it), the commit's worktree is dead weight
+    (vLLM's: about 68 MB a commit); it is removed unless another process uses it."""
+    recipe = spec.recipe
+    if recipe.probe is None and not needs_source(recipe.install):
+        repo = Path(spec.repo)
+        where = Cache.at(spec.cache_dir).worktree(repo, spec.sha, tuple(recipe.engine.sparse))
+        checkout.discard(repo, where)
+
+
+_PORT_TAKEN = re.compile(r"Address already in use|\[Errno 98\]|EADDRINUSE")
+
+
+def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
+    """The pipeline: each stage fills in its part of the record; a stage with nothing left to do for the
+    next one (a failed build, a kernel probe) ends it early."""
+    say = progress or (lambda _msg: None)
+    recipe = spec.recipe
+    rec = TrialRecord(spec)
+    Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
+    source = _checkout(rec, recipe, say)
+    env = _build(rec, recipe, source, say)
+    if env is None:
+        return rec.result()
+    if recipe.probe is not None:
+        from abbisect.trial.probe import probe_trial
+
+        probe = probe_trial(recipe.probe, env.python, source, Path(spec.out_dir), say)
+        rec.timings["probe"], rec.extras["probe"], rec.verdict = probe.seconds, dump(probe.result), probe.verdict
+        return rec.result()
+    prompts = ordered(list(recipe.prompts), recipe.prompt_order)
+    _launch_and_query(rec, recipe, source, prompts, say)
+    rec.wait_described()
+    say("score")
+    ts = time.monotonic()
+    _score(rec, recipe, prompts)
+    rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
+    rec.timings["score"] = round(time.monotonic() - ts, 4)
+    return rec.result()
+
+
+def _checkout(rec: TrialRecord, recipe: Recipe, say: Progress) -> Path:
+    say("checkout")
+    spec = rec.spec
+    source = checkout.worktree(Path(spec.repo), spec.sha, Cache.at(spec.cache_dir), tuple(recipe.engine.sparse))
+    rec.timings["checkout"] = round(time.monotonic() - rec.t0, 3)
+    return source
+
+
+def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> EnvResult | None:
+    """The commit's venv; on failure the build log's signatures and the verdict, and None."""
+    say("environment")
+    spec, cache = rec.spec, Cache.at(rec.spec.cache_dir)
+    env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
+                     on_step=lambda d: say(Status(f"environment: {d}") if isinstance(d, Status) else f"environment: {d}"),
+                     after=after_engine(spec.pins, spec.dependency, cache))
+    rec.env = env
+    rec.timings["build"] = env.seconds
+    if not env.ok:
+        # Signatures are shown whatever status wins: a build log names its compiler error too.
+        build_scan = _scan_file(Path(env.log), _catalogue(recipe))
+        rec.signatures, rec.first_exception = tuple(build_scan.matches), build_scan.first_exception
+        rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
+        return None
+    # The full package list proves what differs between two sides (and what does not). It is read while
+    # the server loads; with GPUs (or a kernel probe) before, since reading it may open a CUDA context that
+    # must not overlap the engine's own memory sizing or the same-GPU hygiene baseline.
+    rec.described = threading.Thread(target=lambda: rec.extras.update(
+        fingerprint=_fingerprint(env.python, recipe, spec), packages=installed_packages(env.python)), daemon=True)
+    rec.described.start()
+    if recipe.probe is not None or recipe.gpus is not None:
+        rec.wait_described()
+    return env
+
+
+def _catalogue(recipe: Recipe) -> list[Signature]:
+    """The packaged log signatures plus the recipe's own."""
+    return load_catalogue([s.model_dump() for s in recipe.scoring.signatures] or None)
+
+
+def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: list[tuple[str, Prompt]],
+                      say: Progress) -> None:
+    """Start the server, wait for ready, send the prompts, stop it: the launch, the outputs and the log's
+    signatures."""
+    spec, env, extras, timings = rec.spec, rec.env, rec.extras, rec.timings
+    assert env is not None  # built: the stage before ends the trial otherwise
+    cache, out = Cache.at(spec.cache_dir), Path(spec.out_dir)
+    model = resolve_model(recipe, cache, say)
+    mod = adapter(recipe.engine.kind)
+    host = "127.0.0.1"
+    port = launch.free_port(host)
+    plan = mod.plan(recipe, env.python, model, host, port)
+    log_path = out / "server.log"
+    if recipe.gpus is not None:
+        extras["gpu_before"] = dump(_gpu_idle(recipe.gpus, say))
+    say(f"launch: {' '.join(plan.argv)}")
+    t_launch = time.monotonic()
+    server_times = extras["server_times"] = {"launched": round(time.time(), 3)}  # wall clock: A/B at once overlap
+    scanner = LineScanner(_catalogue(recipe), plan.ready_log)
+    crash: dict = {}
+    # Nothing between the start and the try: a Ctrl-C in between would leave the server to its supervisor.
+    server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
+                          cache=cache, scanner=scanner)
+    try:
+        ready = launch.wait_ready(server, plan, recipe.timeouts.ready, progress=say)
+        timings["ready"] = round(time.monotonic() - t_launch, 3)
+        server_times["ready"] = round(time.time(), 3)
+        if ready.status == "ready":
+            if recipe.gpus is not None:  # evidence that the check sees this side's own server on the GPU
+                from abbisect.gpu.hygiene import check_idle
+
+                extras["gpu_during"] = dump(check_idle(recipe.gpus))
+            say(f"query: {len(prompts)} prompt(s)")
+            tq = time.monotonic()
+            run = query_all(server.base_url, recipe.api, prompts, recipe.sampling, recipe.timeouts.request,
+                            model or recipe.name, alive=server.alive)
+            rec.outputs = run.outputs
+            timings["query"] = round(time.monotonic() - tq, 3)
+            if not server.alive():
+                by_id = dict(prompts)
+                crash = {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode,
+                         "crash_prompt": label(run.in_flight, by_id.get(run.in_flight)) if run.in_flight else None,
+                         "crash_after": label(run.died_after, by_id.get(run.died_after)) if run.died_after else None}
+                say(f"server exited (code {server.proc.returncode}) while serving"
+                    + (f" prompt {crash['crash_prompt']}" if crash["crash_prompt"] else ""))
+    finally:
+        say("teardown")
+        if not server.alive() and server.reader is not None:  # its last words (the crash): read them all
+            server.reader.join(timeout=2.0)
+        # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
+        scanner.freeze()
+        teardown = launch.stop(server, recipe.timeouts.teardown)
+        server_times["stopped"] = round(time.time(), 3)
+        timings["teardown"] = teardown.seconds
+        if recipe.gpus is not None:
+            extras["gpu_after"] = dump(_gpu_released(recipe.gpus, extras.get("gpu_before"), say))
+
+    log_text = log_path.read_bytes().decode(errors="replace")  # capped on disk (abbisect.infra.logstream)
+    if ready.status == "exited" and _PORT_TAKEN.search(log_text):
+        # Another process took the port between our probe and the server's bind: the machine's fault, not
+        # the commit's (a crash at startup would call it bad).
+        raise InfraError(f"the server could not bind its port ({port} or one it opens itself): another process "
+                         f"took it (see {log_path}); run again")
+    rec.signatures, rec.first_exception = tuple(scanner.matches), scanner.first_exception
+    rec.launch = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
+                            str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
+                            mod.facts(log_text), **crash)
+
+
+def _score(rec: TrialRecord, recipe: Recipe, prompts: list[tuple[str, Prompt]]) -> None:
+    """Each output labelled (degeneration) and checked against its prompt's expected answer."""
+    thresholds = Thresholds.from_overrides(recipe.scoring.thresholds or None)
+    rec.analyses = tuple(analyze(o.text, thresholds) for o in rec.outputs)
+    rec.answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, (_, p) in zip(rec.outputs, prompts))
+
+
+def _scan_file(path: Path, catalogue) -> LineScanner:
+    """Scan a (capped) log file line by line."""
+    scanner = LineScanner(catalogue)
+    try:
+        with path.open("rb") as fh:
+            for raw in fh:
+                scanner.feed(raw[:65536].decode(errors="replace"))
+    except OSError:
+        pass
+    return scanner
+
+
+def _fingerprint(python: str, recipe: Recipe, spec: TrialSpec) -> dict:
+    """The side's own venv described (torch, triton, engine version) plus the GPU it sees."""
+    from abbisect.gpu.fingerprint import collect
+
+    fp = collect(python, extra={"engine": recipe.engine.kind, "engine_sha": spec.sha}, timeout_s=120)
+    return fp.to_dict()
+
+
+def _gpu_idle(gpus: list[int], say: Progress):
+    """Same-GPU hygiene: the pinned GPU must be free before a side starts (waits for the previous one)."""
+    from abbisect.gpu.hygiene import check_idle, describe, wait_released
+
+    rep = check_idle(gpus)
+    if rep.busy:
+        say(f"GPU busy before launch, waiting: {describe(rep)}")
+        rep = wait_released(gpus, timeout_s=120)
+    say(f"GPU before launch: {describe(rep)}")
+    return rep
+
+
+def _gpu_released(gpus: list[int], before: dict | None, say: Progress):
+    from abbisect.gpu.hygiene import describe, wait_released
+
+    rep = wait_released(gpus, timeout_s=60, baseline=(before or {}).get("used_mib") or None)
+    say(f"GPU after teardown: {describe(rep)}")
+    return rep
+
+
+def _evidence(recipe: Recipe, rec: TrialRecord) -> Evidence:
+    env, info, outputs, analyses, answers = rec.env, rec.launch, rec.outputs, rec.analyses, rec.answers
+    signatures, exc = rec.signatures, rec.first_exception
+    assert env is not None  # every trial that reaches a verdict through evidence went through the build
+    warn = recipe.scoring.warn_severity
+    named = set(recipe.verdict.bad_signatures)
+    rejected = tuple(g for s in signatures if s.id == "flag_rejected" for g in (s.groups or (s.line,)) if g)
+    return Evidence(
+        build_ok=env.ok,
+        build_error=env.error,
+        ready=info.status if info else None,
+        rejected_flags=rejected,
+        first_exception=exc[1] if exc else None,
+        n_outputs=len(outputs),
+        n_errors=sum(1 for o in outputs if o.error),
+        exited_while_serving=bool(info and info.crashed_while_serving),
+        exit_code=info.crash_exit_code if info else None,
+        crash_prompt=info.crash_prompt if info else None,
+        crash_after=info.crash_after if info else None,
+        request_errors=tuple(f"{o.prompt_id}: {o.error[:200]}" for o in outputs
+                             if o.error and not (info and info.crashed_while_serving)),
+        degenerate=tuple(f"{o.prompt_id}: {a.reason}" for o, a in zip(outputs, analyses)
+                         if a.label == "degenerate" and not o.error),
+        late_loops=tuple(f"{o.prompt_id}: {a.reason}" for o, a in zip(outputs, analyses) if a.label == "late_loop"),
+        answer_misses=tuple(f"{o.prompt_id}: expected /{c.expected}/" for o, c in zip(outputs, answers)
+                            if c is not None and not c.passed),
+        serious_signatures=tuple(f"{s.id} (line {s.line_no})" for s in signatures
+                                 if severity_at_least(s.severity, warn) and s.id != "flag_rejected"),
+        bad_signatures=tuple(f"{s.id} (line {s.line_no})" for s in signatures if s.id in named),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m abbisect.trial SPEC.json`: run one trial anywhere abbisect is installed; JSON out.
+
+    This is the seam for executors that place trials elsewhere (another GPU of the host, a cluster).
+    """
+    import sys
+
+    args = sys.argv[1:] if argv is None else argv
+    if args == ["--serve"]:
+        # A warm worker (executors.LocalParallel): one spec file a line on stdin, one result line on stdout
+        # each (after RESULT_MARK), so the next trial starts without a new interpreter and imports. A
+        # stopped trial (SIGTERM to the worker's group) unwinds, so its server is torn down in order.
+        import signal
+
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+        for line in sys.stdin:
+            print(RESULT_MARK + _one(Path(line.strip())), flush=True)
+        return 0
+    print(_one(Path(args[0])))
+    return 0
+
+
+RESULT_MARK = "abbisect-trial-result "
+
+
+def _one(path: Path) -> str:
+    import json
+    import sys
+
+    spec = load(TrialSpec, json.loads(path.read_text()))
+    from abbisect.infra.redact import Redactor
+
+    red = Redactor.from_recipe(spec.recipe)  # executors log this process's output: no secret in it
+    result = run_trial(spec, red.guard(lambda msg: print(f"[{spec.side} {spec.sha[:10]}] {msg}", file=sys.stderr,
+                                                         flush=True)))
+    return json.dumps(red.data(dump(result)), default=str)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,84 @@
+"""What one trial is, as data: `TrialSpec` in, `TrialResult` out (plain JSON-able dataclasses).
+
+Nothing else is shared between the one who asks for a trial and the one who runs it, so an executor can run
+it in this process, in another process, or on another machine of a cluster (abbisect/trial/executors.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from abbisect.checkout import Revision
+from abbisect.environment import EnvResult
+from abbisect.infra.cache import Cache
+from abbisect.launch.server import Ready
+from abbisect.query.chat import Completion
+from abbisect.recipe import Recipe
+from abbisect.score import AnswerCheck, OutputAnalysis, SignatureMatch
+from abbisect.verdict.rules import Verdict
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class TrialSpec:
+    recipe: Recipe  # validated once where it was read (the YAML file, or this spec's JSON), paths resolved
+    side: str  # "a", "b", or a bisect step label
+    ref: str
+    sha: str
+    subject: str
+    repo: str  # local git directory holding the sha
+    cache_dir: str
+    out_dir: str  # where this trial's logs go
+    # Installed after the engine (abbisect/environment/pins.py): a side's pins, a dependency's commit
+    # ({"repo", "sha", "commands", "env"}); part of the env key.
+    pins: list[str] = field(default_factory=list)
+    dependency: dict | None = None
+
+
+
+@dataclass(frozen=True)
+class LaunchInfo:
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    status: Ready
+    ready_s: float
+    returncode: int | None
+    log_path: str
+    log_tail: tuple[str, ...]
+    teardown: dict
+    facts: dict
+    # The main process exited after ready: its exit code and the prompt in flight (or the last answered).
+    crashed_while_serving: bool = False
+    crash_exit_code: int | None = None
+    crash_prompt: str | None = None
+    crash_after: str | None = None
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    spec: TrialSpec
+    env: EnvResult | None
+    launch: LaunchInfo | None
+    outputs: tuple[Completion, ...]
+    analyses: tuple[OutputAnalysis, ...]
+    answers: tuple[AnswerCheck | None, ...]
+    signatures: tuple[SignatureMatch, ...]
+    first_exception: tuple[int, str] | None
+    verdict: Verdict
+    timings: dict[str, float]
+    extras: dict = field(default_factory=dict)  # hygiene, fingerprint, probe: optional stages
+    cached: bool = False
+
+    @property
+    def label(self) -> str:
+        return f"{self.spec.side} {self.spec.ref} ({self.spec.sha[:10]})"
+
+
+def trial_spec(recipe: Recipe, repo: Path, rev: Revision, side: str, cache: Cache | Path, out: Path,
+               pins: tuple[str, ...] | list[str] = ()) -> TrialSpec:
+    """The spec of one engine commit's trial, its logs in `out/<side>-<short sha>`."""
+    return TrialSpec(recipe, side, rev.ref, rev.sha, rev.subject, str(repo), str(cache),
+                     str(out / f"{side}-{rev.short}"), list(pins))
