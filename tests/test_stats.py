@@ -162,6 +162,23 @@ def test_samples_swapped_sides_mirror() -> None:
     assert s.iqr_effect == pytest.approx(-r.iqr_effect)
 
 
+def test_samples_p_is_the_smaller_of_ks_and_mwu() -> None:
+    # Pinpoint's two examples (shifted to positive values): MWU sees the shift in a discrete sample, KS the
+    # change of spread; the combined p is the smaller.
+    discrete = compare_samples([1] * 20, [1] * 15 + [2] * 5)
+    assert discrete.p == discrete.p_mwu < 0.05 < 0.5 < discrete.p_ks
+    spread = compare_samples(list(range(11, 31)), list(range(1, 11)) + list(range(31, 41)))
+    assert spread.p == spread.p_ks < 0.05 and spread.p_mwu == 1.0
+    assert spread.change == 0.0 and spread.call is Call.UNSURE
+
+
+def test_samples_a_change_in_a_minority_of_passes_does_not_move_the_median() -> None:
+    # A known limit of the median's change, pinned: a quarter of the passes twice as slow is significant,
+    # yet the median and its interval stay put, so the call is SAME. Tails need a percentile as a metric.
+    r = compare_samples([1] * 40, [1] * 30 + [2] * 10)
+    assert r.p <= 0.01 and r.ci == (0.0, 0.0) and r.call is Call.SAME
+
+
 def test_samples_seeded_bootstrap_is_reproducible() -> None:
     a, b = lognormal(7, 10, 0.05), lognormal(8, 10, 0.05)
     assert compare_samples(a, b, seed=3) == compare_samples(a, b, seed=3)

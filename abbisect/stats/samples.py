@@ -95,6 +95,8 @@ def compare_samples(a: Values, b: Values, *, min_effect: float = 0.03, alpha: fl
     `reachable_n(alpha)` values a side: 5 at 0.01). SAME: the interval lies inside ±min_effect, from
     MIN_SAME values a side. Below MIN_VALUES there is no interval and no call. Values must be positive.
     alpha 0.01 is Pinpoint's; the minimum of two p-values makes the real false-positive rate up to twice it.
+    The effect is the median's: a minority of passes slowing down (a quarter twice as slow) moves p but not
+    the median, and can end SAME; a tail is watched by making a high percentile a metric of its own.
     """
     x, y = _values(a, "a"), _values(b, "b")
     med_a, med_b = float(np.median(x)), float(np.median(y))
