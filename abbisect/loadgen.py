@@ -293,8 +293,10 @@ async def _stream(client: httpx.AsyncClient, path: str, body: dict[str, Any], ap
                 continue
             try:
                 chunk = json.loads(event.data)
-                if chunk.get("error"):  # vLLM and SGLang report a failure met mid-stream as an event
-                    raise _Failed(f"error in stream: {json.dumps(chunk['error'])[:200]}", 200)
+                # A failure met mid-stream comes as an event: {"error": {...}} (vLLM), or the older
+                # {"object": "error", "message": ...} (SGLang, vLLM before its ErrorInfo).
+                if chunk.get("error") or chunk.get("object") == "error":
+                    raise _Failed(f"error in stream: {json.dumps(chunk.get('error') or chunk)[:200]}", 200)
                 usage = chunk.get("usage")
                 if isinstance(usage, dict):
                     seen.completion_tokens = usage.get("completion_tokens", seen.completion_tokens)

@@ -6,7 +6,7 @@ before the first content chunk, `token_sleep` between content chunks, a finish c
 the body asks for it and `usage` is on), `data: [DONE]`.
 
 Prompts steer failures: one containing FAIL is answered HTTP 500; BREAK closes the connection after two
-content chunks; ERROR sends an error event; GARBAGE an event that is not JSON; NODONE ends the body in
+content chunks; ERROR sends an error event (OLDERROR in the older flat shape); GARBAGE an event that is not JSON; NODONE ends the body in
 good order but without `data: [DONE]`; TRICKLE sends one byte every `trickle_s` for `trickle_for`
 seconds (never a whole event, so only a whole-request deadline ends it).
 
@@ -126,6 +126,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if "GARBAGE" in prompt and i == 1:
                 self._event("this is not json")
+            if "OLDERROR" in prompt and i == 1:
+                self._event({"object": "error", "message": "stand-in error mid-stream", "code": 500})
+                break
             if "ERROR" in prompt and i == 1:
                 self._event({"error": {"message": "stand-in error mid-stream", "code": 500}})
                 break

@@ -158,24 +158,26 @@ def test_warmup_failures_are_counted_apart(standin):
 
 def test_errors_are_counted_apart_and_carry_no_timings(standin):
     server = standin(Behaviour(first_sleep=0.05, token_sleep=0.01, tokens=4))
-    w = Workload(requests=8, prompts=("ok", "FAIL", "ok", "BREAK", "ok", "ERROR", "ok", "NODONE"), max_concurrency=4)
+    w = Workload(requests=10, prompts=("ok", "FAIL", "ok", "BREAK", "ok", "ERROR", "ok", "NODONE", "ok", "OLDERROR"),
+                 max_concurrency=5)
     result = run_pass(server.url, "m", w, timeout=10)
-    assert result.completed == 4 and result.errors == 4
+    assert result.completed == 5 and result.errors == 5
     by_kind = {r.index: r for r in result.records}
     assert by_kind[1].status == 500 and by_kind[1].error.startswith("HTTP 500: ")
     assert "stand-in failure" in by_kind[1].error
     assert by_kind[3].error.startswith("broken stream: ")
     assert by_kind[5].error.startswith("error in stream: ")
     assert by_kind[7].error == "broken stream: it ended before [DONE]"
+    assert by_kind[9].error.startswith("error in stream: ") and "stand-in error" in by_kind[9].error
     for r in result.records:
         if r.index % 2:
             assert not r.ok
             assert (r.ttft_s, r.e2e_s, r.tpot_s, r.itl_s, r.output_tokens) == (None, None, None, (), None)
         else:
             assert r.ok and r.error is None
-    assert result.ttft.n == result.e2e.n == result.tpot.n == 4 and result.itl.n == 12
-    assert result.output_tokens == 16
-    assert math.isclose(result.request_throughput, 4 / result.wall_s)
+    assert result.ttft.n == result.e2e.n == result.tpot.n == 5 and result.itl.n == 15
+    assert result.output_tokens == 20
+    assert math.isclose(result.request_throughput, 5 / result.wall_s)
 
 
 def test_a_trickling_server_is_cut_at_the_whole_request_deadline(standin):
