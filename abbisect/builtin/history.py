@@ -53,7 +53,8 @@ CHANGES: dict[str, tuple[str, str, str]] = {
     "reword_corpus": ("toyengine/model.py", "a city known for art", "a city famous for art"),
 }
 
-# The fixtures of load tests, performance and accuracy bisects. Each `fix_X` is the exact revert of `X`.
+# The fixtures of load tests, performance and accuracy bisects. Each `fix_X` reverts `X` exactly: it removes
+# the lines X inserted after its anchor (so it applies with other insertions there), or restores the text.
 _STARTUP = "    # abbisect-demo: startup\n"
 _DECODE = ("        # abbisect-demo: batch\n"
            "        for piece, finish in steps:\n"
@@ -98,7 +99,7 @@ _PLANTED: dict[str, tuple[str, str, str]] = {
 }
 for _name, (_rel, _old, _new) in _PLANTED.items():
     CHANGES[_name] = (_rel, _old, _new)
-    CHANGES[f"fix_{_name}"] = (_rel, _new, _old)
+    CHANGES[f"fix_{_name}"] = (_rel, _new[len(_old):], "") if _new.startswith(_old) else (_rel, _new, _old)
 
 
 @dataclass(frozen=True)
