@@ -345,3 +345,16 @@ def test_planted_history_is_linear_fixed_and_plants_where_asked(tmp_path):
         history.planted_history(tmp_path / "c", 3, {3: "slow_tokens"})
     with pytest.raises(ValueError, match="unknown change"):
         history.planted_history(tmp_path / "d", 3, {1: "no_such_change"})
+
+
+def test_each_planted_change_is_undone_by_its_fix_even_stacked(tmp_path):
+    names = ["slow_tokens", "batch_bug", "flaky_crash", "other_crash", "arith_drift"]
+    tree = tmp_path / "t"
+    history.init_repo(tree)
+    before = {p: p.read_text() for p in tree.rglob("*.py")}
+    for name in ["crash_at_start", *names]:
+        history.apply_change(tree, name, 1)
+    assert {p: p.read_text() for p in tree.rglob("*.py")} != before
+    for name in [*(f"fix_{n}" for n in names), "fix_crash"]:  # in the order made, not undoing the last first
+        history.apply_change(tree, name, 1)
+    assert {p: p.read_text() for p in tree.rglob("*.py")} == before
