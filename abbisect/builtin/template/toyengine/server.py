@@ -152,7 +152,6 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, {"id": "cmpl-toy", "object": "completion", "model": STATE["name"],
                          "choices": [choice], "usage": usage})
 
-
     def _stream(self, steps, prompt, options):
         """Server-sent events: a chunk per token (finish_reason on the last), usage if asked, [DONE]. The
         body ends when the connection closes (HTTP/1.0, no length), which every client reads as it comes."""
