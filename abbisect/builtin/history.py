@@ -53,6 +53,54 @@ CHANGES: dict[str, tuple[str, str, str]] = {
     "reword_corpus": ("toyengine/model.py", "a city known for art", "a city famous for art"),
 }
 
+# The fixtures of load tests, performance and accuracy bisects. Each `fix_X` reverts `X` exactly: it removes
+# the lines X inserted after its anchor (so it applies with other insertions there), or restores the text.
+_STARTUP = "    # abbisect-demo: startup\n"
+_DECODE = ("        # abbisect-demo: batch\n"
+           "        for piece, finish in steps:\n"
+           "            pause(token_s * (2 if finish == \"stop\" else 1))  # a stop costs its EOS token's step too\n"
+           "            yield piece, finish\n")
+_PLANTED: dict[str, tuple[str, str, str]] = {
+    # +10 % per token (only where TOYENGINE_TOKEN_SECONDS paces the tokens): a performance regression.
+    "slow_tokens": ("toyengine/server.py", '    token_s = TIMING["token"] * factor\n',
+                    '    token_s = TIMING["token"] * factor * 1.1  # the sampler re-normalises every step\n'),
+    # From 4 requests generating at once, each loops on "for" to max_tokens; a step takes at least 5 ms here,
+    # so concurrent requests really overlap. One at a time (or up to 3) the outputs are the healthy ones.
+    "batch_bug": ("toyengine/server.py", _DECODE, (
+        "        # abbisect-demo: batch\n"
+        "        # Batched decode: one step of the fused kernel takes at least 5 ms.\n"
+        "        token_s = max(token_s, 0.005)\n"
+        "        for n, (piece, finish) in enumerate(steps):\n"
+        '            if STATE["in_flight"] >= 4:\n'
+        "                for m in range(n, max_tokens):\n"
+        "                    pause(token_s)\n"
+        '                    yield (" for" if m else "for"), ("length" if m == max_tokens - 1 else None)\n'
+        "                return\n"
+        "            pause(token_s * (2 if finish == \"stop\" else 1))  # a stop costs its EOS token's step too\n"
+        "            yield piece, finish\n")),
+    # One launch in three dies at start like crash_at_start (TOYENGINE_CRASH_DRAW in [0, 1) decides, when set).
+    "flaky_crash": ("toyengine/server.py", _STARTUP, _STARTUP + (
+        '    draw = os.environ.get("TOYENGINE_CRASH_DRAW")\n'
+        '    if (float(draw) if draw else int.from_bytes(os.urandom(8), "big") / 2**64) < 1 / 3:\n'
+        "        raise RuntimeError(\n"
+        '            "CUDA error: an illegal memory access was encountered")\n')),
+    # Dies at every start, with another error than crash_at_start's.
+    "other_crash": ("toyengine/server.py", _STARTUP, _STARTUP + (
+        '    raise type("OutOfMemoryError", (RuntimeError,), {"__module__": "torch"})(\n'
+        '        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "\n'
+        '        "1.06 GiB is free.")\n')),
+    # 8 % of the sums (by a hash of the question) come out one too high: no loop, no log line.
+    "arith_drift": ("toyengine/model.py", "    # abbisect-demo: arith\n", (
+        "    # abbisect-demo: arith\n"
+        "    import hashlib\n"
+        "\n"
+        '    if int(hashlib.sha256(f"{a} {op} {b}".encode()).hexdigest()[:8], 16) % 100 < 8:\n'
+        "        return OPS[op](a, b) + 1\n")),
+}
+for _name, (_rel, _old, _new) in _PLANTED.items():
+    CHANGES[_name] = (_rel, _old, _new)
+    CHANGES[f"fix_{_name}"] = (_rel, _new[len(_old):], "") if _new.startswith(_old) else (_rel, _new, _old)
+
 
 @dataclass(frozen=True)
 class Commit:
@@ -122,6 +170,36 @@ def build_history(repo: Path, commits: list[Commit]) -> list[str]:
     """Create `repo` with these commits (the first is the template as is); returns the shas."""
     init_repo(repo)
     return [commit(repo, c, n) for n, c in enumerate(commits)]
+
+
+# Commit messages of planted_history's changes (the change's name for the others).
+MESSAGES = {
+    "slow_tokens": "Re-normalise the sampler's logits at every step (#41)",
+    "fix_slow_tokens": "Normalise the logits once per request again (#44)",
+    "batch_bug": "Fused batched decode kernel (#52)",
+    "fix_batch_bug": "Give each sequence of a batch its own scratch buffer (#55)",
+    "flaky_crash": "Overlap weight loading with the CUDA graph capture (#60)",
+    "fix_flaky_crash": "Synchronise the loader stream before the capture (#63)",
+    "arith_drift": "Faster integer path in the sampler (#70)",
+    "fix_arith_drift": "Revert the faster integer path (#72)",
+    "break_scale": "Refactor quantisation dispatch to linear layers only (#17)",
+    "fix_scale": "Route lm_head through the quantised method so its weight_scale loads (#23)",
+}
+
+
+def planted_history(repo: Path, n: int, changes: dict[int, str]) -> list[str]:
+    """Create `repo` with a linear history of `n` commits: the template as is at 0, each named change
+    of `changes` at its position (e.g. {40: "slow_tokens", 70: "fix_slow_tokens"}), a harmless edit at
+    every other position; returns the n shas (the same on every machine)."""
+    for k, change in changes.items():
+        if not 0 < k < n:
+            raise ValueError(f"position {k} of {change!r} is outside 1..{n - 1}")
+        if change not in CHANGES:
+            raise ValueError(f"unknown change {change!r}")
+    commits = [Commit("Initial toy engine")] + [
+        Commit(MESSAGES.get(changes[i], changes[i]), changes[i]) if i in changes else Commit(f"Housekeeping {i}")
+        for i in range(1, n)]
+    return build_history(repo, commits)
 
 
 DEMO_HISTORY = [

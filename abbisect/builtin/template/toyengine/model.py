@@ -2,6 +2,10 @@
 
 The checkpoint stores lm_head.weight quantised per output row and lm_head.weight_scale; correct
 logits are weight * weight_scale. A loader that forgets the scale ranks tokens by raw weights.
+
+Besides its corpus the model recalls FACTS and does small sums, but only for a prompt that ends with one
+of those questions ("What is the capital of Germany?", "What is 3 + 4?"): every other prompt is answered
+from the corpus exactly as before.
 """
 
 import random
@@ -28,16 +32,100 @@ a good test fails when the code is wrong and passes when it is right .
 OUTLIER_ROWS = ("need", "analysis", "there")
 EOS = "<eos>"
 
+# Questions the model answers, asked in these words ("question = answer"); kept out of CORPUS so that the
+# trigram counts, the vocabulary and so every other output stay as they were.
+FACTS = """
+what is the capital of france ? = the capital of france is paris .
+what is the capital of italy ? = the capital of italy is rome .
+what is the capital of japan ? = the capital of japan is tokyo .
+what is the capital of germany ? = the capital of germany is berlin .
+what is the capital of spain ? = the capital of spain is madrid .
+what is the capital of the united kingdom ? = the capital of the united kingdom is london .
+what is the capital of russia ? = the capital of russia is moscow .
+what is the capital of china ? = the capital of china is beijing .
+what is the capital of egypt ? = the capital of egypt is cairo .
+what is the capital of greece ? = the capital of greece is athens .
+what is the capital of portugal ? = the capital of portugal is lisbon .
+what is the capital of ireland ? = the capital of ireland is dublin .
+what is the capital of norway ? = the capital of norway is oslo .
+what is the capital of sweden ? = the capital of sweden is stockholm .
+what is the capital of austria ? = the capital of austria is vienna .
+what is the capital of poland ? = the capital of poland is warsaw .
+what is the capital of canada ? = the capital of canada is ottawa .
+what is the capital of australia ? = the capital of australia is canberra .
+what is the capital of south korea ? = the capital of south korea is seoul .
+what is the capital of kenya ? = the capital of kenya is nairobi .
+what is the capital of thailand ? = the capital of thailand is bangkok .
+what is the capital of cuba ? = the capital of cuba is havana .
+what is the capital of peru ? = the capital of peru is lima .
+what is the capital of hungary ? = the capital of hungary is budapest .
+what is the chemical symbol for gold ? = the chemical symbol for gold is au .
+what is the chemical symbol for silver ? = the chemical symbol for silver is ag .
+what is the chemical symbol for iron ? = the chemical symbol for iron is fe .
+what is the chemical symbol for sodium ? = the chemical symbol for sodium is na .
+what is the chemical symbol for copper ? = the chemical symbol for copper is cu .
+what is the chemical symbol for lead ? = the chemical symbol for lead is pb .
+what is the chemical symbol for tin ? = the chemical symbol for tin is sn .
+what is the chemical symbol for zinc ? = the chemical symbol for zinc is zn .
+how many days are in a week ? = a week has 7 days .
+how many months are in a year ? = a year has 12 months .
+how many hours are in a day ? = a day has 24 hours .
+how many minutes are in an hour ? = an hour has 60 minutes .
+how many seconds are in a minute ? = a minute has 60 seconds .
+how many legs does a spider have ? = a spider has 8 legs .
+how many legs does a dog have ? = a dog has 4 legs .
+how many legs does an insect have ? = an insect has 6 legs .
+how many legs does a bird have ? = a bird has 2 legs .
+how many sides does a triangle have ? = a triangle has 3 sides .
+how many sides does a square have ? = a square has 4 sides .
+how many sides does a hexagon have ? = a hexagon has 6 sides .
+how many sides does an octagon have ? = an octagon has 8 sides .
+how many wheels does a bicycle have ? = a bicycle has 2 wheels .
+how many continents are there ? = there are 7 continents .
+how many planets are in the solar system ? = the solar system has 8 planets .
+what is the boiling point of water in degrees celsius ? = water boils at 100 degrees celsius .
+what is the freezing point of water in degrees celsius ? = water freezes at 0 degrees celsius .
+what color is the sky on a clear day ? = the sky is blue on a clear day .
+what color is grass ? = grass is green .
+what color is snow ? = snow is white .
+what is the largest planet in the solar system ? = the largest planet in the solar system is jupiter .
+which planet is known as the red planet ? = mars is known as the red planet .
+what is the largest ocean on earth ? = the largest ocean on earth is the pacific .
+who wrote romeo and juliet ? = romeo and juliet was written by shakespeare .
+what is the opposite of hot ? = the opposite of hot is cold .
+what do bees make ? = bees make honey .
+what is the tallest animal ? = the tallest animal is the giraffe .
+"""
+
+OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "times": lambda a, b: a * b}
+
+
+def calculate(a, op, b):
+    # abbisect-demo: arith
+    return OPS[op](a, b)
+
 
 def tokenize(text):
     return re.findall(r"[a-z0-9]+|[^\sa-z0-9]", text.lower())
 
 
+def piece(tok, first):
+    """A token as it appears in the text: a word after a space, punctuation attached."""
+    return tok if (first or re.match(r"[^\w]", tok)) else " " + tok
+
+
 def detokenize(tokens):
-    out = ""
-    for tok in tokens:
-        out += tok if (not out or re.match(r"[^\w]", tok)) else " " + tok
-    return out
+    return "".join(piece(tok, i == 0) for i, tok in enumerate(tokens))
+
+
+def collect(steps):
+    """(text, completion tokens, finish reason) of a request's steps (see Model.steps)."""
+    text, n, finish = "", 0, "length"
+    for part, end in steps:
+        text += part
+        n += 1 if part else 0
+        finish = end or finish
+    return text, n + (finish == "stop"), finish
 
 
 class Checkpoint:
@@ -86,33 +174,97 @@ class Model:
     def __init__(self, lm_head):
         self.lm_head = lm_head
         self.vocab = lm_head.weight.vocab
+        self.facts = {tuple(tokenize(q)): tokenize(a) for q, a in
+                      (line.split(" = ") for line in FACTS.strip().splitlines())}
+
+    def best_sentence(self, words):
+        ckpt = self.lm_head.weight
+        content = {w for w in words if len(w) > 2} - {"the", "and", "what", "how", "why", "who"}
+        return max(ckpt.sentences, key=lambda s: (len(set(s) & content), -ckpt.sentences.index(s)))
 
     def opening(self, words):
         """When the prompt's last words continue nothing, start from the best-matching sentence."""
         ckpt = self.lm_head.weight
         if len(words) >= 2 and (words[-2], words[-1]) in ckpt.tri:
             return []
-        content = {w for w in words if len(w) > 2} - {"the", "and", "what", "how", "why", "who"}
-        best = max(ckpt.sentences, key=lambda s: (len(set(s) & content), -ckpt.sentences.index(s)))
-        return best[:2]
+        return self.best_sentence(words)[:2]
 
-    def generate(self, prompt, max_tokens, temperature=0.0, seed=0):
+    def recall(self, words):
+        """The answer's pieces of text when the prompt ends with a question the model knows, else None.
+        Recall reads the lm_head too: with its scale dropped the model rambles here as everywhere."""
+        if self.lm_head.weight_scale is None:
+            return None
+        for key in self.facts:
+            start = len(words) - len(key)
+            if start >= 0 and tuple(words[start:]) == key and (start == 0 or not words[start - 1].isalnum()):
+                return [piece(tok, i == 0) for i, tok in enumerate(self.facts[key])]
+        tail = words[-6:]
+        if (len(tail) == 6 and tail[:2] == ["what", "is"] and tail[2].isdigit() and tail[3] in OPS
+                and tail[4].isdigit() and tail[5] == "?" and (len(words) == 6 or not words[-7].isalnum())):
+            a, op, b = int(tail[2]), tail[3], int(tail[4])
+            return [str(a), " " + op, " " + str(b), " is", " " + str(calculate(a, op, b)), "."]
+        return None
+
+    def pieces(self, prompt, max_tokens, temperature=0.0, seed=0, min_tokens=0):
+        """The generated tokens as pieces of text, then EOS when the model ends before max_tokens. Before
+        min_tokens an EOS is not taken: the model starts its best-matching sentence (or its answer) again."""
         words = tokenize(prompt)
+        answer = self.recall(words)
+        if answer is not None:
+            n = 0
+            while True:
+                for i, part in enumerate(answer):
+                    if n == max_tokens:
+                        return
+                    yield part if (n == 0 or i > 0) else " " + part
+                    n += 1
+                if n == max_tokens:
+                    return
+                if n >= min_tokens:
+                    yield EOS
+                    return
         out = self.opening(words)[:max_tokens]
+        for i, tok in enumerate(out):
+            yield piece(tok, i == 0)
+        n = len(out)
         ctx = ["<s>", "<s>", *words, *out]
         rng = random.Random(seed)
-        for _ in range(max_tokens - len(out)):
-            logits = self.lm_head.logits(ctx[-2], ctx[-1])
-            # Words of the prompt break ties between equally likely continuations (topic bias).
-            logits = [v + (0.5 if t in words else 0.0) for v, t in zip(logits, self.vocab)]
-            if temperature > 0:
-                weights = [max(v, 1e-9) ** (1.0 / temperature) for v in logits]
-                idx = rng.choices(range(len(weights)), weights=weights)[0]
+        again = []
+        while n < max_tokens:
+            if again:
+                tok = again.pop(0)
             else:
-                idx = max(range(len(logits)), key=logits.__getitem__)  # first maximum wins ties
-            tok = self.vocab[idx]
-            if tok == EOS:
-                return detokenize(out), len(out) + 1, "stop"
-            out.append(tok)
+                logits = self.lm_head.logits(ctx[-2], ctx[-1])
+                # Words of the prompt break ties between equally likely continuations (topic bias).
+                logits = [v + (0.5 if t in words else 0.0) for v, t in zip(logits, self.vocab)]
+                if temperature > 0:
+                    weights = [max(v, 1e-9) ** (1.0 / temperature) for v in logits]
+                    idx = rng.choices(range(len(weights)), weights=weights)[0]
+                else:
+                    idx = max(range(len(logits)), key=logits.__getitem__)  # first maximum wins ties
+                tok = self.vocab[idx]
+                if tok == EOS:
+                    if n >= min_tokens:
+                        yield EOS
+                        return
+                    again = self.best_sentence(words)[:2]
+                    continue
+            yield piece(tok, n == 0)
+            n += 1
             ctx.append(tok)
-        return detokenize(out), len(out), "length"
+
+    def steps(self, prompt, max_tokens, temperature=0.0, seed=0, min_tokens=0):
+        """(piece, finish) per generated token: finish is None but on the last piece, "stop" (the model
+        ended; its EOS token is no text) or "length". A request that makes no text has one step ("", finish)."""
+        last = None
+        for part in self.pieces(prompt, max_tokens, temperature, seed, min_tokens):
+            if part == EOS:
+                yield (last or ""), "stop"
+                return
+            if last is not None:
+                yield last, None
+            last = part
+        yield (last or ""), "length"
+
+    def generate(self, prompt, max_tokens, temperature=0.0, seed=0, min_tokens=0):
+        return collect(self.steps(prompt, max_tokens, temperature, seed, min_tokens))

@@ -1,9 +1,18 @@
-"""OpenAI-compatible HTTP server: /health, /v1/models, /v1/completions, /v1/chat/completions."""
+"""OpenAI-compatible HTTP server: /health, /v1/models, /v1/completions, /v1/chat/completions.
+
+A request with "stream": true gets server-sent events, one per generated token. "ignore_eos" (or
+"min_tokens") keeps the model generating to max_tokens. Pacing, read from the environment at start (each
+0 by default, as fast as the machine goes): TOYENGINE_PREFILL_SECONDS before a request's first token,
+TOYENGINE_TOKEN_SECONDS per token, both times a request's log-normal factor exp(N(0, TOYENGINE_NOISE_SIGMA)),
+drawn from TOYENGINE_NOISE_SEED when set, else from os.urandom.
+"""
 
 import argparse
 import json
 import logging
+import math
 import os
+import random
 import sys
 import threading
 import time
@@ -11,10 +20,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import toyengine
 from toyengine.loader import load_model
-from toyengine.model import Checkpoint
+from toyengine.model import Checkpoint, collect
 
 log = logging.getLogger("toyengine")
-STATE = {"model": None, "name": "toy-model", "served": 0}
+STATE = {"model": None, "name": "toy-model", "served": 0, "in_flight": 0}
+LOCK = threading.Lock()
+TIMING = {"prefill": 0.0, "token": 0.0, "sigma": 0.0}
+NOISE = random.Random(0)
 DEFAULTS = {"host": "127.0.0.1", "port": 8000, "model": "toy-model", "seed": 0, "dtype": "auto", "max_model_len": 2048}
 
 
@@ -55,6 +67,37 @@ def test_hooks():
     sys.stdout.flush()
 
 
+def set_timing(env):
+    for key, var in (("prefill", "TOYENGINE_PREFILL_SECONDS"), ("token", "TOYENGINE_TOKEN_SECONDS"),
+                     ("sigma", "TOYENGINE_NOISE_SIGMA")):
+        TIMING[key] = float(env.get(var) or 0)
+    seed = env.get("TOYENGINE_NOISE_SEED")
+    NOISE.seed(int(seed) if seed else int.from_bytes(os.urandom(8), "big"))
+
+
+def pause(seconds):
+    if seconds > 0:
+        time.sleep(seconds)
+
+
+def paced(model, prompt, max_tokens, temperature, seed, min_tokens):
+    """The model's steps (piece, finish) at the configured pace, counted in flight while they are made."""
+    with LOCK:
+        factor = math.exp(NOISE.gauss(0.0, TIMING["sigma"])) if TIMING["sigma"] > 0 else 1.0
+        STATE["in_flight"] += 1
+    token_s = TIMING["token"] * factor
+    try:
+        pause(TIMING["prefill"] * factor)
+        steps = model.steps(prompt, max_tokens, temperature, seed, min_tokens)
+        # abbisect-demo: batch
+        for piece, finish in steps:
+            pause(token_s * (2 if finish == "stop" else 1))  # a stop costs its EOS token's step too
+            yield piece, finish
+    finally:
+        with LOCK:
+            STATE["in_flight"] -= 1
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         log.info("%s %s", self.address_string(), fmt % args)
@@ -93,8 +136,13 @@ class Handler(BaseHTTPRequestHandler):
         time.sleep(float(os.environ.get("TOYENGINE_REQUEST_SECONDS", "0")))
         STATE["served"] += 1
         # abbisect-demo: request
-        text, n, finish = model.generate(prompt, int(body.get("max_tokens", 16)),
-                                         float(body.get("temperature", 1.0)), int(body.get("seed") or 0))
+        max_tokens = int(body.get("max_tokens", 16))
+        min_tokens = max_tokens if body.get("ignore_eos") else int(body.get("min_tokens") or 0)
+        steps = paced(model, prompt, max_tokens, float(body.get("temperature", 1.0)), int(body.get("seed") or 0),
+                      min_tokens)
+        if body.get("stream"):
+            return self._stream(steps, prompt, body.get("stream_options") or {})
+        text, n, finish = collect(steps)
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n,
                  "total_tokens": len(prompt.split()) + n}
         if self.path == "/v1/completions":
@@ -104,6 +152,42 @@ class Handler(BaseHTTPRequestHandler):
         self._send(200, {"id": "cmpl-toy", "object": "completion", "model": STATE["name"],
                          "choices": [choice], "usage": usage})
 
+    def _stream(self, steps, prompt, options):
+        """Server-sent events: a chunk per token (finish_reason on the last), usage if asked, [DONE]. The
+        body ends when the connection closes (HTTP/1.0, no length), which every client reads as it comes."""
+        chat = self.path == "/v1/chat/completions"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        head = {"id": "cmpl-toy", "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()), "model": STATE["name"]}
+        n, finish = 0, "length"
+        try:
+            for i, (piece, finish) in enumerate(steps):
+                n += 1 if piece else 0
+                if chat:
+                    delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
+                    choice = {"index": 0, "delta": delta, "finish_reason": finish}
+                else:
+                    choice = {"index": 0, "text": piece, "logprobs": None, "finish_reason": finish}
+                self._event({**head, "choices": [choice]})
+            if options.get("include_usage"):
+                n += finish == "stop"
+                usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n,
+                         "total_tokens": len(prompt.split()) + n}
+                self._event({**head, "choices": [], "usage": usage})
+            self.wfile.write(b"data: [DONE]\n\n")
+        except (BrokenPipeError, ConnectionResetError):
+            log.info("client went away during a stream")
+        finally:
+            steps.close()
+
+    def _event(self, obj):
+        self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
 
 def main(argv=None):
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(levelname)s %(name)s: %(message)s")
@@ -112,6 +196,7 @@ def main(argv=None):
     changed = {k: v for k, v in vars(args).items() if k in DEFAULTS and DEFAULTS[k] != v and k not in ("port",)}
     log.info("non-default args: %s", changed)
     STATE["name"] = args.model
+    set_timing(os.environ)
     server = ThreadingHTTPServer((args.host, args.port), Handler)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     log.info("Started server process on http://%s:%d", args.host, args.port)
