@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 from sse_standin import Behaviour, StandIn
 
-from abbisect.loadgen import CUT_MARKER, TEXT_CAP, VOCABULARY, Summary, Workload, run_pass, schedule
+from abbisect.query.load import CUT_MARKER, TEXT_CAP, VOCABULARY, Summary, Workload, run_pass, schedule
 
 SLACK = 0.04  # seconds a median may exceed the server's sleeps
 LOOSE = 0.12  # ... and any one request
