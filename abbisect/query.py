@@ -3,10 +3,14 @@
 The server's liveness is checked between requests and while one is open: once it died, the prompt in
 flight is named and the others are marked as not sent, instead of each waiting for the request timeout.
 A request that fails while the server lives (HTTP 5xx, a broken stream) is an error on that output.
+
+`timeouts.request` bounds a whole request, connect to last byte: a server that trickles its answer gets an
+error at the deadline, not a wait per byte.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -30,12 +34,42 @@ class Completion:
     error: str | None = None
 
 
+def late(timeout: float) -> str:
+    return f"no complete answer within {timeout:g} s"
+
+
+class _Late(Exception):
+    """The request's deadline passed while its answer was still arriving."""
+
+
+def _request(client: httpx.Client, method: str, url: str, deadline: float | None,
+             body: dict | None = None) -> tuple[int, bytes]:
+    """(status, body): the response read until `deadline` (else `_Late`)."""
+    chunks: list[bytes] = []
+    # Connecting and waiting for the headers get what is left of the request's time; the body is read chunk
+    # by chunk, each read bounded by the same and the deadline checked between chunks.
+    left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+    with client.stream(method, url, json=body, timeout=left) as r:
+        for chunk in r.iter_bytes():
+            chunks.append(chunk)
+            if deadline is not None and time.monotonic() > deadline:
+                raise _Late
+        return r.status_code, b"".join(chunks)
+
+
+def _deadline(client: httpx.Client) -> float | None:
+    """When a request started now must have its whole answer (the client's timeout is the request's)."""
+    timeout = client.timeout.read
+    return None if timeout is None else time.monotonic() + timeout
+
+
 def served_model(client: httpx.Client, base_url: str, fallback: str) -> str:
     """The name the server expects in requests (vLLM rejects any other)."""
     try:
-        data = client.get(f"{base_url}/v1/models").json()["data"]
+        status, raw = _request(client, "GET", f"{base_url}/v1/models", _deadline(client))
+        data = json.loads(raw)["data"] if status < 400 else None
         return data[0]["id"] if data else fallback
-    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
+    except (_Late, httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
         return fallback
 
 
@@ -49,20 +83,23 @@ def ask(client: httpx.Client, base_url: str, api: str, model: str, prompt_id: st
         path, body["prompt"] = "/v1/completions", prompt.prompt
     t0 = time.monotonic()
     try:
-        r = client.post(base_url + path, json=body)
-        r.raise_for_status()
-        data = r.json()
+        status, raw = _request(client, "POST", base_url + path, _deadline(client), body)
+        if status >= 400:
+            detail = f"HTTP {status}: {raw[:200].decode(errors='replace')}"
+            return Completion(prompt_id, prompt.prompt, "", None, None, None, round(time.monotonic() - t0, 4), detail)
+        data = json.loads(raw)
         choice = data["choices"][0]
         text = choice["message"]["content"] if api == "chat" else choice["text"]
         usage = data.get("usage") or {}
         return Completion(prompt_id, prompt.prompt, text or "", choice.get("finish_reason"),
                           usage.get("prompt_tokens"), usage.get("completion_tokens"),
                           round(time.monotonic() - t0, 4))
+    except _Late:
+        return Completion(prompt_id, prompt.prompt, "", None, None, None, round(time.monotonic() - t0, 4),
+                          late(client.timeout.read or 0.0))
     except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError) as exc:
-        detail = f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, httpx.HTTPStatusError):
-            detail = f"HTTP {exc.response.status_code}: {exc.response.text[:200]}"
-        return Completion(prompt_id, prompt.prompt, "", None, None, None, round(time.monotonic() - t0, 4), detail)
+        return Completion(prompt_id, prompt.prompt, "", None, None, None, round(time.monotonic() - t0, 4),
+                          f"{type(exc).__name__}: {exc}")
 
 
 def _dies_within(alive: Callable[[], bool], seconds: float) -> bool:
@@ -94,6 +131,7 @@ def query_all(base_url: str, api: str, prompts: list[tuple[str, Prompt]], sampli
     outputs: list[Completion] = []
     in_flight = died_after = None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query")
+    stalled = timeout + 1.0  # `ask` checks its deadline as bytes arrive; a read that stalls is given up here
     try:
         with httpx.Client(timeout=timeout) as client:
             model = served_model(client, base_url, fallback_model)
@@ -108,6 +146,12 @@ def query_all(base_url: str, api: str, prompts: list[tuple[str, Prompt]], sampli
                         done = fut.result(timeout=poll)
                         break
                     except FutureTimeout:
+                        if time.monotonic() - t0 > stalled:  # left to end by its read timeout, unheard
+                            done = Completion(pid, p.prompt, "", None, None, None, round(time.monotonic() - t0, 4),
+                                              late(timeout))
+                            pool.shutdown(wait=False)
+                            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query")
+                            break
                         if alive():
                             continue
                         try:  # a dead server's socket usually fails the request at once
