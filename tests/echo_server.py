@@ -1,7 +1,8 @@
 """An OpenAI-compatible server (stdlib only) that answers with text the prompt asks for, for report tests.
 
 "ECHO: text" answers text; "LONG: n" answers n characters of varied words; "BIG: n" answers n MB.
-"TRICKLE: n" sends headers that promise a large body, then one byte a second for n seconds.
+"HUGE: n" streams an answer of n MB without holding it (the server stays small); "TRICKLE: n" sends headers
+that promise a large body, then one byte a second for n seconds.
 """
 
 import argparse
@@ -61,6 +62,13 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):  # the client stopped reading: as it should
             pass
 
+    def _huge(self, megabytes):
+        head = b'{"id": "echo", "object": "chat.completion", "choices": [{"index": 0, "message": {"role": ' \
+               b'"assistant", "content": "'
+        tail = b'"}, "finish_reason": "stop"}], "usage": {"prompt_tokens": 1, "completion_tokens": 1}}'
+        block = b"river stone lamp copper orbit " * 34_953  # about 1 MB
+        self._stream([head, *[block] * megabytes, tail], len(head) + len(block) * megabytes + len(tail))
+
     def _trickle(self, seconds):
         def bytes_():
             for _ in range(seconds):
@@ -72,8 +80,8 @@ class Handler(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         prompt = " ".join(m.get("content", "") for m in body.get("messages", []))
         kind, _, arg = prompt.partition(": ")
-        if kind == "TRICKLE":
-            self._trickle(int(arg))
+        if kind in ("HUGE", "TRICKLE"):
+            (self._huge if kind == "HUGE" else self._trickle)(int(arg))
             return
         text = answer(prompt)
         choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}

@@ -35,11 +35,18 @@ def as_written(data: object) -> object:
     return json.loads(json.dumps(data, default=str))
 
 
+# Keys added to the result types since the v1 files were written, with the value an old file reads as.
+ADDED = {"cut": False}  # Completion.cut (an answer cut at ABBISECT_ANSWER_CAP_BYTES)
+
+
 def same_as_written(new: object, old: object, in_recipe: bool = False) -> bool:
     """Written back as the earlier writer wrote it: equal, except that a recipe written today also carries
-    the keys added to the recipe since, at their defaults."""
+    the keys added to the recipe since, at their defaults (and a result the keys in ADDED)."""
     if isinstance(old, dict):
-        if not isinstance(new, dict) or (not in_recipe and set(new) != set(old)):
+        if not isinstance(new, dict):
+            return False
+        added = set(new) - set(old)
+        if not in_recipe and (set(old) - set(new) or any(k not in ADDED or new[k] != ADDED[k] for k in added)):
             return False
         return all(k in new and same_as_written(new[k], v, in_recipe or k == "recipe") for k, v in old.items())
     if isinstance(old, list):

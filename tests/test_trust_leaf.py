@@ -4,10 +4,15 @@ with stand-in servers (tests/echo_server.py), real git and real logs."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
+
+ANSWER_CAP = 1024 * 1024  # ABBISECT_ANSWER_CAP_BYTES's default (README)
 
 
 def _echo_recipe(engine_repo: Path, prompts: list, **extra) -> dict:
@@ -15,6 +20,22 @@ def _echo_recipe(engine_repo: Path, prompts: list, **extra) -> dict:
     recipe["launch"] = {"command": ["{python}", str(REPO_ROOT / "tests" / "echo_server.py"), "--host", "{host}",
                                     "--port", "{port}"], "ready": {"http": "/health"}}
     return recipe
+
+
+# Runs a command and writes its peak RSS (bytes) to the file named first. A process started from pytest would
+# carry pytest's own high-water mark through fork and exec (Linux keeps the larger): this small process starts
+# the command afresh and reads the peak from wait4 (the command's and its waited-for children's, none large).
+_PEAK = ("import os, sys; pid = os.posix_spawn(sys.argv[2], sys.argv[2:], os.environ); _, status, use = "
+         "os.wait4(pid, 0); open(sys.argv[1], 'w').write(str(use.ru_maxrss * 1024)); "
+         "sys.exit(os.waitstatus_to_exitcode(status))")
+
+
+def _measured(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 300) -> tuple[int, int, str]:
+    """(exit code, peak RSS in bytes, stdout and stderr) of a command."""
+    peak = cwd / f"peak-{time.monotonic_ns()}"
+    proc = subprocess.run([sys.executable, "-c", _PEAK, str(peak), *argv], cwd=cwd, env={**os.environ, **env},
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout, check=False)
+    return proc.returncode, int(peak.read_text()), proc.stdout
 
 
 # -- item 8: a request's timeout bounds the whole request ---------------------------------------------------
@@ -32,3 +53,47 @@ def test_trickling_answer_ends_at_the_request_deadline(tmp_path, engine_repo, ca
     assert out["error"] == "no complete answer within 3 s", out
     assert out["latency_s"] < 4.5, out
     assert time.monotonic() - t0 < 80
+
+
+# -- item 9: an answer is cut where it is read -------------------------------------------------------------
+
+def test_fifty_megabyte_answer_is_cut_where_it_is_read(tmp_path, engine_repo, cache_dir):
+    """A 50 MB answer: abbisect reads 1 MiB of it and no more; its peak memory stays small and so do the
+    --json output, the trial's JSON and the trial-cache entry; the text read so far is kept, with a marker."""
+    recipe = _echo_recipe(engine_repo, ["HUGE: 50", "ECHO: short"], name="toy-huge")
+    path = write_recipe(tmp_path / "r.yaml", recipe)
+    env = {"ABBISECT_CACHE_DIR": str(cache_dir)}
+    # The venv and the server are started once before, so the measured run is abbisect's own work.
+    warm = abbisect("check", str(path), "fixed", "--no-cache", cwd=tmp_path, cache=cache_dir)
+    assert warm.returncode in (0, 1), warm.stderr
+    code, peak, text = _measured([sys.executable, "-m", "abbisect", "check", str(path), "fixed", "--no-cache",
+                                  "--json"], tmp_path, env)
+    assert code in (0, 1), text[-3000:]
+    print(f"peak RSS of abbisect check with a 50 MB answer: {peak / 2**20:.0f} MiB")
+    assert peak < 300 * 2**20, peak
+    assert len(text) < 4 * ANSWER_CAP, len(text)
+    data = json.loads(text[text.index('{"schema"'):].splitlines()[0])["data"]
+    huge, short = data["outputs"]
+    assert huge["cut"] is True and short["cut"] is False and short["text"] == "short"
+    assert huge["text"].startswith("river stone lamp copper orbit ")
+    assert huge["text"].endswith(f"… [answer cut at {ANSWER_CAP} bytes by abbisect]"), huge["text"][-200:]
+    assert len(huge["text"].encode()) < ANSWER_CAP + 100
+    entries = [p for p in (cache_dir / "trials").glob("*.json") if '"toy-huge"' in p.read_text()]
+    assert entries and all(p.stat().st_size < 3 * ANSWER_CAP for p in entries), entries
+    trial_json = next((cache_dir / "checks" / "toy-huge").glob("check-*/trial.json"))
+    assert trial_json.stat().st_size < 3 * ANSWER_CAP
+
+
+def test_cut_json_gives_the_text_read_so_far_at_every_cut_point():
+    from abbisect.query import partial_string
+
+    content = 'héllo "q" \\ 😀 tab\tline\nnext ' * 3
+    for ensure_ascii in (True, False):
+        for api, where in (("chat", ("choices", 0, "message", "content")), ("completions", ("choices", 0, "text"))):
+            choice = {"index": 0, "message": {"role": "assistant", "reasoning_content": "not this", "content": content}}
+            if api == "completions":
+                choice = {"index": 0, "text": content}
+            raw = json.dumps({"id": "x", "choices": [choice], "finish_reason": "stop"}, ensure_ascii=ensure_ascii).encode()
+            got = [partial_string(raw[:n], where) for n in range(len(raw) + 1)]
+            assert all(content.startswith(g) for g in got), next(g for g in got if not content.startswith(g))
+            assert got[-1] == content and got[len(raw) // 2]
