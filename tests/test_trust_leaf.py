@@ -97,3 +97,25 @@ def test_cut_json_gives_the_text_read_so_far_at_every_cut_point():
             got = [partial_string(raw[:n], where) for n in range(len(raw) + 1)]
             assert all(content.startswith(g) for g in got), next(g for g in got if not content.startswith(g))
             assert got[-1] == content and got[len(raw) // 2]
+
+
+# -- item 10: a corrupt trial-cache entry is a miss --------------------------------------------------------
+
+def test_corrupt_trial_cache_entry_is_a_miss_with_a_notice(tmp_path, engine_repo, cache_dir):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, name="toy-corrupt"))
+    first = abbisect("check", str(recipe), "fixed", cwd=tmp_path, cache=cache_dir)
+    assert first.returncode == 0, first.stderr
+    (entry,) = [p for p in (cache_dir / "trials").glob("*.json") if '"toy-corrupt"' in p.read_text()]
+    good = entry.read_text()
+    cached = abbisect("check", str(recipe), "fixed", cwd=tmp_path, cache=cache_dir)
+    assert cached.returncode == 0 and "(cached)" in cached.stderr, cached.stderr
+    for bad in (good[: len(good) // 2], "{}", '{"spec": {"sha": 1}, "verdict": []}', "\xff not json"):
+        entry.write_text(bad)
+        proc = abbisect("check", str(recipe), "fixed", cwd=tmp_path, cache=cache_dir)
+        assert proc.returncode == 0, proc.stderr  # the trial ran again: the toy engine's fixed commit is good
+        notices = [ln for ln in proc.stderr.splitlines() if "trial cache: entry" in ln]
+        assert len(notices) == 1 and f"entry {entry.name} unreadable (" in notices[0], proc.stderr
+        assert notices[0].endswith("running the trial again") and "(cached)" not in proc.stderr
+        assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
+        assert entry.is_file() and json.loads(entry.read_text())["spec"]["sha"]  # kept again, readable
+        assert (entry.parent / f"{entry.name}.unreadable").read_text() == bad  # the bad one moved aside
