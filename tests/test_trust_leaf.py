@@ -119,3 +119,25 @@ def test_corrupt_trial_cache_entry_is_a_miss_with_a_notice(tmp_path, engine_repo
         assert "Traceback" not in proc.stderr and "internal error" not in proc.stderr
         assert entry.is_file() and json.loads(entry.read_text())["spec"]["sha"]  # kept again, readable
         assert (entry.parent / f"{entry.name}.unreadable").read_text() == bad  # the bad one moved aside
+
+
+# -- item 11: scan streams the log -------------------------------------------------------------------------
+
+def test_scan_of_a_300_megabyte_log_keeps_memory_flat(tmp_path):
+    log = tmp_path / "big.log"
+    lines = "".join(f"INFO 07-20 12:00:{n % 60:02d} [engine.py:{n % 900}] step {n} throughput {n % 997}.5 "
+                    f"tokens/s, running: {n % 7} reqs, pending: 0\n" for n in range(20_000))
+    block = lines.encode()
+    with log.open("wb") as fh:
+        fh.write(b"INFO loading\nParameter lm_head.weight_scale not found in params_dict\n")
+        for _ in range(300_000_000 // len(block)):
+            fh.write(block)
+        fh.write(b'Traceback (most recent call last):\n  File "x.py", line 1\nRuntimeError: boom\n')
+    assert log.stat().st_size > 295_000_000
+    code, peak, text = _measured([sys.executable, "-m", "abbisect", "scan", str(log)], tmp_path, {}, timeout=120)
+    print(f"peak RSS of abbisect scan of a {log.stat().st_size / 1e6:.0f} MB log: {peak / 2**20:.0f} MiB")
+    assert code == 1, text
+    assert f"{log}:2: ERROR param_not_found [lm_head.weight_scale]" in text
+    n_lines = 2 + 300_000_000 // len(block) * 20_000 + 3
+    assert f"{log}:{n_lines}: first exception (root cause): RuntimeError: boom" in text, text
+    assert peak < 80 * 2**20, peak
