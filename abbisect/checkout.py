@@ -9,6 +9,7 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from abbisect.cache import Cache, hold, release, remove_if_unused
 from abbisect.errors import InfraError, UserError
@@ -17,6 +18,7 @@ from abbisect.locks import file_lock
 from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
+_NOT_A_REPO = "does not appear to be a git repository"
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,8 @@ def open_repo(spec: str, cache: Cache | Path, fetch: bool = True) -> Path:
             raise UserError(f"unknown builtin repository {spec!r}; known: {DEMO_REPO}, {', '.join(BUILTINS)}")
         return BUILTINS[spec](cache)
     if _URL.match(spec):
+        if spec.startswith("file://"):  # a folder here: whether it is a repository is known before cloning
+            _local_repository(spec, Path(unquote(urlsplit(spec).path)))
         dest = cache.clone(spec)
         with file_lock(cache.lock(dest)):
             try:
@@ -55,12 +59,25 @@ def open_repo(spec: str, cache: Cache | Path, fetch: bool = True) -> Path:
                 elif fetch:
                     git(dest, "fetch", "origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
             except GitError as exc:
+                said = next((ln for ln in exc.stderr.splitlines() if _NOT_A_REPO in ln), None)
+                if said:  # the URL names something that is not a repository: the recipe's mistake
+                    raise UserError(f"engine.repo {spec}: not a git repository ({said.removeprefix('fatal: ')})"
+                                    ) from None
                 raise InfraError(f"cannot fetch {spec}: {exc}") from None
         return dest
     path = Path(spec)
     if not is_repository(path):
         raise UserError(f"engine.repo {spec} is not a git repository (give a checkout or a git URL)")
     return path
+
+
+def _local_repository(spec: str, path: Path) -> None:
+    """A UserError naming why the folder a file:// URL points at is not a repository (else nothing)."""
+    if is_repository(path):
+        return
+    why = ("no such folder" if not path.exists() else "a file, not a folder" if not path.is_dir()
+           else "a folder without a .git" if not (path / ".git").exists() else "git finds no repository there")
+    raise UserError(f"engine.repo {spec}: not a git repository ({why})")
 
 
 def resolve(repo: Path, ref: str) -> Revision:

@@ -141,3 +141,32 @@ def test_scan_of_a_300_megabyte_log_keeps_memory_flat(tmp_path):
     n_lines = 2 + 300_000_000 // len(block) * 20_000 + 3
     assert f"{log}:{n_lines}: first exception (root cause): RuntimeError: boom" in text, text
     assert peak < 80 * 2**20, peak
+
+
+# -- item 12: engine.repo file:// to a folder that is not a repository -------------------------------------
+
+def test_file_url_to_a_folder_that_is_no_repository_is_a_usage_error(tmp_path, cache_dir):
+    folder = tmp_path / "plain"
+    folder.mkdir()
+    recipe = toy_recipe(folder, sides={"a": "main", "b": "main"})
+    recipe["engine"]["repo"] = folder.as_uri()
+    path = write_recipe(tmp_path / "r.yaml", recipe)
+    for command, code in (("check", 128), ("run", 2)):
+        proc = abbisect(command, str(path), *(["main"] if command == "check" else []), cwd=tmp_path, cache=cache_dir)
+        assert proc.returncode == code, proc.stderr
+        assert proc.stderr.strip().splitlines() == [
+            f"abbisect: error: engine.repo {folder.as_uri()}: not a git repository (a folder without a .git)"]
+    missing = toy_recipe(folder, name="gone")
+    missing["engine"]["repo"] = (tmp_path / "nowhere").as_uri()
+    proc = abbisect("check", str(write_recipe(tmp_path / "m.yaml", missing)), "main", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 128 and "not a git repository (no such folder)" in proc.stderr, proc.stderr
+    # A URL git itself turns into that folder (url.insteadOf): git's own "does not appear to be a git repository"
+    url = "https://example.invalid/toy.git"
+    rewritten = toy_recipe(folder, name="rewritten")
+    rewritten["engine"]["repo"] = url
+    env = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": f"url.{folder.as_uri()}.insteadOf", "GIT_CONFIG_VALUE_0": url}
+    proc = abbisect("check", str(write_recipe(tmp_path / "u.yaml", rewritten)), "main", cwd=tmp_path,
+                    cache=cache_dir, env=env)
+    assert proc.returncode == 128, proc.stderr
+    said = f"engine.repo {url}: not a git repository ('{folder}' does not appear to be a git repository)"
+    assert proc.stderr.strip().splitlines() == [f"abbisect: error: {said}"], proc.stderr
