@@ -170,3 +170,20 @@ def test_file_url_to_a_folder_that_is_no_repository_is_a_usage_error(tmp_path, c
     assert proc.returncode == 128, proc.stderr
     said = f"engine.repo {url}: not a git repository ('{folder}' does not appear to be a git repository)"
     assert proc.stderr.strip().splitlines() == [f"abbisect: error: {said}"], proc.stderr
+
+
+# -- item 16 -----------------------------------------------------------------------------------------------
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
+
+
+def test_dry_run_with_a_date_end_plans_it_by_sha_and_shows_the_label(tmp_path, engine_repo, cache_dir):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
+    head = _git(engine_repo, "rev-parse", "HEAD")
+    proc = abbisect("bisect", str(recipe), "--good", "healthy0", "--bad", "2099-12-31", "--dry-run", cwd=tmp_path,
+                    cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    label = f"2099-12-31 → {head[:10]}"  # the last first-parent commit of that day: HEAD
+    assert f"bad end:  {label} → {head}" in proc.stdout
+    assert f"side B: {label} → {head}" in proc.stdout, proc.stdout
