@@ -49,18 +49,19 @@ def open_repo(spec: str, cache: Cache | Path, fetch: bool = True) -> Path:
             raise UserError(f"unknown builtin repository {spec!r}; known: {DEMO_REPO}, {', '.join(BUILTINS)}")
         return BUILTINS[spec](cache)
     if _URL.match(spec):
-        if spec.startswith("file://"):  # a folder here: whether it is a repository is known before cloning
-            _local_repository(spec, Path(unquote(urlsplit(spec).path)))
         dest = cache.clone(spec)
         with file_lock(cache.lock(dest)):
+            cloning = not dest.exists()
             try:
-                if not dest.exists():
+                if cloning:
+                    if spec.startswith("file://"):  # a folder here: whether it is a repository is known first
+                        _local_repository(spec, Path(unquote(urlsplit(spec).path)))
                     git(dest.parent, "clone", "--quiet", "--bare", spec, str(dest))
                 elif fetch:
                     git(dest, "fetch", "origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
             except GitError as exc:
                 said = next((ln for ln in exc.stderr.splitlines() if _NOT_A_REPO in ln), None)
-                if said:  # the URL names something that is not a repository: the recipe's mistake
+                if said and cloning:  # the URL names something that is not a repository: the recipe's mistake
                     raise UserError(f"engine.repo {spec}: not a git repository ({said.removeprefix('fatal: ')})"
                                     ) from None
                 raise InfraError(f"cannot fetch {spec}: {exc}") from None
