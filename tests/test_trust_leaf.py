@@ -187,3 +187,23 @@ def test_dry_run_with_a_date_end_plans_it_by_sha_and_shows_the_label(tmp_path, e
     label = f"2099-12-31 → {head[:10]}"  # the last first-parent commit of that day: HEAD
     assert f"bad end:  {label} → {head}" in proc.stdout
     assert f"side B: {label} → {head}" in proc.stdout, proc.stdout
+
+
+def test_also_on_says_how_many_more_branches_carry_the_commit(tmp_path, engine_repo):
+    from abbisect import checkout
+    from abbisect.bisect import history
+    from abbisect.bisect.driver import BisectRun
+    from abbisect.bisect.report import releases_block
+    from abbisect.recipe import parse_recipe
+
+    repo = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(engine_repo), str(repo)], check=True)
+    for n in range(6):
+        _git(repo, "branch", f"topic-{n}", "fixed")
+    found = checkout.resolve(repo, "fixed")
+    rel = history.releases(repo, found.sha)
+    assert len(rel.branches) == 8  # main, topic-0..5 and the clone's origin/main
+    run = BisectRun(parse_recipe(toy_recipe(repo)), repo, found, found, found, found, mode="fix", releases=rel)
+    (line,) = [ln for ln in releases_block(run) if "also on" in ln]
+    shown = rel.branches[1:4]
+    assert f"also on {', '.join(shown)} and 4 more." in line, line
