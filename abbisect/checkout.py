@@ -13,8 +13,10 @@ from urllib.parse import unquote, urlsplit
 
 from abbisect.cache import Cache, hold, release, remove_if_unused
 from abbisect.errors import InfraError, UserError
-from abbisect.git import GitError, git, is_repository
+from abbisect.git import GitError, call, git, is_repository
+from abbisect.git import resolve as resolve_sha
 from abbisect.locks import file_lock
+from abbisect.progress import warn
 from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
@@ -82,11 +84,37 @@ def _local_repository(spec: str, path: Path) -> None:
 
 
 def resolve(repo: Path, ref: str) -> Revision:
-    try:
-        sha = git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").strip()
-    except GitError:
-        raise UserError(f"ref {ref!r} not found in {repo} (give a branch, tag or sha that exists there)") from None
+    proc = call(["rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}"], repo)
+    sha = proc.stdout.strip()
+    if proc.returncode != 0 or not sha:
+        raise UserError(f"ref {ref!r} not found in {repo} (give a branch, tag or sha that exists there)")
+    if (m := _AMBIGUOUS.search(proc.stderr)) and (repo, m.group(1)) not in _WARNED:
+        _WARNED.add((repo, m.group(1)))
+        said = _ambiguity(repo, m.group(1))
+        if said:
+            warn(said)
     return Revision(ref=ref, sha=sha, subject=git(repo, "show", "-s", "--format=%s", sha).strip())
+
+
+_AMBIGUOUS = re.compile(r"warning: refname '(.+)' is ambiguous")
+_WARNED: set[tuple[Path, str]] = set()  # said once a command
+
+
+def _ambiguity(repo: Path, name: str) -> str | None:
+    """What git chose for a name several refs (or a ref and a sha prefix) answer to, and how to name the
+    others; None when they all name the same commit. git's order: refs/<name>, tags, heads, remotes."""
+    rules = [f"refs/{name}", f"refs/tags/{name}", f"refs/heads/{name}", f"refs/remotes/{name}",
+             f"refs/remotes/{name}/HEAD"]
+    found = [(r, sha) for r in rules if (sha := resolve_sha(repo, r)) is not None]
+    if not found:
+        return None
+    (chosen, sha), others = found[0], found[1:]
+    head = f"ref {name!r} is ambiguous: git chose {chosen} ({sha[:10]})"
+    if not others:
+        return f"{head}; for the commit whose sha starts with {name}, give more of its digits"
+    if all(o == sha for _, o in others):
+        return None
+    return head + "; name the other as " + " or ".join(f"{r} ({o[:10]})" for r, o in others)
 
 
 def worktree(repo: Path, sha: str, cache: Cache | Path, sparse: tuple[str, ...] = ()) -> Path:

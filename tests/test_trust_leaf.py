@@ -207,3 +207,24 @@ def test_also_on_says_how_many_more_branches_carry_the_commit(tmp_path, engine_r
     (line,) = [ln for ln in releases_block(run) if "also on" in ln]
     shown = rel.branches[1:4]
     assert f"also on {', '.join(shown)} and 4 more." in line, line
+
+
+def test_an_ambiguous_ref_says_what_git_chose_and_how_to_name_the_other(tmp_path, engine_repo, cache_dir):
+    repo = tmp_path / "clone"
+    subprocess.run(["git", "clone", "-q", str(engine_repo), str(repo)], check=True)
+    _git(repo, "tag", "dup", "healthy0")
+    _git(repo, "branch", "dup", "fixed")
+    tag, branch = _git(repo, "rev-parse", "healthy0"), _git(repo, "rev-parse", "fixed")
+    said = (f"abbisect: warning: ref 'dup' is ambiguous: git chose refs/tags/dup ({tag[:10]}); name the other as "
+            f"refs/heads/dup ({branch[:10]})")
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
+    plan = abbisect("run", str(recipe), "--a", "dup", "--b", "fixed", "--dry-run", cwd=tmp_path, cache=cache_dir)
+    assert plan.returncode == 0, plan.stderr
+    assert plan.stderr.splitlines() == [said] and f"side A: dup → {tag}" in plan.stdout
+    checked = abbisect("-q", "check", str(recipe), "dup", "--json", cwd=tmp_path, cache=cache_dir)
+    assert checked.returncode == 0, checked.stderr
+    assert [ln.strip() for ln in checked.stderr.splitlines() if "warning" in ln] == [said]  # once, even with -q
+    assert json.loads(checked.stdout)["data"]["spec"]["sha"] == tag
+    plain = abbisect("run", str(recipe), "--a", "refs/heads/dup", "--b", "fixed", "--dry-run", cwd=tmp_path,
+                     cache=cache_dir)
+    assert plain.stderr == "" and f"side A: refs/heads/dup → {branch}" in plain.stdout
