@@ -15,6 +15,7 @@ import tempfile
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -80,6 +81,14 @@ class Main(click.Group):
             self.add_command(getattr(importlib.import_module(f"abbisect.commands.{cmd_name}"), cmd_name))
         return self.commands.get(cmd_name)
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:  # a bad option before the command (`abbisect --bogus`)
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            _usage(exc)
+            sys.exit(exit_code(None, "usage"))
+
     def invoke(self, ctx: click.Context):
         # SIGTERM unwinds like Ctrl-C, so every running server is torn down on the way out.
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -87,7 +96,7 @@ class Main(click.Group):
             return super().invoke(ctx)
         except click.UsageError as exc:
             command = ctx.invoked_subcommand
-            exc.show()
+            _usage(exc)
             ctx.exit(exit_code(command, "usage"))
         except (click.exceptions.Exit, click.ClickException, SystemExit):
             raise
@@ -110,6 +119,15 @@ class Main(click.Group):
                 where = f"traceback in {log}" if log else "no writable place for the traceback"
                 click.echo(f"abbisect: internal error: {type(exc).__name__}: {exc} ({where})", err=True)
             ctx.exit(exit_code(command, ending))
+
+
+def _usage(exc: click.UsageError) -> None:
+    """click's usage error as one line naming the problem and where help is (click prints three or four)."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # a bare `abbisect` or `abbisect cache`: the help
+        exc.show()
+        return
+    where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    click.echo(f"abbisect: error: {exc.format_message()}{where}", err=True)
 
 
 def _on_sigterm(*_) -> None:

@@ -228,3 +228,19 @@ def test_an_ambiguous_ref_says_what_git_chose_and_how_to_name_the_other(tmp_path
     plain = abbisect("run", str(recipe), "--a", "refs/heads/dup", "--b", "fixed", "--dry-run", cwd=tmp_path,
                      cache=cache_dir)
     assert plain.stderr == "" and f"side A: refs/heads/dup → {branch}" in plain.stdout
+
+
+# -- item 17 -----------------------------------------------------------------------------------------------
+
+def test_click_usage_errors_are_one_line_with_the_commands_help(tmp_path, cache_dir):
+    cases = [(["bisect", "--bogus"], 2, "No such option '--bogus'", "abbisect bisect --help"),
+             (["check", "--bogus"], 128, "No such option '--bogus'", "abbisect check --help"),
+             (["cache", "gc", "--kind", "nope"], 2, "Invalid value for '--kind'", "abbisect cache gc --help"),
+             (["bisect", "--slots", "0"], 2, "Invalid value for '--slots'", "abbisect bisect --help"),
+             (["nosuch"], 2, "No such command 'nosuch'", "abbisect --help"),
+             (["--bogus", "run"], 2, "No such option '--bogus'", "abbisect --help")]
+    for args, code, problem, helps in cases:
+        proc = abbisect(*args, cwd=tmp_path, cache=cache_dir)
+        assert proc.returncode == code, (args, proc.stderr)
+        (line,) = proc.stderr.splitlines()
+        assert line.startswith(f"abbisect: error: {problem}") and line.endswith(f"{helps}')"), (args, line)
