@@ -19,7 +19,8 @@ from typing import Any
 
 import click
 
-from abbisect import __version__, progress
+from abbisect import __version__
+from abbisect.commands.options import verbosity_options
 from abbisect.errors import describe_os_error, kind_of
 
 # The commands, each in abbisect/commands/<name>.py as a click command of that name; imported when used.
@@ -144,8 +145,6 @@ def _stop_children() -> None:
 
 @click.group(cls=Main, epilog="Exit codes of every command: see its --help and README \"Exit codes\".")
 @click.version_option(__version__, prog_name="abbisect")
-@click.option("-q", "--quiet", is_flag=True, help="errors and the final lines only")
-@click.option("-v", "--verbose", is_flag=True, help="every step, status updates unthrottled")
-def main(quiet: bool, verbose: bool) -> None:
+@verbosity_options
+def main() -> None:
     """A/B and bisect LLM serving engines across git commits, with scored outputs and paste-ready reports."""
-    progress.level = progress.QUIET if quiet else progress.VERBOSE if verbose else progress.NORMAL

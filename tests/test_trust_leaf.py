@@ -244,3 +244,22 @@ def test_click_usage_errors_are_one_line_with_the_commands_help(tmp_path, cache_
         assert proc.returncode == code, (args, proc.stderr)
         (line,) = proc.stderr.splitlines()
         assert line.startswith(f"abbisect: error: {problem}") and line.endswith(f"{helps}')"), (args, line)
+
+
+def test_quiet_and_verbose_work_after_the_command_too(tmp_path, engine_repo, cache_dir):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, name="toy-quiet"))
+    loud = abbisect("check", str(recipe), "healthy0", cwd=tmp_path, cache=cache_dir)
+    quiet = abbisect("check", str(recipe), "healthy0", "-q", cwd=tmp_path, cache=cache_dir)
+    before = abbisect("-q", "check", str(recipe), "healthy0", cwd=tmp_path, cache=cache_dir)
+    assert loud.returncode == quiet.returncode == before.returncode == 0, quiet.stderr
+    assert len(loud.stderr.splitlines()) > 1
+    assert len(quiet.stderr.splitlines()) == 1 and quiet.stderr.startswith("healthy0 (")  # the final line alone
+    assert quiet.stderr == before.stderr
+    for args in (["bisect", str(recipe), "--good", "healthy0", "--bad", "broken", "--dry-run", "-q"],
+                 ["run", str(recipe), "--a", "healthy0", "--b", "fixed", "--dry-run", "-v"],
+                 ["scan", str(tmp_path / "r.yaml"), "-q"], ["env", "--key", "-v"], ["schema", "-q"],
+                 ["matrix", str(tmp_path), "-q", "--no-plots"], ["cache", "list", "-q"],
+                 ["cache", "gc", "--older-than", "999d", "--dry-run", "-v"]):
+        proc = abbisect(*args, cwd=tmp_path, cache=cache_dir)
+        assert "No such option" not in proc.stderr, (args, proc.stderr)
+        assert proc.returncode in (0, 2), (args, proc.stderr)

@@ -8,7 +8,7 @@ from collections import defaultdict
 import click
 
 from abbisect.cache import EVICTABLE, LAYOUT, entries, gc, human, parse_age, parse_size
-from abbisect.commands.options import cache_dir_option, dry_run_option, json_option
+from abbisect.commands.options import cache_dir_option, dry_run_option, json_option, verbosity_options
 from abbisect.paths import cache_root
 
 
@@ -25,6 +25,7 @@ def cache() -> None:
 @cache_dir_option("the cache folder")
 @click.option("--all", "show_all", is_flag=True, help="one line per entry, not only totals per kind")
 @json_option("print the entries as JSON")
+@verbosity_options
 def list_(cache_dir: str | None, show_all: bool, as_json: bool) -> None:
     """Sizes by kind (hard links counted once) and, with --all, every entry by last use."""
     root = cache_root(cache_dir)
@@ -58,6 +59,7 @@ def list_(cache_dir: str | None, show_all: bool, as_json: bool) -> None:
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(list(LAYOUT)),
               help=f"what may be removed (repeatable; default: {', '.join(EVICTABLE)})")
 @dry_run_option("print what would be removed and remove nothing")
+@verbosity_options
 def gc_(cache_dir: str | None, max_size: str | None, older_than: str | None, kinds: tuple[str, ...],
         dry_run: bool) -> None:
     """Remove unused entries: least recently used first, never one a running abbisect holds."""

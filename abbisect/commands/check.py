@@ -16,6 +16,7 @@ from abbisect.commands.options import (
     judge_options,
     no_cache_option,
     recipe_argument,
+    verbosity_options,
 )
 from abbisect.errors import UserError
 from abbisect.progress import Final, Reporter
@@ -33,6 +34,7 @@ from abbisect.serial import dump
 @no_cache_option("ignore a cached result for this commit")
 @json_option("print the trial result as JSON on stdout")
 @judge_options("the trial")
+@verbosity_options
 def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive) -> None:
     """Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.
 

@@ -10,7 +10,7 @@ import click
 import pandas as pd
 
 from abbisect.cache import Cache
-from abbisect.commands.options import cache_dir_option, json_option, output_option
+from abbisect.commands.options import cache_dir_option, json_option, output_option, verbosity_options
 from abbisect.errors import UserError
 from abbisect.matrix import plots
 from abbisect.matrix.cells import Matrix, build_cells, mark_env, stack_from
@@ -75,6 +75,7 @@ def pictures(sources: list[Source]) -> list[tuple[str, str, bytes]]:
 @click.option("--env-key", help="mark the cells of this GPU stack key (as `abbisect env --key` prints it)")
 @click.option("--no-plots", is_flag=True, help="skip the pictures")
 @json_option("print matrix.json on stdout")
+@verbosity_options
 def matrix(
     results_dirs: tuple[str, ...],
     output: str | None,

@@ -20,6 +20,7 @@ from abbisect.commands.options import (
     no_cache_option,
     output_option,
     recipe_argument,
+    verbosity_options,
 )
 from abbisect.errors import UserError
 from abbisect.progress import Final, Reporter
@@ -89,6 +90,7 @@ def gate_failures(outcomes: dict[str, str], expect: dict[str, str], fail_if: dic
 @click.option("--expect", metavar="SIDE=OUTCOME,...",
               help="CI gate: exit 1 unless each side got this outcome (good/bad/skip), e.g. a=bad,b=good")
 @click.option("--fail-if", metavar="SIDE=OUTCOME,...", help="CI gate: exit 1 if a side got this outcome, e.g. b=bad")
+@verbosity_options
 def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
         output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
         interactive: bool, expect: str | None, fail_if: str | None) -> None:

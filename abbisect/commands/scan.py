@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from abbisect.commands.options import json_option
+from abbisect.commands.options import json_option, verbosity_options
 from abbisect.errors import UserError
 from abbisect.logstream import MAX_LINE, LineScanner
 from abbisect.score.signatures import (
@@ -83,6 +83,7 @@ def _table(path: str, matches: list[SignatureMatch], root: tuple[int, str] | Non
     help="Exit 1 when a signature at or above this severity is found.",
 )
 @json_option("Print one JSON object instead of a table.")
+@verbosity_options
 def scan(logs: tuple[str, ...], fail_on: str, as_json: bool) -> None:
     """Scan server logs for known failure signatures and explain them."""
     for path in logs:  # all checked first: a missing file fails before output

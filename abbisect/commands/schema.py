@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import click
 
+from abbisect.commands.options import verbosity_options
+
 
 @click.command("schema")
+@verbosity_options
 def schema() -> None:
     """Print the recipe's JSON Schema (for editors: yaml-language-server, VS Code)."""
     import json
