@@ -32,14 +32,15 @@ COMMANDS = ("bisect", "cache", "check", "env", "matrix", "run", "scan", "schema"
 # verdict may exit 1..127 (but 125), so everything that is not about the commit exits 125 (skip it) or
 # 128 and above (stop the bisection).
 _SIGNALS = {"interrupted": 130, "terminated": 143}
+_DEFAULT_CODES = {"ok": 0, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS}
 EXIT_CODES: dict[str, dict[str, int]] = {
     "check": {"good": 0, "bad": 1, "untestable": 125, "infra": 125, "usage": 128, "internal": 128, **_SIGNALS},
     "run": {"ran": 0, "gate-failed": 1, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS},
     "bisect": {"found": 0, "usage": 2, "infra": 2, "no-change": 3, "untestable-end": 4, "ambiguous": 5,
                "internal": 70, **_SIGNALS},
     "scan": {"clean": 0, "matched": 1, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS},
+    **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema")},
 }
-_DEFAULT_CODES = {"ok": 0, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS}
 
 
 def exit_code(command: str | None, ending: str) -> int:

@@ -263,3 +263,13 @@ def test_quiet_and_verbose_work_after_the_command_too(tmp_path, engine_repo, cac
         proc = abbisect(*args, cwd=tmp_path, cache=cache_dir)
         assert "No such option" not in proc.stderr, (args, proc.stderr)
         assert proc.returncode in (0, 2), (args, proc.stderr)
+
+
+def test_env_matrix_cache_and_schema_help_carry_their_exit_codes(tmp_path, cache_dir):
+    readme = (REPO_ROOT / "README.md").read_text()
+    rows = {"ok": 0, "usage": 2, "infra": 2, "internal": 70, "interrupted": 130, "terminated": 143}
+    for args in (["env"], ["matrix"], ["cache"], ["cache", "list"], ["cache", "gc"], ["schema"]):
+        text = " ".join(abbisect(*args, "--help", cwd=tmp_path, cache=cache_dir).stdout.split())
+        assert "Exit codes: " + ", ".join(f"{code} {name}" for name, code in rows.items()) + "." in text, args
+        for name, code in rows.items():
+            assert f"| `{args[0]}` | {code} | {name} |" in readme, (args, name)

@@ -8,11 +8,12 @@ from collections import defaultdict
 import click
 
 from abbisect.cache import EVICTABLE, LAYOUT, entries, gc, human, parse_age, parse_size
+from abbisect.cli import exit_help
 from abbisect.commands.options import cache_dir_option, dry_run_option, json_option, verbosity_options
 from abbisect.paths import cache_root
 
 
-@click.group("cache")
+@click.group("cache", epilog=exit_help("cache"))
 def cache() -> None:
     """List and clean the cache (worktrees, venvs, models, trial results, clones).
 
@@ -21,7 +22,7 @@ def cache() -> None:
     """
 
 
-@cache.command("list")
+@cache.command("list", epilog=exit_help("cache"))
 @cache_dir_option("the cache folder")
 @click.option("--all", "show_all", is_flag=True, help="one line per entry, not only totals per kind")
 @json_option("print the entries as JSON")
@@ -52,7 +53,7 @@ def list_(cache_dir: str | None, show_all: bool, as_json: bool) -> None:
             click.echo(f"{age}  {e.kind:<10} {human(e.size):>10}  {e.path.relative_to(root)}")
 
 
-@cache.command("gc")
+@cache.command("gc", epilog=exit_help("cache"))
 @cache_dir_option("the cache folder")
 @click.option("--max-size", help="remove least recently used entries until the cache fits, e.g. 50G")
 @click.option("--older-than", help="remove entries unused for longer than this, e.g. 14d, 12h")

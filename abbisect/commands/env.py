@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import click
 
+from abbisect.cli import exit_help
 from abbisect.commands.options import json_option, verbosity_options
 from abbisect.gpu.fingerprint import collect, render_table
 
 
-@click.command("env")
+@click.command("env", epilog=exit_help("env"))
 @json_option("Print the fingerprint as JSON (includes `key`).")
 @click.option("--python", "python", type=click.Path(dir_okay=False), default=None,
               help="Interpreter to describe, e.g. a per-commit venv's bin/python (default: this one).")

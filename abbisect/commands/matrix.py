@@ -10,6 +10,7 @@ import click
 import pandas as pd
 
 from abbisect.cache import Cache
+from abbisect.cli import exit_help
 from abbisect.commands.options import cache_dir_option, json_option, output_option, verbosity_options
 from abbisect.errors import UserError
 from abbisect.matrix import plots
@@ -63,7 +64,7 @@ def pictures(sources: list[Source]) -> list[tuple[str, str, bytes]]:
     return [(cap, fname, png) for cap, fname, png in made if png]
 
 
-@click.command("matrix")
+@click.command("matrix", epilog=exit_help("matrix"))
 @click.argument("results_dirs", nargs=-1, type=click.Path(file_okay=False))
 @output_option("folder for matrix.{md,json,csv,html} and plots/ (default RESULTS_DIR/matrix)")
 @click.option(
