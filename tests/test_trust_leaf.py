@@ -273,3 +273,18 @@ def test_env_matrix_cache_and_schema_help_carry_their_exit_codes(tmp_path, cache
         assert "Exit codes: " + ", ".join(f"{code} {name}" for name, code in rows.items()) + "." in text, args
         for name, code in rows.items():
             assert f"| `{args[0]}` | {code} | {name} |" in readme, (args, name)
+
+
+def test_check_output_puts_the_trial_folder_there(tmp_path, engine_repo, cache_dir):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, name="toy-output"))
+    sha = _git(engine_repo, "rev-parse", "fixed")
+    proc = abbisect("check", str(recipe), "fixed", "--output", "mine", "--no-cache", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    trial = tmp_path / "mine" / f"check-{sha[:10]}"
+    assert json.loads((trial / "trial.json").read_text())["spec"]["sha"] == sha
+    assert (trial / "server.log").is_file() and not (cache_dir / "checks" / "toy-output").exists()
+    default = abbisect("check", str(recipe), "fixed", cwd=tmp_path, cache=cache_dir)  # a cached result, kept as before
+    assert default.returncode == 0 and (cache_dir / "checks" / "toy-output" / f"check-{sha[:10]}" / "trial.json").is_file()
+    (tmp_path / "afile").write_text("x")
+    refused = abbisect("check", str(recipe), "fixed", "-o", "afile", cwd=tmp_path, cache=cache_dir)
+    assert refused.returncode == 128 and "is a file, not a folder" in refused.stderr, refused.stderr
