@@ -288,3 +288,18 @@ def test_check_output_puts_the_trial_folder_there(tmp_path, engine_repo, cache_d
     (tmp_path / "afile").write_text("x")
     refused = abbisect("check", str(recipe), "fixed", "-o", "afile", cwd=tmp_path, cache=cache_dir)
     assert refused.returncode == 128 and "is a file, not a folder" in refused.stderr, refused.stderr
+
+
+def test_matrix_counts_a_cache_replay_apart_from_the_trials(tmp_path, engine_repo, cache_dir):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, name="toy-replays"))
+    for n in (1, 2, 3):  # the first runs both sides; the two after it are served from the trial cache
+        proc = abbisect("run", str(recipe), "--a", "broken", "--b", "fixed", "-o", f"results/ab{n}", cwd=tmp_path,
+                        cache=cache_dir)
+        assert proc.returncode == 0, proc.stderr
+    proc = abbisect("matrix", "results", "--json", "--no-plots", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    cells = json.loads(proc.stdout)["data"]["cells"]
+    assert len(cells) == 2 and all((c["evidence"], c.get("replayed")) == (1, 2) for c in cells), cells
+    assert "4 results replayed from the cache" in proc.stderr
+    assert "1 trial, replayed from the cache 2×" in (tmp_path / "results" / "matrix" / "matrix.md").read_text()
+    assert "1 trial, replayed from the cache 2×" in (tmp_path / "results" / "matrix" / "matrix.html").read_text()

@@ -133,6 +133,7 @@ def matrix(
     click.echo(
         f"{n['cells']} cells ({n['good']} good, {n['bad']} bad, {n['skip']} untestable; "
         f"{n['transitions']} transitions, {n['conflicts']} conflicts"
+        + (f", {n['replayed']} results replayed from the cache" if n["replayed"] else "")
         + (f", {n['env_match']} on GPU stack {key}" if key else "")
         + f") from {len(loaded.sources)} "
         f"result files; {len(made)} pictures",
