@@ -303,3 +303,12 @@ def test_matrix_counts_a_cache_replay_apart_from_the_trials(tmp_path, engine_rep
     assert "4 results replayed from the cache" in proc.stderr
     assert "1 trial, replayed from the cache 2×" in (tmp_path / "results" / "matrix" / "matrix.md").read_text()
     assert "1 trial, replayed from the cache 2×" in (tmp_path / "results" / "matrix" / "matrix.html").read_text()
+
+
+def test_an_empty_ref_is_a_usage_error(tmp_path, engine_repo, cache_dir):
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, sides={"a": "healthy0", "b": "fixed"}))
+    for args in (["--a", ""], ["--b", " ", "--dry-run"], ["--a", "", "--a-pin", "x==1"]):
+        proc = abbisect("run", str(recipe), *args, cwd=tmp_path, cache=cache_dir)
+        assert proc.returncode == 2, (args, proc.stderr)
+        (line,) = proc.stderr.splitlines()
+        assert line.startswith(f"abbisect: error: {args[0]} {args[1]!r}: an empty ref"), line

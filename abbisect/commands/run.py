@@ -106,6 +106,10 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     from abbisect.trial import run_trial
 
     gates = parse_gate(expect, "--expect"), parse_gate(fail_if, "--fail-if")
+    for option, given in (("--a", ref_a), ("--b", ref_b)):
+        if given is not None and not given.strip():  # never the recipe's side in its place, silently
+            raise UserError(f"{option} {given!r}: an empty ref (give a branch, tag or sha, or leave {option} out "
+                            "to use the recipe's side)")
     check_output_option(output)
     recipe_file = recipe_path(recipe, DEFAULT_RECIPE)
     rec, base = load_recipe(recipe_file)
