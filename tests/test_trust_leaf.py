@@ -312,3 +312,16 @@ def test_an_empty_ref_is_a_usage_error(tmp_path, engine_repo, cache_dir):
         assert proc.returncode == 2, (args, proc.stderr)
         (line,) = proc.stderr.splitlines()
         assert line.startswith(f"abbisect: error: {args[0]} {args[1]!r}: an empty ref"), line
+
+
+def test_a_recipe_with_too_many_values_blames_aliases_only_when_it_has_some(tmp_path, engine_repo, cache_dir):
+    head = f"name: many\nengine: {{kind: command, repo: {engine_repo}}}\n"
+    plain = tmp_path / "plain.yaml"
+    plain.write_text(head + "prompts: [" + ", ".join(["p"] * 100_000) + "]\n")  # 100,000 inline prompts
+    aliased = tmp_path / "aliased.yaml"
+    aliased.write_text(head + "x: &a [" + ", ".join(["v"] * 400) + "]\nprompts: [" + ", ".join(["*a"] * 400) + "]\n")
+    for path, says in ((plain, "too many values (100,0"), (aliased, "too large once YAML aliases are expanded")):
+        proc = abbisect("run", str(path), "--a", "fixed", "--b", "fixed", "--dry-run", cwd=tmp_path, cache=cache_dir)
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.splitlines()
+        assert says in line and ("alias" in line) == (path == aliased), line
