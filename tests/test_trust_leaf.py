@@ -325,3 +325,53 @@ def test_a_recipe_with_too_many_values_blames_aliases_only_when_it_has_some(tmp_
         assert proc.returncode == 2, proc.stderr
         (line,) = proc.stderr.splitlines()
         assert says in line and ("alias" in line) == (path == aliased), line
+
+
+def test_a_wait_for_this_runs_own_background_build_says_so(tmp_path):
+    """The lock names its holder: a wait behind a prefetch thread of this process is this run's background
+    build; behind another process, another abbisect (with its pid) as before."""
+    import threading
+
+    from abbisect.errors import InfraError
+    from abbisect.locks import file_lock
+
+    lock = tmp_path / "envs" / "0123abcd.lock"
+    held, done = threading.Event(), threading.Event()
+
+    def prefetch() -> None:
+        with file_lock(lock):
+            held.set()
+            done.wait(30)
+
+    thread = threading.Thread(target=prefetch, name="prefetch_0")
+    thread.start()
+    said: list[str] = []
+    try:
+        held.wait(10)
+        try:
+            with file_lock(lock, timeout=0.5, say=said.append):
+                raise AssertionError("taken while the prefetch thread holds it")
+        except InfraError as exc:
+            assert "waiting for this run's background build of 0123abcd" in str(exc)
+    finally:
+        done.set()
+        thread.join()
+    assert said and set(said) == {"waiting for this run's background build of 0123abcd"}, said
+    hold = ("import sys, time; from pathlib import Path; from abbisect.locks import file_lock\n"
+            "with file_lock(Path(sys.argv[1])):\n    print('held', flush=True); time.sleep(30)")
+    holder = subprocess.Popen([sys.executable, "-c", hold, str(lock)], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        said.clear()
+        try:
+            with file_lock(lock, timeout=0.5, say=said.append):
+                raise AssertionError("taken while another process holds it")
+        except InfraError:
+            pass
+        assert set(said) == {f"waiting for another abbisect building 0123abcd (pid {holder.pid})"}, said
+    finally:
+        holder.kill()
+        holder.wait()
+    with file_lock(lock):  # free again: taken at once
+        pass
