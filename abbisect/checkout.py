@@ -9,14 +9,18 @@ import re
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import unquote, urlsplit
 
 from abbisect.infra.cache import Cache, hold, release, remove_if_unused
 from abbisect.infra.errors import InfraError, UserError
-from abbisect.infra.git import GitError, git, is_repository
+from abbisect.infra.git import GitError, call, git, is_repository
+from abbisect.infra.git import resolve as resolve_sha
 from abbisect.infra.locks import file_lock
+from abbisect.infra.progress import warn
 from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
+_NOT_A_REPO = "does not appear to be a git repository"
 
 
 @dataclass(frozen=True)
@@ -49,12 +53,19 @@ def open_repo(spec: str, cache: Cache | Path, fetch: bool = True) -> Path:
     if _URL.match(spec):
         dest = cache.clone(spec)
         with file_lock(cache.lock(dest)):
+            cloning = not dest.exists()
             try:
-                if not dest.exists():
+                if cloning:
+                    if spec.startswith("file://"):  # a folder here: whether it is a repository is known first
+                        _local_repository(spec, Path(unquote(urlsplit(spec).path)))
                     git(dest.parent, "clone", "--quiet", "--bare", spec, str(dest))
                 elif fetch:
                     git(dest, "fetch", "origin", "+refs/heads/*:refs/heads/*", "--tags", "--prune")
             except GitError as exc:
+                said = next((ln for ln in exc.stderr.splitlines() if _NOT_A_REPO in ln), None)
+                if said and cloning:  # the URL names something that is not a repository: the recipe's mistake
+                    raise UserError(f"engine.repo {spec}: not a git repository ({said.removeprefix('fatal: ')})"
+                                    ) from None
                 raise InfraError(f"cannot fetch {spec}: {exc}") from None
         return dest
     path = Path(spec)
@@ -63,12 +74,47 @@ def open_repo(spec: str, cache: Cache | Path, fetch: bool = True) -> Path:
     return path
 
 
+def _local_repository(spec: str, path: Path) -> None:
+    """A UserError naming why the folder a file:// URL points at is not a repository (else nothing)."""
+    if is_repository(path):
+        return
+    why = ("no such folder" if not path.exists() else "a file, not a folder" if not path.is_dir()
+           else "a folder without a .git" if not (path / ".git").exists() else "git finds no repository there")
+    raise UserError(f"engine.repo {spec}: not a git repository ({why})")
+
+
 def resolve(repo: Path, ref: str) -> Revision:
-    try:
-        sha = git(repo, "rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}").strip()
-    except GitError:
-        raise UserError(f"ref {ref!r} not found in {repo} (give a branch, tag or sha that exists there)") from None
+    proc = call(["rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}"], repo)
+    sha = proc.stdout.strip()
+    if proc.returncode != 0 or not sha:
+        raise UserError(f"ref {ref!r} not found in {repo} (give a branch, tag or sha that exists there)")
+    if (m := _AMBIGUOUS.search(proc.stderr)) and (repo, m.group(1)) not in _WARNED:
+        _WARNED.add((repo, m.group(1)))
+        said = _ambiguity(repo, m.group(1))
+        if said:
+            warn(said)
     return Revision(ref=ref, sha=sha, subject=git(repo, "show", "-s", "--format=%s", sha).strip())
+
+
+_AMBIGUOUS = re.compile(r"warning: refname '(.+)' is ambiguous")
+_WARNED: set[tuple[Path, str]] = set()  # said once a command
+
+
+def _ambiguity(repo: Path, name: str) -> str | None:
+    """What git chose for a name several refs (or a ref and a sha prefix) answer to, and how to name the
+    others; None when they all name the same commit. git's order: refs/<name>, tags, heads, remotes."""
+    rules = [f"refs/{name}", f"refs/tags/{name}", f"refs/heads/{name}", f"refs/remotes/{name}",
+             f"refs/remotes/{name}/HEAD"]
+    found = [(r, sha) for r in rules if (sha := resolve_sha(repo, r)) is not None]
+    if not found:
+        return None
+    (chosen, sha), others = found[0], found[1:]
+    head = f"ref {name!r} is ambiguous: git chose {chosen} ({sha[:10]})"
+    if not others:
+        return f"{head}; for the commit whose sha starts with {name}, give more of its digits"
+    if all(o == sha for _, o in others):
+        return None
+    return head + "; name the other as " + " or ".join(f"{r} ({o[:10]})" for r, o in others)
 
 
 def worktree(repo: Path, sha: str, cache: Cache | Path, sparse: tuple[str, ...] = ()) -> Path:

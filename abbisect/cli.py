@@ -16,11 +16,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
+from typing import Any
 
 import click
 
 from abbisect import __version__
-from abbisect.infra import progress
+from abbisect.commands.options import verbosity_options
 from abbisect.infra.errors import describe_os_error, kind_of
 
 # The commands, each in abbisect/commands/<name>.py as a click command of that name; imported when used.
@@ -32,14 +33,15 @@ COMMANDS = ("bisect", "cache", "check", "env", "matrix", "run", "scan", "schema"
 # verdict may exit 1..127 (but 125), so everything that is not about the commit exits 125 (skip it) or
 # 128 and above (stop the bisection).
 _SIGNALS = {"interrupted": 130, "terminated": 143}
+_DEFAULT_CODES = {"ok": 0, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS}
 EXIT_CODES: dict[str, dict[str, int]] = {
     "check": {"good": 0, "bad": 1, "untestable": 125, "infra": 125, "usage": 128, "internal": 128, **_SIGNALS},
     "run": {"ran": 0, "gate-failed": 1, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS},
     "bisect": {"found": 0, "usage": 2, "infra": 2, "no-change": 3, "untestable-end": 4, "ambiguous": 5,
                "internal": 70, **_SIGNALS},
     "scan": {"clean": 0, "matched": 1, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS},
+    **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema")},
 }
-_DEFAULT_CODES = {"ok": 0, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS}
 
 
 def exit_code(command: str | None, ending: str) -> int:
@@ -82,6 +84,14 @@ class Main(click.Group):
             self.add_command(getattr(importlib.import_module(f"abbisect.commands.{cmd_name}"), cmd_name))
         return self.commands.get(cmd_name)
 
+    def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
+                     **extra: Any) -> click.Context:
+        try:  # a bad option before the command (`abbisect --bogus`)
+            return super().make_context(info_name, args, parent, **extra)
+        except click.UsageError as exc:
+            _usage(exc)
+            sys.exit(exit_code(None, "usage"))
+
     def invoke(self, ctx: click.Context):
         # SIGTERM unwinds like Ctrl-C, so every running server is torn down on the way out.
         signal.signal(signal.SIGTERM, _on_sigterm)
@@ -89,7 +99,7 @@ class Main(click.Group):
             return super().invoke(ctx)
         except click.UsageError as exc:
             command = ctx.invoked_subcommand
-            exc.show()
+            _usage(exc)
             ctx.exit(exit_code(command, "usage"))
         except SystemExit as exc:
             if exc.code == _SIGNALS["terminated"] and _TERMINATED.is_set():
@@ -123,6 +133,15 @@ class Main(click.Group):
 _TERMINATED = threading.Event()
 
 
+def _usage(exc: click.UsageError) -> None:
+    """click's usage error as one line naming the problem and where help is (click prints three or four)."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # a bare `abbisect` or `abbisect cache`: the help
+        exc.show()
+        return
+    where = f" (see '{exc.ctx.command_path} --help')" if exc.ctx is not None else ""
+    click.echo(f"abbisect: error: {exc.format_message()}{where}", err=True)
+
+
 def _on_sigterm(*_) -> None:
     _TERMINATED.set()
     _stop_children()  # builds in background threads must not hold the exit
@@ -146,8 +165,6 @@ def _stop_children() -> None:
 
 @click.group(cls=Main, epilog="Exit codes of every command: see its --help and README \"Exit codes\".")
 @click.version_option(__version__, prog_name="abbisect")
-@click.option("-q", "--quiet", is_flag=True, help="errors and the final lines only")
-@click.option("-v", "--verbose", is_flag=True, help="every step, status updates unthrottled")
-def main(quiet: bool, verbose: bool) -> None:
+@verbosity_options
+def main() -> None:
     """A/B and bisect LLM serving engines across git commits, with scored outputs and paste-ready reports."""
-    progress.level = progress.QUIET if quiet else progress.VERBOSE if verbose else progress.NORMAL

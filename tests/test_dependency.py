@@ -7,7 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-from abbisect.dependency import diff_packages, resolve_versions
+from abbisect.bisect.versions import resolve_versions
+from abbisect.report.packages import diff_packages
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.builtin import toydep

@@ -231,6 +231,24 @@ def test_sglang_rust_without_switch_builds_when_cargo_is_there(sglang_repo, tmp_
     assert _plan(repo, shas[2], tmp_path / "c").key != with_cargo.key  # gaining cargo changes the venv
 
 
+def test_sglang_rust_switched_off_keys_the_same_with_or_without_cargo(sglang_repo, tmp_path: Path,
+                                                                      monkeypatch) -> None:
+    """SGLANG_BUILD_RUST_EXTS=none: cargo is never used, so its presence must not change the venv (a cache miss
+    across machines); a switch the recipe turns on uses cargo again."""
+    repo, shas = sglang_repo
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "cargo").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "cargo").chmod(0o755)
+    keys = {}
+    for where, path in (("cargo", f"{bin_dir}{os.pathsep}/usr/bin:/bin"), ("none", "/usr/bin:/bin")):
+        monkeypatch.setenv("PATH", path)
+        keys[where] = (_plan(repo, shas[3], tmp_path / "c").key,
+                       _plan(repo, shas[3], tmp_path / "c", env={"SGLANG_BUILD_RUST_EXTS": "all"}).key)
+    assert keys["cargo"][0] == keys["none"][0]
+    assert keys["cargo"][1] != keys["none"][1]
+
+
 def test_sglang_version_from_tags_when_there_are_some(sglang_repo, tmp_path: Path) -> None:
     repo, shas = sglang_repo
     _git(repo, "tag", "v0.5.18", shas[1])

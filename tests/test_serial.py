@@ -27,7 +27,7 @@ from abbisect.verdict.rules import Verdict
 
 DATA = Path(__file__).parent / "data" / "v1"
 # Fields results and steps gained since these files were written, at the value an old result reads as.
-ADDED_SINCE_V1 = {"links": {}, "needed": True}
+ADDED_SINCE_V1 = {"links": {}, "needed": True, "cut": False}  # cut: Completion.cut (ABBISECT_ANSWER_CAP_BYTES)
 
 
 def read(name: str) -> dict:
@@ -41,8 +41,9 @@ def as_written(data: object) -> object:
 
 def same_as_written(new: object, old: object, in_recipe: bool = False, key: str = "") -> bool:
     """Written back as the earlier writer wrote it: equal, except that a recipe written today also carries
-    the keys added to the recipe since, at their defaults, and its install section only the keys of its own
-    strategy (the earlier flat section's keys of other strategies, at their defaults, are dropped)."""
+    the keys added to the recipe since, at their defaults, its install section only the keys of its own
+    strategy (the earlier flat section's keys of other strategies, at their defaults, are dropped), and a
+    result the keys in ADDED_SINCE_V1."""
     if isinstance(old, dict):
         if not isinstance(new, dict):
             return False

@@ -91,7 +91,9 @@ def render_bisect_plan(recipe: Recipe, repo: Path, good: checkout.Revision, bad:
             mids += found
         extra += [(f"merge base {b[:10]}", b) for b in bases]
     extra += [(f"first midpoint {mids[0][:10]}", mids[0])] if mids else []
-    lines += ["", "plans (side A = the good end, side B = the bad end):", render_plan(recipe, (good.ref, bad.ref), cache)]
+    # Planned by sha: an end's ref may be a label (a date end reads "2026-07-20 → 8905cbd42f").
+    plans = render_plan(recipe, (good.sha, bad.sha), cache, labels=(good.ref, bad.ref))
+    lines += ["", "plans (side A = the good end, side B = the bad end):", plans]
     for label, sha in extra:
         lines.append(f"{label}:")
         lines += render_env(recipe, repo, sha, sha, cache)

@@ -22,6 +22,7 @@ from abbisect.commands.options import (
     no_cache_option,
     output_option,
     recipe_argument,
+    verbosity_options,
 )
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final, Reporter
@@ -85,6 +86,7 @@ def bisect_ending(run: BisectRun) -> str:
                    "and test an end only when the answer rests on it (fewer launches; a mislabelled end is "
                    "found at the answer, not before the search)")
 @click.argument("pathspec", nargs=-1)
+@verbosity_options
 def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interactive, resume, output, cache_dir,
            as_json, dry_run, slots, gpus, executor, ray_address, ends, pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).

@@ -7,12 +7,13 @@ from collections import defaultdict
 
 import click
 
+from abbisect.cli import exit_help
 from abbisect.commands.common import open_cache
-from abbisect.commands.options import cache_dir_option, dry_run_option, json_option
+from abbisect.commands.options import cache_dir_option, dry_run_option, json_option, verbosity_options
 from abbisect.infra.cache import EVICTABLE, LAYOUT, entries, gc, human, parse_age, parse_size
 
 
-@click.group("cache")
+@click.group("cache", epilog=exit_help("cache"))
 def cache() -> None:
     """List and clean the cache (worktrees, venvs, models, trial results, clones).
 
@@ -21,10 +22,11 @@ def cache() -> None:
     """
 
 
-@cache.command("list")
+@cache.command("list", epilog=exit_help("cache"))
 @cache_dir_option("the cache folder")
 @click.option("--all", "show_all", is_flag=True, help="one line per entry, not only totals per kind")
 @json_option("print the entries as JSON")
+@verbosity_options
 def list_(cache_dir: str | None, show_all: bool, as_json: bool) -> None:
     """Sizes by kind (hard links counted once) and, with --all, every entry by last use."""
     root = open_cache(cache_dir, budget=False).root
@@ -51,13 +53,14 @@ def list_(cache_dir: str | None, show_all: bool, as_json: bool) -> None:
             click.echo(f"{age}  {e.kind:<10} {human(e.size):>10}  {e.path.relative_to(root)}")
 
 
-@cache.command("gc")
+@cache.command("gc", epilog=exit_help("cache"))
 @cache_dir_option("the cache folder")
 @click.option("--max-size", help="remove least recently used entries until the cache fits, e.g. 50G")
 @click.option("--older-than", help="remove entries unused for longer than this, e.g. 14d, 12h")
 @click.option("--kind", "kinds", multiple=True, type=click.Choice(list(LAYOUT)),
               help=f"what may be removed (repeatable; default: {', '.join(EVICTABLE)})")
 @dry_run_option("print what would be removed and remove nothing")
+@verbosity_options
 def gc_(cache_dir: str | None, max_size: str | None, older_than: str | None, kinds: tuple[str, ...],
         dry_run: bool) -> None:
     """Remove unused entries: least recently used first, never one a running abbisect holds."""

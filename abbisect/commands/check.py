@@ -12,10 +12,13 @@ from abbisect.cli import exit_code, exit_help
 from abbisect.commands.common import open_cache
 from abbisect.commands.options import (
     cache_dir_option,
+    check_output_option,
     json_option,
     judge_options,
     no_cache_option,
+    output_option,
     recipe_argument,
+    verbosity_options,
 )
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final, Reporter
@@ -29,11 +32,13 @@ from abbisect.recipe import load_recipe, recipe_path
 @recipe_argument
 @click.argument("ref", required=False)
 @click.option("--invert", is_flag=True, help="exit 0 for bad and 1 for good (when git's 'old' state is the bad one)")
+@output_option("the folder that gets the trial's folder, check-<sha> (default: the cache's checks/<recipe>/)")
 @cache_dir_option()
 @no_cache_option("ignore a cached result for this commit")
 @json_option("print the trial result as JSON on stdout")
 @judge_options("the trial")
-def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive) -> None:
+@verbosity_options
+def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, interactive) -> None:
     """Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.
 
     Without REF it judges what git is testing: under `git bisect run` (or while a bisect is under way in
@@ -50,6 +55,7 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive
     from abbisect.trial.pipeline import run_trial
     from abbisect.trial.spec import trial_spec
 
+    check_output_option(output)
     under = bisect_under_way(dict(os.environ), Path.cwd()) if ref is None else None
     # git bisect run exports GIT_DIR (and more): from here on they must not steer abbisect's own git
     # calls on the recipe's repository, nor reach a build or a server.
@@ -75,7 +81,8 @@ def check(recipe, ref, invert, cache_dir, no_cache, as_json, script, interactive
     else:
         rev = checkout.resolve(repo, ref or "HEAD")
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
-    spec = trial_spec(rec, repo, rev, "check", cache, cache.checks(rec.name))
+    folder = Path(output).expanduser().resolve() if output else cache.checks(rec.name)
+    spec = trial_spec(rec, repo, rev, "check", cache, folder)
     result = judging(trials.fetch, judge, run_trial)(spec, lambda m: progress(f"{rev.short}: {m}"))
     # The verdict kept beside the logs, so `abbisect matrix <cache>/checks` can read it.
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)

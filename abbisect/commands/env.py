@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import click
 
-from abbisect.commands.options import json_option
+from abbisect.cli import exit_help
+from abbisect.commands.options import json_option, verbosity_options
 from abbisect.gpu.fingerprint import collect, render_table
 
 
-@click.command("env")
+@click.command("env", epilog=exit_help("env"))
 @json_option("Print the fingerprint as JSON (includes `key`).")
 @click.option("--python", "python", type=click.Path(dir_okay=False), default=None,
               help="Interpreter to describe, e.g. a per-commit venv's bin/python (default: this one).")
 @click.option("--key", "key_only", is_flag=True, help="Print only the short stable key.")
+@verbosity_options
 def env(as_json: bool, python: str | None, key_only: bool) -> None:
     """Print GPU(s), driver, CUDA, torch, triton and engine versions, and a stable key for this stack."""
     fp = collect(python=python)  # raises UserError for a missing interpreter

@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 import pandas as pd
 
+from abbisect.cli import exit_help
 from abbisect.commands.common import open_cache
-from abbisect.commands.options import cache_dir_option, json_option, output_option
+from abbisect.commands.options import cache_dir_option, json_option, output_option, verbosity_options
 from abbisect.infra.errors import UserError
 from abbisect.matrix import plots
 from abbisect.matrix.cells import Matrix, build_cells, mark_env, stack_from
@@ -62,7 +63,7 @@ def pictures(sources: list[Source]) -> list[tuple[str, str, bytes]]:
     return [(cap, fname, png) for cap, fname, png in made if png]
 
 
-@click.command("matrix")
+@click.command("matrix", epilog=exit_help("matrix"))
 @click.argument("results_dirs", nargs=-1, type=click.Path(file_okay=False))
 @output_option("folder for matrix.{md,json,csv,html} and plots/ (default RESULTS_DIR/matrix)")
 @click.option(
@@ -74,6 +75,7 @@ def pictures(sources: list[Source]) -> list[tuple[str, str, bytes]]:
 @click.option("--env-key", help="mark the cells of this GPU stack key (as `abbisect env --key` prints it)")
 @click.option("--no-plots", is_flag=True, help="skip the pictures")
 @json_option("print matrix.json on stdout")
+@verbosity_options
 def matrix(
     results_dirs: tuple[str, ...],
     output: str | None,
@@ -130,6 +132,7 @@ def matrix(
     click.echo(
         f"{n['cells']} cells ({n['good']} good, {n['bad']} bad, {n['skip']} untestable; "
         f"{n['transitions']} transitions, {n['conflicts']} conflicts"
+        + (f", {n['replayed']} results replayed from the cache" if n["replayed"] else "")
         + (f", {n['env_match']} on GPU stack {key}" if key else "")
         + f") from {len(loaded.sources)} "
         f"result files; {len(made)} pictures",

@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 
 import click
 
+from abbisect.infra import progress
 from abbisect.infra.errors import UserError
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -21,6 +22,20 @@ CACHE_HELP = "worktrees, venvs and trial cache"
 
 # RECIPE: the recipe's path; without it ./abbisect.yaml (and, for `run`, the built-in default recipe).
 recipe_argument = click.argument("recipe", required=False)
+
+
+def _level(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:  # given: the last of -q / -v wins; not given: whatever was said before the command stands
+        progress.level = progress.QUIET if param.name == "quiet" else progress.VERBOSE
+
+
+def verbosity_options(f: F) -> F:
+    """-q / -v, before the command (`abbisect -q bisect`) or after it (`abbisect bisect -q`)."""
+    quiet = click.option("-q", "--quiet", is_flag=True, expose_value=False, callback=_level,
+                         help="errors and the final lines only")
+    verbose = click.option("-v", "--verbose", is_flag=True, expose_value=False, callback=_level,
+                           help="every step, status updates unthrottled")
+    return quiet(verbose(f))
 
 
 def output_option(text: str = RESULTS_HELP) -> Decorator:

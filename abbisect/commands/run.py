@@ -20,6 +20,7 @@ from abbisect.commands.options import (
     no_cache_option,
     output_option,
     recipe_argument,
+    verbosity_options,
 )
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final, Reporter
@@ -89,6 +90,7 @@ def gate_failures(outcomes: dict[str, str], expect: dict[str, str], fail_if: dic
 @click.option("--expect", metavar="SIDE=OUTCOME,...",
               help="CI gate: exit 1 unless each side got this outcome (good/bad/skip), e.g. a=bad,b=good")
 @click.option("--fail-if", metavar="SIDE=OUTCOME,...", help="CI gate: exit 1 if a side got this outcome, e.g. b=bad")
+@verbosity_options
 def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
         output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
         interactive: bool, expect: str | None, fail_if: str | None) -> None:
@@ -104,6 +106,10 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     from abbisect.trial.plan import render_plan
 
     gates = parse_gate(expect, "--expect"), parse_gate(fail_if, "--fail-if")
+    for option, given in (("--a", ref_a), ("--b", ref_b)):
+        if given is not None and not given.strip():  # never the recipe's side in its place, silently
+            raise UserError(f"{option} {given!r}: an empty ref (give a branch, tag or sha, or leave {option} out "
+                            "to use the recipe's side)")
     check_output_option(output)
     recipe_file = recipe_path(recipe, DEFAULT_RECIPE)
     rec, base = load_recipe(recipe_file)

@@ -7,25 +7,38 @@ from pathlib import Path
 
 import click
 
-from abbisect.commands.options import json_option
+from abbisect.commands.options import json_option, verbosity_options
 from abbisect.infra.errors import UserError
+from abbisect.infra.logstream import MAX_LINE
 from abbisect.infra.serial import dump
+from abbisect.score.scanner import LineScanner
 from abbisect.score.signatures import (
     SEVERITIES,
+    Signature,
     SignatureMatch,
-    first_exception,
     load_catalogue,
-    scan_text,
     severity_at_least,
 )
 
+BLOCK = 1 << 20  # bytes read at a time (then to the end of the line)
 
-def _read(path: str) -> str:
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"log file not found: {path}")
-    # Logs mix encodings and raw bytes from native crashes; never fail on decoding.
-    return p.read_bytes().decode("utf-8", errors="replace")
+
+def _scan(path: Path, catalogue: list[Signature]) -> LineScanner:
+    """A log streamed through a `LineScanner` in blocks of whole lines, so memory stays flat however large
+    the log is (the scanner keeps at most 20 matches a signature). A line longer than MAX_LINE is scanned by
+    its beginning."""
+    scanner = LineScanner(catalogue)
+    with path.open("rb") as fh:
+        while block := fh.read(BLOCK):
+            if not block.endswith(b"\n"):
+                block += fh.readline(MAX_LINE)  # the end of the block's last line
+                while not block.endswith(b"\n") and (rest := fh.readline(BLOCK)):  # an overlong one: skipped
+                    if rest.endswith(b"\n"):
+                        block += b"\n"
+            lines = block.removesuffix(b"\n")
+            # Logs mix encodings and raw bytes from native crashes; never fail on decoding.
+            scanner.feed_many(lines.decode("utf-8", errors="replace"), lines.count(b"\n") + 1)
+    return scanner
 
 
 def _plain(path: str, matches: list[SignatureMatch], root: tuple[int, str] | None) -> None:
@@ -71,15 +84,18 @@ def _table(path: str, matches: list[SignatureMatch], root: tuple[int, str] | Non
     help="Exit 1 when a signature at or above this severity is found.",
 )
 @json_option("Print one JSON object instead of a table.")
+@verbosity_options
 def scan(logs: tuple[str, ...], fail_on: str, as_json: bool) -> None:
     """Scan server logs for known failure signatures and explain them."""
-    texts = {path: _read(path) for path in logs}  # read all first: a missing file fails before output
+    for path in logs:  # all checked first: a missing file fails before output
+        if not Path(path).is_file():
+            raise UserError(f"log file not found: {path}")
     catalogue = load_catalogue()
     report = []
     failed = False
-    for path, text in texts.items():
-        matches = scan_text(text, catalogue)
-        root = first_exception(text)
+    for path in logs:
+        scanner = _scan(Path(path), catalogue)
+        matches, root = scanner.matches, scanner.first_exception
         failed = failed or any(severity_at_least(m.severity, fail_on) for m in matches)
         report.append((path, matches, root))
     if as_json:

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import click
 
+from abbisect.cli import exit_help
+from abbisect.commands.options import verbosity_options
 
-@click.command("schema")
+
+@click.command("schema", epilog=exit_help("schema"))
+@verbosity_options
 def schema() -> None:
     """Print the recipe's JSON Schema (for editors: yaml-language-server, VS Code)."""
     import json

@@ -326,8 +326,11 @@ def key_inputs(ctx: BuildContext) -> dict[str, object]:
         inputs["cuda"] = cuda_variant(_data(ctx), tuple(_opts(ctx).extras))
     needs = build_needs(ctx)
     if needs.env or needs.rust:
-        # cargo's presence decides between a build and "needs cargo": a machine that gains cargo rebuilds.
-        inputs["build"] = {"env": needs.env, "cargo": needs.rust and shutil.which("cargo") is not None}
+        # Without a switch, cargo's presence decides between a build and "needs cargo": a machine that gains
+        # cargo rebuilds. A switch set to `none` skips the Rust build: cargo is not used, whether there or not.
+        switches = [v for k, v in needs.env.items() if k.endswith("_BUILD_RUST_EXTS")]
+        uses_cargo = needs.rust and not (switches and all(v == "none" for v in switches))
+        inputs["build"] = {"env": needs.env, "cargo": uses_cargo and shutil.which("cargo") is not None}
     return inputs
 
 

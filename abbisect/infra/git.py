@@ -19,7 +19,11 @@ PathLike = str | Path
 
 
 class GitError(RuntimeError):
-    """A git command failed; the message is git's last line of stderr."""
+    """A git command failed; the message is git's last line of stderr, `stderr` all of it."""
+
+    def __init__(self, message: str, stderr: str = "") -> None:
+        super().__init__(message)
+        self.stderr = stderr
 
 
 def call(args: Sequence[str], repo: PathLike | None = None, env: Mapping[str, str] | None = None,
@@ -40,7 +44,7 @@ def git(repo: PathLike, *args: str, env: Mapping[str, str] | None = None) -> str
     if proc.returncode != 0:
         lines = proc.stderr.strip().splitlines()
         why = lines[-1] if lines else f"exit {proc.returncode}"
-        raise GitError(f"git {' '.join(args[:2])} failed: {why}")
+        raise GitError(f"git {' '.join(args[:2])} failed: {why}", proc.stderr)
     return proc.stdout
 
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,6 +17,10 @@ from abbisect.infra.errors import InfraError
 # before giving up as an infrastructure fault; ABBISECT_LOCK_TIMEOUT overrides it (seconds).
 DEFAULT_TIMEOUT = 3 * 3600.0
 _POLL = 0.2
+# Who holds an exclusive lock is written into its file ("pid process-token thread"), so a wait can say whether
+# it waits for another abbisect or for this run's own background build; the token tells apart two processes
+# of one pid (containers sharing a cache).
+_TOKEN = uuid.uuid4().hex[:12]
 
 
 def lock_timeout() -> float:
@@ -42,6 +48,9 @@ def locked_open(path: Path, how: int, timeout: float | None = None,
             raise
         try:
             if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                if how == fcntl.LOCK_EX:
+                    os.ftruncate(fd, 0)
+                    os.pwrite(fd, f"{os.getpid()} {_TOKEN} {threading.current_thread().name}\n".encode(), 0)
                 return fd
         except FileNotFoundError:
             pass
@@ -59,10 +68,24 @@ def _flock(fd: int, how: int, path: Path, start: float, timeout: float, say: Cal
         except BlockingIOError:
             waited = time.monotonic() - start
             if waited >= timeout:
-                raise InfraError(f"gave up after {waited:.0f} s waiting for another abbisect building {path.stem} "
-                                 f"(lock {path}); let it finish, or raise ABBISECT_LOCK_TIMEOUT (seconds)") from None
-            say(Status(f"waiting for another abbisect building {path.stem}", kind="lock"))
+                raise InfraError(f"gave up after {waited:.0f} s {waiting_for(path)} (lock {path}); let it finish, "
+                                 "or raise ABBISECT_LOCK_TIMEOUT (seconds)") from None
+            say(Status(waiting_for(path), kind="lock"))
             time.sleep(_POLL)
+
+
+def waiting_for(path: Path) -> str:
+    """What a wait for the lock at `path` waits for, from the holder its file names."""
+    try:
+        pid, token, thread = path.read_text().split(maxsplit=2)
+    except (OSError, ValueError):  # not written (yet), or by an abbisect that did not write it
+        return f"waiting for another abbisect building {path.stem}"
+    if token != _TOKEN:
+        return f"waiting for another abbisect building {path.stem} (pid {pid})"
+    thread = thread.strip()
+    if thread.startswith("prefetch"):  # the bisect driver's background builds (abbisect/bisect/driver.py)
+        return f"waiting for this run's background build of {path.stem}"
+    return f"waiting for this run's build of {path.stem} in its thread {thread}"
 
 
 @contextmanager
@@ -72,6 +95,7 @@ def file_lock(path: Path, timeout: float | None = None, say: Callable[[str], Non
     try:
         yield
     finally:
+        os.ftruncate(fd, 0)  # no holder named once it is free
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 

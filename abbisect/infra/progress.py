@@ -101,3 +101,13 @@ def ambient(message: str) -> None:
     """Report through the CLI's reporter where no `Progress` callable reaches (a lock wait deep in a stage)."""
     if ambient_reporter is not None:
         ambient_reporter(message)
+
+
+def warn(message: str) -> None:
+    """A warning a person must see, even with `-q`: one line through the CLI's reporter where there is one
+    (it keeps a live status line intact), else on stderr."""
+    line = f"abbisect: warning: {message}"
+    if ambient_reporter is not None:
+        ambient_reporter(Final(line))
+    else:
+        print(line, file=sys.stderr, flush=True)

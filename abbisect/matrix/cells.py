@@ -54,6 +54,7 @@ class Evidence:
     commit_date: str | None = None  # orders commits along a line; None when git could not be asked
     parents: tuple[str, ...] = ()
     dependency: str = ""  # what was installed over the engine (a side's pins, a bisect.over candidate)
+    replayed: bool = False  # a result served from the trial cache: the trial ran before, in another run
 
     @property
     def cell_key(self) -> tuple[str, ...]:
@@ -67,17 +68,23 @@ class Evidence:
 @dataclass(frozen=True)
 class Cell:
     evidence: Evidence  # the newest
-    n_evidence: int = 1
+    n_evidence: int = 1  # trials: results replayed from the trial cache are not counted (they ran once before)
     conflicts: tuple[Evidence, ...] = ()  # evidence for this cell whose outcome differs from the newest
     transition: str = ""  # "good → bad" when the outcome changed since the previous tested commit
     transition_from: str = ""  # that previous commit
     adjacent: bool = False  # the previous tested commit is this commit's parent
     env_match: bool = False
+    n_replayed: int = 0  # evidence that was a replay of the trial cache
 
     def __getattr__(self, name: str) -> Any:  # cell.model, cell.commit, ... read through to the evidence
         if name.startswith("__"):
             raise AttributeError(name)
         return getattr(self.evidence, name)
+
+    def trials(self) -> str:
+        """`2 trials, replayed from the cache 3×`: the evidence, replays apart (they are not trials)."""
+        again = f", replayed from the cache {self.n_replayed}×" if self.n_replayed else ""
+        return f"{self.n_evidence} trial{'s' if self.n_evidence != 1 else ''}{again}"
 
     def row(self) -> dict[str, Any]:
         """A flat record for CSV/JSON: every column a script may want, conflicts summarised."""
@@ -104,6 +111,7 @@ class Cell:
             "recipe": e.recipe,
             "role": e.role,
             "evidence": self.n_evidence,
+            "replayed": self.n_replayed,
             "conflicts": "; ".join(f"{c.outcome} ({c.status}) {c.date} {c.report}" for c in self.conflicts),
             "transition": self.transition,
             "transition_from": self.transition_from,
@@ -247,6 +255,7 @@ def evidence_from_trial(
         role=role or spec.get("side", ""),
         commit_date=commit_date,
         dependency=dependency_of(spec),
+        replayed=bool(trial.get("cached")),
     )
 
 
@@ -299,6 +308,7 @@ def evidence_from_bisect(data: Mapping[str, Any], report: str, date: str) -> lis
                 commit_date=commit_date,
                 parents=tuple(t.get("parents") or ()),
                 dependency=dependency,
+                replayed=bool(t.get("cached")),
             )
         )
     return out
@@ -333,7 +343,9 @@ def build_cells(evidence: Iterable[Evidence]) -> list[Cell]:
             subject=newest.subject or next((e.subject for e in items if e.subject), ""),
         )
         conflicts = tuple(e for e in items[:-1] if e.outcome != newest.outcome)
-        cells.append(Cell(newest, len(items), conflicts))
+        # A replay is the result of a trial that ran before (usually one read here too): it adds no trial.
+        replays = sum(e.replayed for e in items)
+        cells.append(Cell(newest, max(len(items) - replays, 1), conflicts, n_replayed=replays))
     return sort_cells(mark_transitions(cells))
 
 
@@ -396,6 +408,7 @@ class Matrix:
             "conflicts": sum(1 for c in self.cells if c.conflicts),
             "transitions": sum(1 for c in self.cells if c.transition),
             "env_match": sum(1 for c in self.cells if c.env_match),
+            "replayed": sum(c.n_replayed for c in self.cells),
         }
 
     def to_dict(self) -> dict[str, Any]:

@@ -144,7 +144,7 @@ def _row(c: Cell) -> str:
             f'<br><span class="move">{_e(c.transition)} since <code>{_e(c.transition_from[:10])}</code>'
             f"{' (its parent)' if c.adjacent else ''}</span>"
         )
-    evidence = f"{c.n_evidence} trial{'s' if c.n_evidence != 1 else ''}"
+    evidence = _e(c.trials())
     for x in c.conflicts:
         evidence += (
             f'<br><span class="conflict">⚠ also {_e(x.outcome)} ({_e(x.status)}, {_e(x.recipe)}, '

@@ -31,7 +31,7 @@ def _commit(c: Cell) -> str:
 
 
 def _evidence(c: Cell) -> str:
-    parts = [f"{c.n_evidence} trial{'s' if c.n_evidence != 1 else ''}"]
+    parts = [c.trials()]
     parts += [
         f"⚠ also **{x.outcome}** ({text(x.status, 20)}, {text(x.recipe, 30)}, {x.date[:10]}, "
         f"{link(x.source, x.report)})"

@@ -3,10 +3,18 @@
 The server's liveness is checked between requests and while one is open: once it died, the prompt in
 flight is named and the others are marked as not sent, instead of each waiting for the request timeout.
 A request that fails while the server lives (HTTP 5xx, a broken stream) is an error on that output.
+
+`timeouts.request` bounds a whole request, connect to last byte: a server that trickles its answer gets an
+error at the deadline, not a wait per byte. An answer is read up to `answer_cap()` bytes and no further (a
+server may answer gigabytes): the text decoded so far is kept, ended with a marker, and the output is `cut`.
 """
 
 from __future__ import annotations
 
+import codecs
+import json
+import os
+import re
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -28,14 +36,59 @@ class Completion:
     completion_tokens: int | None
     latency_s: float
     error: str | None = None
+    cut: bool = False  # the answer was longer than answer_cap(): text is its beginning, ended by a marker
+
+
+# Bytes of an answer read at most (the response body, JSON included); ABBISECT_ANSWER_CAP_BYTES overrides.
+DEFAULT_ANSWER_CAP = 1024 * 1024
+CUT_MARK = "… [answer cut at {n} bytes by abbisect]"
+
+
+def answer_cap() -> int:
+    return int(os.environ.get("ABBISECT_ANSWER_CAP_BYTES", DEFAULT_ANSWER_CAP))
+
+
+def late(timeout: float) -> str:
+    return f"no complete answer within {timeout:g} s"
+
+
+class _Late(Exception):
+    """The request's deadline passed while its answer was still arriving."""
+
+
+def _request(client: httpx.Client, method: str, url: str, deadline: float | None, cap: int,
+             body: dict | None = None) -> tuple[int, bytes, bool]:
+    """(status, body, cut): the response read until `deadline` (else `_Late`) and up to `cap` bytes; the
+    rest is never read (the connection is closed with the response)."""
+    chunks: list[bytes] = []
+    size = 0
+    # Connecting and waiting for the headers get what is left of the request's time; the body is read chunk
+    # by chunk, each read bounded by the same and the deadline checked between chunks.
+    left = None if deadline is None else max(deadline - time.monotonic(), 0.001)
+    with client.stream(method, url, json=body, timeout=left) as r:
+        for chunk in r.iter_bytes():
+            chunks.append(chunk)
+            size += len(chunk)
+            if size > cap:
+                return r.status_code, b"".join(chunks)[:cap], True
+            if deadline is not None and time.monotonic() > deadline:
+                raise _Late
+        return r.status_code, b"".join(chunks), False
+
+
+def _deadline(client: httpx.Client) -> float | None:
+    """When a request started now must have its whole answer (the client's timeout is the request's)."""
+    timeout = client.timeout.read
+    return None if timeout is None else time.monotonic() + timeout
 
 
 def served_model(client: httpx.Client, base_url: str, fallback: str) -> str:
     """The name the server expects in requests (vLLM rejects any other)."""
     try:
-        data = client.get(f"{base_url}/v1/models").json()["data"]
+        status, raw, cut = _request(client, "GET", f"{base_url}/v1/models", _deadline(client), answer_cap())
+        data = json.loads(raw)["data"] if status < 400 and not cut else None
         return data[0]["id"] if data else fallback
-    except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
+    except (_Late, httpx.HTTPError, KeyError, IndexError, ValueError, TypeError):
         return fallback
 
 
@@ -49,20 +102,98 @@ def ask(client: httpx.Client, base_url: str, api: str, model: str, prompt_id: st
         path, body["prompt"] = "/v1/completions", prompt.prompt
     t0 = time.monotonic()
     try:
-        r = client.post(base_url + path, json=body)
-        r.raise_for_status()
-        data = r.json()
+        status, raw, cut = _request(client, "POST", base_url + path, _deadline(client), answer_cap(), body)
+        if status >= 400:
+            detail = f"HTTP {status}: {raw[:200].decode(errors='replace')}"
+            return Completion(prompt_id, prompt.prompt, "", None, None, None, round(time.monotonic() - t0, 4), detail)
+        if cut:
+            where = ("choices", 0, "message", "content") if api == "chat" else ("choices", 0, "text")
+            text = partial_string(raw, where) + CUT_MARK.format(n=len(raw))
+            return Completion(prompt_id, prompt.prompt, text, None, None, None, round(time.monotonic() - t0, 4),
+                              cut=True)
+        data = json.loads(raw)
         choice = data["choices"][0]
         text = choice["message"]["content"] if api == "chat" else choice["text"]
         usage = data.get("usage") or {}
         return Completion(prompt_id, prompt.prompt, text or "", choice.get("finish_reason"),
                           usage.get("prompt_tokens"), usage.get("completion_tokens"),
                           round(time.monotonic() - t0, 4))
+    except _Late:
+        return Completion(prompt_id, prompt.prompt, "", None, None, None, round(time.monotonic() - t0, 4),
+                          late(client.timeout.read or 0.0))
     except (httpx.HTTPError, KeyError, IndexError, ValueError, TypeError) as exc:
-        detail = f"{type(exc).__name__}: {exc}"
-        if isinstance(exc, httpx.HTTPStatusError):
-            detail = f"HTTP {exc.response.status_code}: {exc.response.text[:200]}"
-        return Completion(prompt_id, prompt.prompt, "", None, None, None, round(time.monotonic() - t0, 4), detail)
+        return Completion(prompt_id, prompt.prompt, "", None, None, None, round(time.monotonic() - t0, 4),
+                          f"{type(exc).__name__}: {exc}")
+
+
+_SPECIAL = re.compile(r'["\\]')  # what ends a run of plain characters in a JSON string
+_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _string(doc: str, i: int) -> tuple[str, int, bool]:
+    """The JSON string whose opening quote is just before `i`: (its text, the index after it, whether it
+    ended before the document did). An escape cut in half is dropped."""
+    parts: list[str] = []
+    while (m := _SPECIAL.search(doc, i)) is not None:
+        parts.append(doc[i:m.start()])
+        i = m.start()
+        if doc[i] == '"':
+            return _joined(parts), i + 1, True
+        esc = doc[i + 1:i + 2]
+        if esc == "u" and re.fullmatch(r"[0-9a-fA-F]{4}", doc[i + 2:i + 6]):
+            parts.append(chr(int(doc[i + 2:i + 6], 16)))
+            i += 6
+        elif esc in _ESCAPES:
+            parts.append(_ESCAPES[esc])
+            i += 2
+        else:
+            return _joined(parts), len(doc), False  # the document ends inside the escape
+    parts.append(doc[i:])
+    return _joined(parts), len(doc), False
+
+
+def _joined(parts: list[str]) -> str:
+    """The parts as one text; an escaped surrogate pair (\\ud83d\\ude00) read as two halves is joined, and
+    a first half whose second was cut off is dropped."""
+    text = "".join(parts)
+    if text and "\ud800" <= text[-1] <= "\udbff":
+        text = text[:-1]
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if _SURROGATE.search(text) else text
+
+
+def partial_string(raw: bytes, path: tuple[str | int, ...]) -> str:
+    """The JSON string at `path` (keys and list indexes) of a JSON document cut short, as far as it was read;
+    "" when the cut came before it. Everything else of the document is only walked over."""
+    doc = codecs.getincrementaldecoder("utf-8")("replace").decode(raw)  # a character cut in half is dropped
+    frames: list[list] = []  # per open container: its bracket and the key or index of the value being read
+    expect_key = False
+    i = 0
+    while i < len(doc):
+        c = doc[i]
+        if c in "{[":
+            frames.append([c, None if c == "{" else 0])
+            expect_key = c == "{"
+        elif c in "}]":
+            if frames:
+                frames.pop()
+            expect_key = False
+        elif c == "," and frames:
+            if frames[-1][0] == "[":
+                frames[-1][1] += 1
+            else:
+                expect_key = True
+        elif c == '"':
+            text, i, ended = _string(doc, i + 1)
+            if expect_key and frames:
+                frames[-1][1], expect_key = text, False
+            elif tuple(f[1] for f in frames) == path:
+                return text
+            if not ended:
+                return ""
+            continue
+        i += 1
+    return ""
 
 
 def _dies_within(alive: Callable[[], bool], seconds: float) -> bool:
@@ -94,6 +225,7 @@ def query_all(base_url: str, api: str, prompts: list[tuple[str, Prompt]], sampli
     outputs: list[Completion] = []
     in_flight = died_after = None
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query")
+    stalled = timeout + 1.0  # `ask` checks its deadline as bytes arrive; a read that stalls is given up here
     try:
         with httpx.Client(timeout=timeout) as client:
             model = served_model(client, base_url, fallback_model)
@@ -108,6 +240,12 @@ def query_all(base_url: str, api: str, prompts: list[tuple[str, Prompt]], sampli
                         done = fut.result(timeout=poll)
                         break
                     except FutureTimeout:
+                        if time.monotonic() - t0 > stalled:  # left to end by its read timeout, unheard
+                            done = Completion(pid, p.prompt, "", None, None, None, round(time.monotonic() - t0, 4),
+                                              late(timeout))
+                            pool.shutdown(wait=False)
+                            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query")
+                            break
                         if alive():
                             continue
                         try:  # a dead server's socket usually fails the request at once

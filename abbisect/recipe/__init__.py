@@ -582,10 +582,14 @@ def load_yaml(text: str, source: str) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        size = _expanded_size(node, {})
-        if size > MAX_YAML_NODES:
+        memo: dict[int, int] = {}
+        size = _expanded_size(node, memo)
+        if size > MAX_YAML_NODES and size > len(memo):  # more values than nodes written: aliases multiply them
             raise UserError(f"{source}: too large once YAML aliases are expanded ({size:,} values, limit "
                             f"{MAX_YAML_NODES:,}): a recipe does not need anchors that multiply")
+        if size > MAX_YAML_NODES:
+            raise UserError(f"{source}: too many values ({size:,}, limit {MAX_YAML_NODES:,}; a recipe takes at most "
+                            f"{MAX_PROMPTS:,} prompts)")
         return loader.construct_document(node)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)

@@ -84,6 +84,12 @@ def reproduce_commands(run: BisectRun, cmd: str, recipe_file: str) -> list[str]:
     return lines
 
 
+def _some(names: tuple[str, ...], shown: int = 3) -> str:
+    """The first names, and how many more there are: `release/0.6, v0.6.x, dev and 4 more`."""
+    more = f" and {len(names) - shown} more" if len(names) > shown else ""
+    return ", ".join(names[:shown]) + more
+
+
 def releases_block(run: BisectRun) -> list[str]:
     """Which releases carry the found commit, and its backports (commits elsewhere with the same change)."""
     rel = run.releases
@@ -96,14 +102,12 @@ def releases_block(run: BisectRun) -> list[str]:
     if len(rel.releases) > 1:
         shown = ", ".join(rel.releases[:6]) + (", …" if len(rel.releases) > 6 else "")
         first += f" (in {len(rel.releases)} releases: {shown})"
-    others = rel.branches[1:]
-    also = (f"; also on {', '.join(others[:3])}" + (f" and {len(others) - 3} more" if len(others) > 3 else "")
-            if others else "")
+    also = f"; also on {_some(rel.branches[1:])}" if rel.branches[1:] else ""
     lines = ["### Releases and backports", "",
              f"- {word}{where} by `{rel.sha[:10]}`{pr}; {first}{also}."]
     for c in rel.carriers:
         cfirst = f"first released in {c.first_release}" if c.first_release else "in no release tag yet"
-        lines.append(f"- backported to {', '.join(c.branches[:3]) or 'no branch'} as `{c.sha[:10]}` "
+        lines.append(f"- backported to {_some(c.branches) or 'no branch'} as `{c.sha[:10]}` "
                      f"({cell(c.subject, 80)}; {c.how}); {cfirst}.")
     if not rel.carriers:
         lines.append("- no backport found (no cherry-pick trailer, PR number or patch id matches on other branches).")

@@ -15,6 +15,7 @@ from pathlib import Path
 from abbisect.environment.pins import after_engine
 from abbisect.infra.cache import Cache
 from abbisect.infra.locks import atomic_write
+from abbisect.infra.progress import ambient
 from abbisect.infra.redact import Redactor
 from abbisect.infra.serial import dump, load
 from abbisect.trial.pipeline import run_trial
@@ -75,16 +76,26 @@ class TrialCache:
         self.machine = machine
         self.enabled = enabled
 
-    def get(self, spec: TrialSpec) -> TrialResult | None:
-        """The cached result re-addressed to `spec` (side, ref, out_dir); nothing is written."""
+    def get(self, spec: TrialSpec, progress: Progress | None = None) -> TrialResult | None:
+        """The cached result re-addressed to `spec` (side, ref, out_dir); nothing is written but for an entry
+        that cannot be read (truncated, not a result): it is moved aside, said through `progress`, and missed."""
         if not self.enabled:
             return None
         key = trial_key(spec, self.machine)
         path = self.cache.trial(key)
         if not path.is_file():
             return None
-        data = json.loads(path.read_text())
-        result = load(TrialResult, data)
+        try:
+            data = json.loads(path.read_text())
+            result = load(TrialResult, data)
+        except ValueError as exc:  # not JSON, not UTF-8, or not a TrialResult (pydantic's ValidationError)
+            why = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+            (progress or ambient)(f"trial cache: entry {path.name} unreadable ({why}); running the trial again")
+            try:
+                path.replace(path.with_name(path.name + ".unreadable"))
+            except FileNotFoundError:  # another abbisect moved it first
+                pass
+            return None
         if _waited_less(result, spec):
             return None  # it may have run out of a time this run gives longer: run again (put replaces it)
         logs = self.cache.trial_logs(key)
@@ -99,7 +110,7 @@ class TrialCache:
     def fetch(self, spec: TrialSpec, progress: Progress, run: Runner = run_trial) -> TrialResult:
         """The cached result (marked `cached`, its logs copied into this run's folder), else run the trial and
         keep its result. Either way the result and its logs carry no secret of the recipe."""
-        hit = self.get(spec)
+        hit = self.get(spec, progress)
         if hit is not None:
             copied = self._copy_logs(spec)
             when = hit.extras["cache"]["stored"]

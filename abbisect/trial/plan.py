@@ -74,15 +74,17 @@ def render_env(recipe: Recipe, repo: Path | None, sha: str, ref: str, cache: Cac
 
 
 def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Cache | Path,
-                pins: tuple[tuple[str, ...], ...] = ((), ())) -> str:
+                pins: tuple[tuple[str, ...], ...] = ((), ()), labels: tuple[str, str] | None = None) -> str:
+    """The plan of both sides; `labels` name the refs where they are not refs themselves (a bisect's date
+    end, "2026-07-20 → 8905cbd42f", is planned by its sha)."""
     lines = [f"recipe: {recipe.name}" + (f" — {recipe.description}" if recipe.description else "")]
     if recipe.hardware:
         lines.append(f"needs: {recipe.hardware}")
     lines.append(f"engine: {recipe.engine.kind} from {recipe.engine.repo}"
                  + (f" (subdir {recipe.engine.subdir})" if recipe.engine.subdir else ""))
-    for side, ref, side_pins in zip("AB", refs, pins):
+    for side, ref, side_pins, label in zip("AB", refs, pins, labels or refs):
         repo, sha, subject = _revision(recipe, ref, cache)
-        lines.append(f"side {side}: {ref} → {sha} {subject}".rstrip() + (f"; pins {' '.join(side_pins)}" if side_pins else ""))
+        lines.append(f"side {side}: {label} → {sha} {subject}".rstrip() + (f"; pins {' '.join(side_pins)}" if side_pins else ""))
         lines += render_env(recipe, repo, sha, ref, cache, AfterEngine(tuple(side_pins)) if side_pins else None)
     model = recipe.model if isinstance(recipe.model, str) or recipe.model is None else (
         f"{recipe.model.file} from package {recipe.model.package} (converted once, cached)")
