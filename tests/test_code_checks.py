@@ -40,7 +40,7 @@ def test_registries_hold_modules_to_their_protocols(tmp_path: Path) -> None:
     copy = tmp_path / "repo"
     shutil.copytree(REPO_ROOT / "abbisect", copy / "abbisect", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO_ROOT / "pyproject.toml", copy / "pyproject.toml")
-    sglang = copy / "abbisect" / "engines" / "sglang.py"
+    sglang = copy / "abbisect" / "launch" / "engines" / "sglang.py"
     text = sglang.read_text()
     assert ", port: int)" in text
     sglang.write_text(text.replace(", port: int)", ", port: str)", 1))  # an ill-typed parameter
@@ -51,5 +51,5 @@ def test_registries_hold_modules_to_their_protocols(tmp_path: Path) -> None:
     proc = _run("mypy", "--cache-dir", str(tmp_path / "mypy-cache"), cwd=copy)
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr
-    assert re.search(r"abbisect/engines/__init__\.py:\d+: error: .*\"Adapter\"", out), out
+    assert re.search(r"abbisect/launch/engines/__init__\.py:\d+: error: .*\"Adapter\"", out), out
     assert re.search(r"abbisect/environment/store\.py:\d+: error: .*\"Strategy\"", out), out

@@ -7,13 +7,13 @@ import json
 from pathlib import Path
 
 import pytest
-from abbisect.bisect.versions import resolve_versions
-from abbisect.report.packages import diff_packages
 from conftest import abbisect, toy_recipe, write_recipe
 
+from abbisect.bisect.versions import resolve_versions
 from abbisect.builtin import toydep
 from abbisect.infra.errors import UserError
 from abbisect.recipe import Over, make_install
+from abbisect.report.packages import diff_packages
 
 VERSIONS = ["1.0.0", "1.1.0", "1.2.0", "1.3.0", "1.4.0"]
 

@@ -190,12 +190,12 @@ def test_dry_run_with_a_date_end_plans_it_by_sha_and_shows_the_label(tmp_path, e
 
 
 def test_also_on_says_how_many_more_branches_carry_the_commit(tmp_path, engine_repo):
-    from abbisect.report.bisect import releases_block
-
     from abbisect import checkout
     from abbisect.bisect import history
-    from abbisect.bisect.driver import BisectRun
+    from abbisect.bisect.model import BisectRun, Mode
+    from abbisect.bisect.variables import EngineCommits
     from abbisect.recipe import parse_recipe
+    from abbisect.report.bisect import releases_block
 
     repo = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(engine_repo), str(repo)], check=True)
@@ -204,7 +204,9 @@ def test_also_on_says_how_many_more_branches_carry_the_commit(tmp_path, engine_r
     found = checkout.resolve(repo, "fixed")
     rel = history.releases(repo, found.sha)
     assert len(rel.branches) == 8  # main, topic-0..5 and the clone's origin/main
-    run = BisectRun(parse_recipe(toy_recipe(repo)), repo, found, found, found, found, mode="fix", releases=rel)
+    rec = parse_recipe(toy_recipe(repo))
+    run = BisectRun(rec, repo, found, found, found, found, EngineCommits(rec, repo, tmp_path), mode=Mode.FIX,
+                    releases=rel)
     (line,) = [ln for ln in releases_block(run) if "also on" in ln]
     shown = rel.branches[1:4]
     assert f"also on {', '.join(shown)} and 4 more." in line, line
