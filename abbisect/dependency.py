@@ -34,6 +34,7 @@ from abbisect.environment.pins import AfterEngine
 from abbisect.errors import UserError
 from abbisect.proc import scrubbed_env
 from abbisect.recipe import Install, Over, Recipe, VersionRange
+from abbisect.redact import Redactor
 
 # -- what a trial installs after the engine ------------------------------------------------------------
 
@@ -292,7 +293,8 @@ class _FixedEngine:
         spec = self.spec(candidate, "prefetch", Path(self.cache))
         source = checkout.worktree(self.engine_repo, self.engine.sha, self.cache, tuple(self.recipe.engine.sparse))
         return ensure_env(source, self.engine.sha, self.recipe.install, self.recipe.engine.subdir, self.cache,
-                          self.recipe.timeouts.build, after=after_engine(spec, self.cache))
+                          self.recipe.timeouts.build, after=after_engine(spec, self.cache),
+                          redactor=Redactor.from_recipe(self.recipe))
 
     def spec(self, candidate: str, label: str, out: Path):
         raise NotImplementedError

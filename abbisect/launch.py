@@ -30,6 +30,7 @@ from abbisect.engines.base import LaunchPlan
 from abbisect.logstream import CappedLog, LineScanner, pump
 from abbisect.proc import deliver, signals_held
 from abbisect.progress import Status
+from abbisect.redact import StreamMask
 
 STATUS_EVERY_S = 5.0
 
@@ -90,13 +91,15 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def start(plan: LaunchPlan, env: dict[str, str], log_path: Path, cwd: Path, base_url: str,
-          cache: Cache | Path | None = None, scanner: LineScanner | None = None, grace: float = 10.0) -> Server:
-    """Start the watchdog, record the launch in the cache, then start the server in its own session."""
+          cache: Cache | Path | None = None, scanner: LineScanner | None = None, grace: float = 10.0,
+          mask: StreamMask | None = None) -> Server:
+    """Start the watchdog, record the launch in the cache, then start the server in its own session; its
+    output goes to the log through `mask` (the recipe's secrets masked before any byte is written)."""
     token = uuid.uuid4().hex
     record = (supervisor.write_record(cache, token, argv=list(plan.argv), port=base_url.rsplit(":", 1)[-1],
                                       log=str(log_path)) if cache is not None else None)
     watchdog = supervisor.watch(token, grace)
-    log = CappedLog(log_path, scanner=scanner)
+    log = CappedLog(log_path, scanner=scanner, mask=mask)
     read_end, write_end = os.pipe()
     with signals_held() as pending:  # a Ctrl-C now would leave a server that no one holds
         try:

@@ -27,7 +27,7 @@ from abbisect.proc import scrubbed_env
 from abbisect.progress import Status
 from abbisect.query import Completion, label, ordered, query_all
 from abbisect.recipe import Prompt, Recipe
-from abbisect.redact import expand_env
+from abbisect.redact import Redactor, expand_env
 from abbisect.score import (
     AnswerCheck,
     OutputAnalysis,
@@ -215,7 +215,7 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> Env
     spec, cache = rec.spec, Cache.at(rec.spec.cache_dir)
     env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
                      on_step=lambda d: say(Status(f"environment: {d}") if isinstance(d, Status) else f"environment: {d}"),
-                     after=after_engine(spec, cache))
+                     after=after_engine(spec, cache), redactor=Redactor.from_recipe(recipe))
     rec.env = env
     rec.timings["build"] = env.seconds
     if not env.ok:
@@ -262,7 +262,8 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     crash: dict = {}
     # Nothing between the start and the try: a Ctrl-C in between would leave the server to its watchdog.
     server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
-                          cache=cache, scanner=scanner, grace=recipe.timeouts.teardown)
+                          cache=cache, scanner=scanner, grace=recipe.timeouts.teardown,
+                          mask=Redactor.from_recipe(recipe).stream())
     try:
         ready = launch.wait_ready(server, plan, recipe.timeouts.ready, progress=say)
         timings["ready"] = round(time.monotonic() - t_launch, 3)
@@ -304,7 +305,8 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         raise InfraError(f"the server could not bind its port ({port} or one it opens itself): another process "
                          f"took it (see {log_path}); run again")
     rec.signatures, rec.first_exception = tuple(scanner.matches), scanner.first_exception
-    rec.launch = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
+    shown_env = Redactor.from_recipe(recipe).env({**plan.env, **recipe.env})  # a result never holds a secret
+    rec.launch = LaunchInfo(plan.argv, shown_env, ready.status, ready.seconds, ready.returncode,
                             str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
                             mod.facts(log_text), **crash)
 

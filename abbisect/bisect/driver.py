@@ -29,6 +29,7 @@ from abbisect.executors import Executor, Slot
 from abbisect.judges import Judge
 from abbisect.locks import atomic_write
 from abbisect.recipe import Recipe
+from abbisect.redact import Redactor
 from abbisect.score import resemblance
 from abbisect.serial import dump, load
 from abbisect.trial import Progress, TrialResult, TrialSpec, run_trial
@@ -206,7 +207,7 @@ class Driver:
         else:
             source = checkout.worktree(self.repo, sha, self.cache, tuple(self.recipe.engine.sparse))
             env = ensure_env(source, sha, self.recipe.install, self.recipe.engine.subdir, self.cache,
-                             self.recipe.timeouts.build)
+                             self.recipe.timeouts.build, redactor=Redactor.from_recipe(self.recipe))
             if not needs_source(self.recipe.install):  # the trial checks it out again (a second or two)
                 checkout.discard(self.repo, source)
         return env
