@@ -248,7 +248,12 @@ def test_secrets_stay_out_of_state_and_resume_reads_the_recipe_again(tmp_path, h
     assert again.returncode == 0, again.stderr
     res = json.loads(again.stdout)["data"]
     assert res["launches"] == 0 and res["first_new"] == shas[3]
+    # state.json's fingerprint is the public one (secret values replaced by a constant, so no guess can be
+    # checked against it): a rotated secret still resumes; any other change does not.
     write_recipe(recipe, toy_recipe(repo, env={"HF_TOKEN": "another-value"}))
+    rotated = abbisect("bisect", "--resume", str(out), "--json", cwd=tmp_path, cache=module_cache)
+    assert rotated.returncode == 0, rotated.stderr
+    write_recipe(recipe, toy_recipe(repo, env={"HF_TOKEN": secret, "TOYENGINE_MODE": "other"}))
     changed = abbisect("bisect", "--resume", str(out), cwd=tmp_path, cache=module_cache)
     assert changed.returncode == 2 and "not the recipe the bisect started with" in changed.stderr
 

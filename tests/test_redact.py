@@ -3,13 +3,26 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
+import random
 from pathlib import Path
 
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.infra.redact import MASK, Redactor, expand_env, mask_env
+from abbisect.infra.logstream import CappedLog
+from abbisect.infra.redact import (
+    MASK,
+    MIN_SECRET,
+    Redactor,
+    StreamMask,
+    expand_env,
+    fingerprint_key,
+    looks_secret,
+    mask_env,
+)
 from abbisect.infra.serial import dump
+from abbisect.score.scanner import LineScanner
 
 LITERAL = "hf_planted_secret_123"
 FROM_ENV = "ref_planted_secret_789"
@@ -64,6 +77,165 @@ def test_guard_keeps_message_type():
     say(Status(f"waiting {LITERAL}"))
     say(f"plain {LITERAL}")
     assert isinstance(seen[0], Status) and LITERAL not in seen[0] and LITERAL not in seen[1]
+
+
+def test_secret_names_by_segments():
+    for name in ("HF_TOKEN", "OPENAI_API_KEY", "HFTOKEN", "DB_PASSWORD", "API-KEYS", "GCP_CREDENTIALS",
+                 "MY_PASSWD", "aws_secret_access_key", "SGLANG_KEY_CACHE_DTYPE"):
+        assert looks_secret(name), name
+    for name in ("TOKENIZERS_PARALLELISM", "KEYBOARD_LAYOUT", "PASSWORDLESS", "SECRETARY", "PLAIN"):
+        assert not looks_secret(name), name
+    red = Redactor.from_recipe({"env": {"TOKENIZERS_PARALLELISM": "false", "HFTOKEN": "hf_0123456789abcdef"}}, {})
+    assert red.names == {"HFTOKEN"}
+
+
+PEM = ("-----BEGIN PRIVATE KEY-----\n"
+       "MIIEvQIBADANBgkqhkiG9w0BAQEFAASCBKcwggSjAgEAAoIBAQC7VJTUt9Us8cKj\n"
+       "MzEfYyjiWA4R4/M2bS1GB4t7NXp98C3SC6dVMvDuictGeurT8jNbvJZHtCSuYEvu\n"
+       "NMoSfm76oqFvAp8Gy0iz5sxjZmSnXyCdPEovGhLa0VzMaQ8s+CLOyS56YyCFGeJZ\n"
+       "qgtzJ6GR3eqoYSW9b9UMvkBpZODSctWSNGj3P7jRFDO5VoTwCQAWbFnOjDfH5Ulg\n"
+       "p2PKSQnSJP3AJLQNFNe7br1XbrhV//eO+t51mIpGSDCUv3E0DDFcWDTH9cXDTTlR\n"
+       "ZVEiR2BwpZOOkE/Z0/BVnhZYL71oZV34bKfWjQIt6V/isSMahdsAASACp4ZTGtwi\n"
+       "VuNd9tybAgMBAAE=\n"
+       "-----END PRIVATE KEY-----\n")
+
+
+def _pem_forms() -> list[str]:
+    body = PEM.strip()
+    return [body, body.replace("\n", "\\n"), *[ln for ln in body.splitlines() if len(ln) >= MIN_SECRET]]
+
+
+def test_short_values_are_masked_only_where_named_and_structure_is_never_rewritten():
+    """"false", "09c8" and "demo" occur in prompts, patterns, shas and names: only their NAME=value forms
+    and the values under their names are masked."""
+    sha = "5e2d09c87051d13ff0f7a1b2c3d4e5f60718293a"
+    red = Redactor.from_recipe({"name": "demo", "env": {"TOKENIZERS_PARALLELISM": "false", "MY_TOKEN": "09c8",
+                                                        "LABEL": "${X}", "DB_PASSWORD": "hunter2"}}, {"X": "demo"})
+    text = (f"Is it false that {sha} is demo? MY_TOKEN=09c8 LABEL=demo DB_PASSWORD: hunter2 "
+            "{'DB_PASSWORD': 'hunter2'} \"MY_TOKEN\": \"09c8\" TOKENIZERS_PARALLELISM=false")
+    clean = red.text(text)
+    assert clean == (f"Is it false that {sha} is demo? MY_TOKEN={MASK} LABEL={MASK} DB_PASSWORD: {MASK} "
+                     f"{{'DB_PASSWORD': '{MASK}'}} \"MY_TOKEN\": \"{MASK}\" TOKENIZERS_PARALLELISM=false")
+    data = {"name": "demo", "sha": sha, "out_dir": f"/r/b-{sha[:10]}", "prompts": [
+        {"prompt": "Is it false that the sky is green?", "expect": "(?i)true|false"}],
+        "recipe": {"env": {"MY_TOKEN": "09c8", "LABEL": "${X}", "TOKENIZERS_PARALLELISM": "false"}},
+        "launch": {"env": {"DB_PASSWORD": "hunter2", "PLAIN": "demo"}}}
+    masked = red.data(data)
+    assert masked["recipe"]["env"] == {"MY_TOKEN": MASK, "LABEL": MASK, "TOKENIZERS_PARALLELISM": "false"}
+    assert masked["launch"]["env"] == {"DB_PASSWORD": MASK, "PLAIN": "demo"}
+    assert {k: masked[k] for k in ("name", "sha", "out_dir", "prompts")} == {
+        k: data[k] for k in ("name", "sha", "out_dir", "prompts")}
+
+
+def test_long_values_are_masked_as_whole_values_only():
+    token = "hf_0123456789abcdefXYZ"
+    red = Redactor.from_recipe({"env": {"HF_TOKEN": token}}, {})
+    assert red.text(f"a {token}, ({token}) x{token} {token}9 '{token}'") == (
+        f"a {MASK}, ({MASK}) x{token} {token}9 '{MASK}'")
+    assert red.data({"argv": ["--token", token], "id": f"run-{token}"}) == {"argv": ["--token", MASK],
+                                                                             "id": f"run-{MASK}"}
+
+
+def test_a_multi_line_value_is_masked_raw_escaped_and_line_by_line():
+    red = Redactor.from_recipe({"env": {"TLS_KEY": PEM}}, {})
+    lines = PEM.strip().splitlines()
+    text = "\n".join([f"loaded {PEM}", repr({"key": PEM}), json.dumps({"tls": PEM}),
+                      *(f"2026-01-01 INFO server: {ln}" for ln in lines)])
+    clean = red.text(text)
+    for form in _pem_forms():
+        assert form not in clean, form
+    assert clean.count(MASK) == 3 + len(lines)
+
+
+def _chunks(data: bytes, rng: random.Random, most: int) -> list[bytes]:
+    out, i = [], 0
+    while i < len(data):
+        n = rng.randint(1, most)
+        out.append(data[i:i + n])
+        i += n
+    return out
+
+
+def test_stream_mask_catches_a_value_cut_anywhere_and_holds_back_only_what_may_be_one():
+    token = "sk_split_0123456789abcdef"
+    red = Redactor.from_recipe({"env": {"API_KEY": token, "TLS_KEY": PEM, "DB_PASSWORD": "hunter2"}}, {})
+    pieces = [f"{token}\n", "DB_PASSWORD=hunter2 ok\n", PEM, repr({"k": PEM}) + "\n", "INFO ready on :8000\n",
+              f"x{token}y\n", "API_KEY=", "sk_", "DB_PASS", "\n"]
+    rng = random.Random(7)
+    for _ in range(200):
+        data = "".join(rng.choice(pieces) for _ in range(12)).encode()
+        want = red.text(data.decode()).encode()
+        mask = StreamMask(red)
+        got = b"".join(mask.feed(c) for c in _chunks(data, rng, rng.choice((3, 40, 500)))) + mask.flush()
+        assert got == want
+    mask = StreamMask(red)
+    assert mask.feed(b"INFO ready on :8000\n") == b"INFO ready on :8000\n"  # nothing held: a ready line waits for nothing
+    assert mask.feed(b"key " + token[:9].encode()) == b"key "  # may be the token: held
+    assert mask.feed(token[9:].encode() + b"\n") == MASK.encode() + b"\n"
+    assert mask.feed(b"DB_PASSWORD=hun") == b""
+    assert mask.feed(b"ter2\n") == b"DB_PASSWORD=***\n"
+    assert mask.feed(b"tail sk_sp") == b"tail " and mask.flush() == b"sk_sp"  # not a secret after all
+
+
+def test_capped_log_is_masked_before_the_cap_and_the_scanner(tmp_path):
+    """A secret across the head/tail boundary and across the tail's trimmed start: no part of it is kept, and
+    the scanner's last line and the first exception are clean too."""
+    token = "sk_cap_0123456789abcdefghij"
+    red = Redactor.from_recipe({"env": {"API_KEY": token}}, {})
+    for cut in range(1, len(token)):
+        log = CappedLog(tmp_path / "server.log", cap=200, mask=red.stream(), scanner=LineScanner())
+        log.write(b"h" * (99 - cut) + b" " + token[:cut].encode())
+        log.write(token[cut:].encode() + b"\n" + b"m" * 300 + b"\n")
+        log.write(b"RuntimeError: bad key " + token.encode() + b"\n" + b"t" * (70 - cut) + b"\n" + token[:cut].encode())
+        log.write(token[cut:].encode() + b"\n")
+        log.close()
+        data = (tmp_path / "server.log").read_bytes()
+        assert not any(token[i:i + 6].encode() in data for i in range(len(token) - 5)), (cut, data)
+        scanned = log.scanner
+        assert isinstance(scanned, LineScanner)
+        assert scanned.last_line == MASK and scanned.first_exception == (3, f"RuntimeError: bad key {MASK}")
+        assert b"elided" in data
+
+
+def test_fingerprint_hides_secret_values():
+    """The public fingerprint (state.json) is the same whatever the secret; the cache's keyed one tells two
+    secrets apart; neither can be checked against a guess without the cache's key."""
+    from abbisect.recipe import Recipe
+
+    def recipe(password: str, **extra) -> Recipe:
+        return Recipe.model_validate({"name": "demo", "engine": {"kind": "command", "repo": "/x"},
+                                      "launch": {"command": ["serve"]}, "prompts": ["hi"],
+                                      "env": {"DB_PASSWORD": password, "PLAIN": "1"},
+                                      **extra})
+
+    assert recipe("hunter2").fingerprint() == recipe("hunter3").fingerprint()
+    assert recipe("hunter2", env={"DB_PASSWORD": "hunter2", "PLAIN": "2"}).fingerprint() != recipe("hunter2").fingerprint()
+    key = b"k" * 32
+    assert recipe("hunter2").fingerprint(key) != recipe("hunter3").fingerprint(key)
+    assert recipe("hunter2").fingerprint(key) == recipe("hunter2", public_env=["DB_PASSWORD"]).fingerprint(key)
+    assert recipe("hunter2").fingerprint(key) != recipe("hunter2").fingerprint(b"o" * 32)
+    public = recipe("hunter2").fingerprint()
+    assert [g for g in ("letmein", "hunter2", "123456") if _old_fingerprint(recipe(g)) == public] == []
+
+
+def _old_fingerprint(recipe) -> str:
+    """The fingerprint as it was computed before (sha256 over the recipe with its real values): what an
+    attacker holding state.json would try guesses against."""
+    data = recipe.model_dump(mode="json", exclude={"sides": True, "description": True, "hardware": True,
+                                                   "bisect": True, "ab": True, "public_env": True,
+                                                   "secret_env": True, "gpus": True, "gpu_slots": True,
+                                                   "verdict": {"script"}, "timeouts": True})
+    data["gpus"] = None if recipe.gpus is None else len(recipe.gpus)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_fingerprint_key_is_private_and_made_once(tmp_path):
+    from abbisect.infra.cache import Cache
+
+    where = Cache(tmp_path).fingerprint_key
+    key = fingerprint_key(where)
+    assert len(key) == 32 and fingerprint_key(where) == key
+    assert where == tmp_path / "fingerprint.key" and where.stat().st_mode & 0o777 == 0o600
 
 
 # The server prints the secret (scrubbing must catch it) and a hash of it (proof it received the real value).

@@ -29,6 +29,7 @@ from abbisect.environment import EnvResult, ensure_env, needs_source
 from abbisect.environment.pins import after_engine
 from abbisect.infra.cache import Cache
 from abbisect.infra.errors import UserError
+from abbisect.infra.redact import Redactor
 from abbisect.recipe import Recipe
 from abbisect.trial.spec import TrialSpec, trial_spec
 
@@ -142,7 +143,8 @@ class EngineCommits(_Git):
     def build(self, candidate: str) -> EnvResult:
         recipe = self.recipe
         source = checkout.worktree(self.repo, candidate, self.cache, tuple(recipe.engine.sparse))
-        env = ensure_env(source, candidate, recipe.install, recipe.engine.subdir, self.cache, recipe.timeouts.build)
+        env = ensure_env(source, candidate, recipe.install, recipe.engine.subdir, self.cache, recipe.timeouts.build,
+                         redactor=Redactor.from_recipe(recipe))
         if not needs_source(recipe.install):  # the trial checks it out again (a second or two)
             checkout.discard(self.repo, source)
         return env
@@ -181,7 +183,8 @@ class _FixedEngine:
         recipe = self.recipe
         source = checkout.worktree(self.engine_repo, self.engine.sha, self.cache, tuple(recipe.engine.sparse))
         return ensure_env(source, self.engine.sha, recipe.install, recipe.engine.subdir, self.cache,
-                          recipe.timeouts.build, after=after_engine(spec.pins, spec.dependency, self.cache))
+                          recipe.timeouts.build, after=after_engine(spec.pins, spec.dependency, self.cache),
+                          redactor=Redactor.from_recipe(recipe))
 
     def describe(self) -> str:
         raise NotImplementedError

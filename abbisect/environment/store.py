@@ -26,7 +26,7 @@ from abbisect.infra.locks import atomic_write, file_lock
 from abbisect.infra.logstream import CappedLog, pump
 from abbisect.infra.proc import scrubbed_env
 from abbisect.infra.progress import Status
-from abbisect.infra.redact import expand_env
+from abbisect.infra.redact import MASK, Redactor, expand_env, looks_secret
 from abbisect.recipe import Install
 
 # Typed by the Protocol, one module per entry: the type checker holds each strategy module to it.
@@ -76,7 +76,10 @@ def _context(source: Path, sha: str, install: Install, subdir: str | None, cache
     (its context and key) when the strategy shares one (see editable.layer_inputs)."""
     probe = BuildContext(source, sha, install, Path("/nonexistent"), cache, subdir, git_dir)
     strategy = _strategy(install)
-    common = {"install": install.model_dump(mode="json"), "python": python_version(install),
+    # A secret-looking install.env value is not in the key (it is public, in results.json): a build token
+    # does not change what is built, and its hash could be checked against guesses (abbisect/redact.py).
+    shown = {**install.model_dump(mode="json"), "env": {k: MASK if looks_secret(k) else v for k, v in install.env.items()}}
+    common = {"install": shown, "python": python_version(install),
               "index": index_args(install, probe), "subdir": subdir}
     base = None
     layer = strategy.layer_inputs(probe) if isinstance(strategy, SharedDeps) else None
@@ -132,8 +135,10 @@ def _healthy(root: Path) -> str | None:
 
 
 def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
-               timeout: float, on_step=None, after: AfterEngine | None = None) -> EnvResult:
-    """Reuse or build the venv for this commit; a failed build is returned, never raised."""
+               timeout: float, on_step=None, after: AfterEngine | None = None,
+               redactor: Redactor | None = None) -> EnvResult:
+    """Reuse or build the venv for this commit; a failed build is returned, never raised. `redactor` (the
+    recipe's secrets) masks the build log as it is written."""
     ctx, key, base = _context(source, sha, install, subdir, cache, after=after)
     plan = env_plan(source, sha, install, subdir, cache, after=after)
     root = ctx.venv.parent
@@ -146,19 +151,19 @@ def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cac
     facts = dict(plan.facts)
     if base is not None:
         base_ctx, base_key = base
-        ok, reused, error = _ensure(base_ctx, base_key, list(plan.steps[:plan.shared_steps]), sha, timeout, on_step)
+        ok, reused, error = _ensure(base_ctx, base_key, list(plan.steps[:plan.shared_steps]), sha, timeout, on_step, redactor)
         facts["dependencies"] = f"shared venv {base_key} ({'reused' if reused else 'built for this commit'})"
         if not ok:
             return EnvResult(False, key, str(ctx.venv), ctx.python, False, round(time.monotonic() - start, 3),
                              str(base_ctx.venv.parent / "build.log"), shown, f"shared dependencies: {error}", facts)
     # Time spent reusing is waiting for a concurrent (background) build of the same venv.
-    ok, reused, error = _ensure(ctx, key, list(plan.steps[plan.shared_steps:]), sha, timeout, on_step)
+    ok, reused, error = _ensure(ctx, key, list(plan.steps[plan.shared_steps:]), sha, timeout, on_step, redactor)
     return EnvResult(ok, key, str(ctx.venv), ctx.python, reused, round(time.monotonic() - start, 3), str(log), shown,
                      error, facts, str(base[0].venv) if base else None)
 
 
 def _ensure(ctx: BuildContext, key: str, steps: list[Step], sha: str, timeout: float,
-            on_step) -> tuple[bool, bool, str | None]:
+            on_step, redactor: Redactor | None = None) -> tuple[bool, bool, str | None]:
     """(ok, reused, error) of one venv of the store: reused when healthy, else built under its lock."""
     root = ctx.venv.parent
     hold(root)  # in use by this process: `abbisect cache gc` leaves it alone
@@ -171,7 +176,7 @@ def _ensure(ctx: BuildContext, key: str, steps: list[Step], sha: str, timeout: f
             shutil.rmtree(root)
         root.mkdir(parents=True)
         start = time.monotonic()
-        error = _run_steps(steps, root / "build.log", ctx, timeout, on_step)
+        error = _run_steps(steps, root / "build.log", ctx, timeout, on_step, redactor)
         if _STOPPING.is_set():  # an interrupted build says nothing about the commit: never a verdict
             raise InfraError("build interrupted: abbisect is stopping")
         if error is None:
@@ -242,13 +247,15 @@ def stop_builds() -> int:
     return len(procs)
 
 
-def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, on_step) -> str | None:
-    """Each step under its own supervisor, its output through a capped log; ended on timeout or stop."""
+def _run_steps(steps: list[Step], log: Path, ctx: BuildContext, timeout: float, on_step,
+               redactor: Redactor | None = None) -> str | None:
+    """Each step under its own supervisor, its output through a capped log (the recipe's secrets masked
+    before a byte is written); ended on timeout or stop."""
     deadline = time.monotonic() + timeout
     base_env = scrubbed_env()
     base_env["PATH"] = os.pathsep.join([*bin_dirs(str(ctx.venv), str(ctx.base) if ctx.base else None),
                                         base_env.get("PATH", "")])
-    out = CappedLog(log, append=True)
+    out = CappedLog(log, append=True, mask=redactor.stream() if redactor else None)
     try:
         for step in steps:
             if _STOPPING.is_set():

@@ -33,7 +33,7 @@ from abbisect.infra.locks import locked_open
 # The top-level folders of the cache: `Cache` below is the only place that joins them into paths.
 WORKTREES, ENVS, MODELS, TRIALS = "worktrees", "envs", "models", "trials"
 REPOS, BUILTIN, WHEELS, DEMO_ENGINE = "repos", "builtin", "wheels", "demo-engine"
-SERVERS, CHECKS, CRASH_LOG = "servers", "checks", "crash.log"
+SERVERS, CHECKS, CRASH_LOG, FINGERPRINT_KEY = "servers", "checks", "crash.log", "fingerprint.key"
 
 # kind -> ((top-level folder, depth of its entries: 0 the folder itself, 1 its children, 2 one level deeper,
 # under a per-repository folder), …)
@@ -199,6 +199,11 @@ class Cache:
     @property
     def crash_log(self) -> Path:
         return self.root / CRASH_LOG
+
+    @property
+    def fingerprint_key(self) -> Path:
+        """The cache's own random key for the trial cache's fingerprints (abbisect/infra/redact.py)."""
+        return self.root / FINGERPRINT_KEY
 
     # -- locks ------------------------------------------------------------------------------------------
 

@@ -2,7 +2,8 @@
 
 A process's output is read from a pipe in chunks. The first half of the cap goes to the file as it
 arrives; after that, the newest bytes are kept in a bounded ring and written after a marker line saying
-how many bytes (and lines) were dropped, when the stream ends. Each line is fed to a `Scanner`
+how many bytes (and lines) were dropped, when the stream ends. The recipe's secrets are masked before
+any of this (`CappedLog(mask=...)`, abbisect/infra/redact.py `StreamMask`). Each line is fed to a `Scanner`
 (known signatures, the first exception, a ready pattern, the last line) as it passes, so nothing ever
 holds the whole log: memory stays flat whatever the process prints.
 """
@@ -15,6 +16,8 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
+
+from abbisect.infra.redact import StreamMask
 
 # Per trial and per log: 4 MiB of head and 4 MiB of tail. ABBISECT_LOG_CAP_BYTES overrides (tests).
 DEFAULT_CAP = 8 * 1024 * 1024
@@ -44,11 +47,17 @@ class _Unread:
 
 
 class CappedLog:
-    """A log file that keeps its first cap/2 bytes and its last cap/2 bytes, the middle elided."""
+    """A log file that keeps its first cap/2 bytes and its last cap/2 bytes, the middle elided.
+
+    With a `mask` (the recipe's secrets, abbisect/infra/redact.py) every byte is masked before anything else
+    sees it: the file is clean from its first byte (a run killed at any moment leaves no secret on disk), the
+    cap never keeps part of a secret, and the scanner's lines (signatures, the first exception, the last line)
+    and the tail are clean too."""
 
     def __init__(self, path: Path, cap: int | None = None, scanner: Scanner | None = None,
-                 append: bool = False) -> None:
+                 append: bool = False, mask: StreamMask | None = None) -> None:
         self.path = path
+        self.mask = mask
         self.cap = cap if cap is not None else log_cap()
         self.scanner: Scanner = scanner or _Unread()
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -64,26 +73,31 @@ class CappedLog:
         self.closed = False
 
     def write(self, chunk: bytes) -> None:
-        data = chunk
         with self.lock:
             if self.closed:
                 return
-            self.total += len(data)
-            if self.head_left > 0:
-                head, data = data[: self.head_left], data[self.head_left:]
-                self.fh.write(head)
-                self.fh.flush()
-                self.head_left -= len(head)
-            if data:
-                self.tail.append(data)
-                self.tail_bytes += len(data)
-                limit = self.cap - self.cap // 2
-                while self.tail_bytes - len(self.tail[0]) >= limit:
-                    old = self.tail.popleft()
-                    self.tail_bytes -= len(old)
-                    self.dropped += len(old)
-                    self.dropped_lines += old.count(b"\n")
+            chunk = self.mask.feed(chunk) if self.mask is not None else chunk
+            self._keep(chunk)
         self._scan(chunk)
+
+    def _keep(self, chunk: bytes) -> None:
+        """Head, then the ring of the tail (the lock held)."""
+        data = chunk
+        self.total += len(data)
+        if self.head_left > 0 and data:
+            head, data = data[: self.head_left], data[self.head_left:]
+            self.fh.write(head)
+            self.fh.flush()
+            self.head_left -= len(head)
+        if data:
+            self.tail.append(data)
+            self.tail_bytes += len(data)
+            limit = self.cap - self.cap // 2
+            while self.tail_bytes - len(self.tail[0]) >= limit:
+                old = self.tail.popleft()
+                self.tail_bytes -= len(old)
+                self.dropped += len(old)
+                self.dropped_lines += old.count(b"\n")
 
     def _scan(self, chunk: bytes) -> None:
         end = chunk.rfind(b"\n")
@@ -103,6 +117,10 @@ class CappedLog:
             if self.closed:
                 return
             self.closed = True
+            if self.mask is not None:  # what was held back in case it began a secret
+                rest = self.mask.flush()
+                self._keep(rest)
+                self._scan(rest)
             if self._partial:
                 self.scanner.feed(self._partial[:MAX_LINE].decode(errors="replace"))
                 self._partial = b""

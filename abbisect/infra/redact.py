@@ -1,28 +1,54 @@
-"""Secrets never written: the recipe's secret environment values masked in every text and JSON abbisect writes.
+"""Secrets never written: the recipe's secret environment values masked in what abbisect writes for people
+and in the logs, without ever rewriting a structured field.
 
-A variable of `env` or `install.env` is secret when its name looks like one (`*TOKEN*`, `*KEY*`, `*SECRET*`,
-`*PASSWORD*`), when its value is taken from the user's environment by reference (`${HF_TOKEN}`), or when the
-recipe lists it in `secret_env`; `public_env` makes a variable visible whatever its name. Other values stay
-visible, so a report still says how to reproduce. References are expanded only when a child process is
-started (`expand_env`), so the value never enters the recipe, its dump or its fingerprint.
+A variable of `env` or `install.env` is secret when a `_`/`-` separated segment of its name is or ends with
+TOKEN, KEY, SECRET, PASSWORD, PASSWD or CREDENTIAL (or their plurals: `HF_TOKEN`, `OPENAI_API_KEY`,
+`HFTOKEN`, `DB_PASSWORD`; not `TOKENIZERS_PARALLELISM`), when its value is taken from the user's
+environment by reference (`${HF_TOKEN}`), or when the recipe lists it in `secret_env`; `public_env` makes a
+variable visible whatever its name. Other values stay visible, so a report still says how to reproduce.
+References are expanded only when a child process is started (`expand_env`), so the value never enters the
+recipe or its dump.
 
-Pure: a `Redactor` is built from the recipe (and the environment the references are read from) and applied
-to text and to JSON-able data.
+How a secret is masked depends on where it is:
+- under its name in structured data (an env mapping: `Redactor.data`, `Redactor.env`): always, whatever
+  its length;
+- where it is named in text (`NAME=value`, `NAME: value`, `"NAME": "value"`): always;
+- anywhere else in text (`Redactor.text`, `StreamMask` over a log's bytes): only a value of at least
+  MIN_SECRET characters, and only as a whole value (not inside a longer run of letters, digits and `_`),
+  in the forms a log shows it: as it is, JSON/repr-escaped (a newline as the two characters `\\n`), and
+  each of its lines that is itself long enough (a PEM key's base64 lines). A shorter value ("false",
+  "09c8", "demo") occurs by chance in shas, prompts, patterns and names; masking it everywhere would
+  corrupt them, so a short value printed bare is not masked.
+
+Pure, but for `fingerprint_key` (the per-cache HMAC key of the trial-cache fingerprint).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 MASK = "***"
-SECRET_NAME = re.compile(r"TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL", re.IGNORECASE)
+# Free text is masked only for values at least this long: a shorter one is too likely to occur by chance
+# ("1", "cpu", "false", a hex run inside a sha); where it is named (NAME=value) it is masked anyway.
+MIN_SECRET = 8
+_SECRET_SEGMENT = re.compile(r"(?:TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)S?$", re.IGNORECASE)
 _REFERENCE = re.compile(r"\$\{(\w+)\}")
-# Shorter values are too likely to occur by chance in a log ("1", "cpu"); their NAME=value form is masked.
-MIN_SCRUB = 4
+# A named value in text: NAME=v, NAME: v, "NAME": "v", 'NAME': 'v', NAME="v"; the value ends at a space,
+# a quote, a comma or a brace, and after MAX_NAMED bytes (a stream holds that much back at most).
+_SEP = rb"[\"']?(?: ?= ?|: ?)[\"']?"
+_VALUE_RUN = rb"[^\s\"',}]"
+_VALUE_END = re.compile(rb"[\s\"',}]")
+MAX_NAMED = 4096
+_WORD = rb"A-Za-z0-9_"
+_IS_WORD = re.compile(rb"[" + _WORD + rb"]")
 
 
 def expand(value: str, environ: Mapping[str, str]) -> str:
@@ -41,7 +67,8 @@ def is_reference(value: str) -> bool:
 
 
 def looks_secret(name: str) -> bool:
-    return bool(SECRET_NAME.search(name))
+    """A `_`/`-` separated segment of the name is or ends with a secret word (HF_TOKEN, HFTOKEN, API-KEYS)."""
+    return any(_SECRET_SEGMENT.search(segment) for segment in re.split(r"[_-]", name))
 
 
 def mask_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -49,46 +76,108 @@ def mask_env(env: Mapping[str, str]) -> dict[str, str]:
     return {k: MASK if looks_secret(k) or is_reference(v) else v for k, v in env.items()}
 
 
+def _env_maps(data: Mapping[str, Any]) -> list[Mapping[str, str]]:
+    return [(data.get("install") or {}).get("env") or {}, data.get("env") or {}]
+
+
+def secret_names(data: Mapping[str, Any]) -> set[str]:
+    """The variables of a recipe's JSON dump (`env`, `install.env`) whose values are secret."""
+    public = set(data.get("public_env") or ())
+    forced = set(data.get("secret_env") or ())
+    return {name for envmap in _env_maps(data) for name, value in envmap.items()
+            if name not in public and (name in forced or looks_secret(name) or is_reference(value))}
+
+
+def value_forms(value: str) -> set[str]:
+    """The ways a log may show a secret value, each long enough to be masked as free text: as it is, JSON-
+    and repr-escaped (a multi-line value printed inside a dict), and each line of it on its own."""
+    value = value.strip()
+    found = set()
+    if len(value) >= MIN_SECRET:
+        found |= {value, json.dumps(value)[1:-1], json.dumps(value, ensure_ascii=False)[1:-1], repr(value)[1:-1]}
+    found |= {line.strip() for line in value.splitlines() if len(line.strip()) >= MIN_SECRET}
+    return found
+
+
+def _bounded(form: bytes) -> bytes:
+    """A form matched only as a whole value: not preceded or followed by a letter, digit or `_` where its own
+    first or last character is one."""
+    before = rb"(?<![" + _WORD + rb"])" if _IS_WORD.match(form[:1]) else b""
+    after = rb"(?![" + _WORD + rb"])" if _IS_WORD.match(form[-1:]) else b""
+    return before + re.escape(form) + after
+
+
 @dataclass(frozen=True)
 class Redactor:
-    names: frozenset[str] = frozenset()  # variables whose values are masked
-    values: tuple[str, ...] = ()  # the secret values themselves (literal or expanded), longest first
+    names: frozenset[str] = frozenset()  # variables whose values are masked where they are named
+    values: tuple[str, ...] = ()  # the secret values masked in free text (MIN_SECRET or longer), longest first
 
     @classmethod
     def from_recipe(cls, recipe: Any, environ: Mapping[str, str] | None = None) -> Redactor:
         """From a `Recipe` or its JSON dump; `environ` is where references are read (default os.environ)."""
         data = recipe if isinstance(recipe, dict) else recipe.model_dump(mode="json")
         source = os.environ if environ is None else environ
-        public = set(data.get("public_env") or ())
-        forced = set(data.get("secret_env") or ())
-        names: set[str] = set()
+        names = secret_names(data)
         values: set[str] = set()
-        for envmap in ((data.get("install") or {}).get("env") or {}, data.get("env") or {}):
+        for envmap in _env_maps(data):
             for name, value in envmap.items():
-                if name in public:
-                    continue
-                if name in forced or looks_secret(name) or is_reference(value):
-                    names.add(name)
-                    values.update(v for v in (value, expand(value, source)) if v and not is_reference(v))
-        values = {v for v in values if len(v) >= MIN_SCRUB}
-        return cls(frozenset(names), tuple(sorted(values, key=len, reverse=True)))
+                if name in names:
+                    values.update(v.strip() for v in (value, expand(value, source)) if v and not is_reference(v))
+        long = {v for v in values if len(v) >= MIN_SECRET}
+        return cls(frozenset(names), tuple(sorted(long, key=len, reverse=True)))
 
     def __bool__(self) -> bool:
         return bool(self.names or self.values)
 
+    @cached_property
+    def forms(self) -> tuple[bytes, ...]:
+        """Every free-text form of every value, as bytes, longest first (the regex tries them in order)."""
+        found = {f.encode(errors="surrogateescape") for v in self.values for f in value_forms(v)}
+        return tuple(sorted(found, key=len, reverse=True))
+
+    @cached_property
+    def _patterns(self) -> tuple[re.Pattern[bytes] | None, re.Pattern[bytes] | None, re.Pattern[bytes] | None]:
+        """(named or free-text matches, free-text matches only, a name and its separator)."""
+        free = b"|".join(_bounded(f) for f in self.forms)
+        namesep = None
+        parts = [b"(?:" + free + b")"] if free else []
+        if self.names:
+            alt = b"|".join(re.escape(n.encode()) for n in sorted(self.names, key=len, reverse=True))
+            namesep = rb"(?P<name>(?<![" + _WORD + rb"])(?:" + alt + rb"))(?P<sep>" + _SEP + rb")"
+            value = (free + b"|" if free else b"") + _VALUE_RUN + b"{1,%d}" % MAX_NAMED
+            parts.insert(0, namesep + rb"(?!\*\*\*)(?:" + value + b")")
+        return (re.compile(b"|".join(parts)) if parts else None, re.compile(free) if free else None,
+                re.compile(namesep) if namesep else None)
+
+    def stream(self) -> StreamMask | None:
+        """A masker for one byte stream (a log), or None when there is nothing to mask."""
+        return StreamMask(self) if self else None
+
     def text(self, text: str) -> str:
+        """Text for people (reports, console lines, CSV cells): named values and long values masked."""
         if not self or not text:
             return text
-        for value in self.values:
-            text = text.replace(value, MASK)
-        if self.names:
-            # NAME=value and NAME: value (launch lines, YAML, logs of the environment)
-            alt = "|".join(re.escape(n) for n in sorted(self.names, key=len, reverse=True))
-            text = re.sub(rf"\b({alt})(=|: ?|\": ?\"|': ?')((?!\*\*\*)[^\s\"',}}]+)", rf"\1\2{MASK}", text)
-        return text
+        raw = text.encode(errors="surrogateescape")
+        return StreamMask(self).feed(raw, final=True).decode(errors="surrogateescape")
+
+    def free(self, text: str) -> str:
+        """Only the free-text rule: whole long values masked (what a structured string may hold by accident)."""
+        rx = self._patterns[1]
+        if rx is None or not text:
+            return text
+        raw = text.encode(errors="surrogateescape")
+        if not any(f in raw for f in self.forms):  # found at memchr speed; the regex is slow
+            return text
+        return rx.sub(MASK.encode(), raw).decode(errors="surrogateescape")
+
+    def env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """An env mapping with the values of secret variables masked (what a result keeps of a launch)."""
+        return {k: MASK if k in self.names else v for k, v in env.items()}
 
     def data(self, obj: Any) -> Any:
-        """JSON-able data with every secret masked: values under a secret key, and inside every string."""
+        """JSON-able data with every secret masked, and no structured field rewritten: a string under a
+        secret variable's name is masked whole; any other string only where it holds a whole long value (a
+        sha, a ref, a name, a pattern or a prompt that merely contains a short value stays as it is)."""
         if not self:
             return obj
         if isinstance(obj, dict):
@@ -97,7 +186,7 @@ class Redactor:
         if isinstance(obj, list | tuple):
             return [self.data(v) for v in obj]
         if isinstance(obj, str):
-            return self.text(obj)
+            return self.free(obj)
         return obj
 
     def guard(self, progress: Callable[[str], None]) -> Callable[[str], None]:
@@ -110,3 +199,131 @@ class Redactor:
             progress(type(message)(clean) if isinstance(message, str) and type(message) is not str else clean)
 
         return say
+
+
+class StreamMask:
+    """A byte stream's secrets masked as it flows, across chunk and line boundaries: `feed(chunk)` gives the
+    bytes safe to write now, `flush()` the rest at the end.
+
+    Only what may still become a match is held back: a tail that starts a value's form (at most the longest
+    form), or a named value still open (at most MAX_NAMED bytes after the name); everything else is given
+    out at once, so a log line (the ready line a launch waits for) is never delayed. A process killed
+    meanwhile loses the held bytes, never writes them raw.
+    """
+
+    def __init__(self, redactor: Redactor) -> None:
+        self.rx, _, self.namesep = redactor._patterns
+        self.forms = redactor.forms
+        self.names = tuple(n.encode() for n in redactor.names)
+        self.anchors = (*self.forms, *self.names)
+        self.longest = max((len(f) for f in self.forms), default=0)
+        self.window = max((len(n) for n in self.names), default=0) + 4 + max(self.longest, MAX_NAMED)
+        self.pending = b""
+        self.before = b""  # the last byte given out: a whole-value match looks at it
+
+    def feed(self, chunk: bytes, final: bool = False) -> bytes:
+        if self.rx is None:
+            return self.pending + chunk if final else chunk
+        data = self.before + self.pending + chunk
+        start = len(self.before)
+        hold = len(data) if final else self._hold(data, start)
+        out, pos = [], start
+        while (m := self._search(data, pos)) is not None and m.start() < hold:
+            if not final and m.end() >= len(data):  # more bytes may lengthen it, or show it is no whole value
+                hold = m.start()
+                break
+            out += [data[pos:m.start()], _replacement(m)]
+            pos = m.end()
+        end = max(pos, hold)
+        out.append(data[pos:end])
+        self.pending = data[end:]
+        if end > 0:
+            self.before = data[end - 1:end]
+        return b"".join(out)
+
+    def flush(self) -> bytes:
+        return self.feed(b"", final=True)
+
+    def _search(self, data: bytes, pos: int) -> re.Match[bytes] | None:
+        """The next match from `pos`, tried only where a whole form or a name occurs (found at memchr
+        speed): most chunks of a log hold neither, and a regex over every byte would cost 3 MB/s."""
+        assert self.rx is not None
+        at = {a: data.find(a, pos) for a in self.anchors}  # a match starts where its name or form does
+        while live := [p for p in at.values() if p >= 0]:
+            p = min(live)
+            if m := self.rx.match(data, p):
+                return m
+            at = {a: data.find(a, p + 1) if q == p else q for a, q in at.items()}
+        return None
+
+    def _hold(self, data: bytes, start: int) -> int:
+        """Where the bytes that may still become (part of) a match begin: len(data) when none may."""
+        n = len(data)
+        hold = n
+        for form in self.forms:
+            lo = max(start, n - len(form) + 1)
+            if lo >= hold:
+                continue
+            hold = min(hold, _prefix_at(data, form, lo, hold))
+        if self.namesep is not None:
+            lo = max(start, n - self.window)
+            for m in self.namesep.finditer(data, lo):
+                if m.start() >= hold:
+                    break
+                rest = data[m.end():]
+                if (len(rest) <= MAX_NAMED and not _VALUE_END.search(rest)) or any(
+                        f.startswith(rest) for f in self.forms):
+                    hold = m.start()
+                    break
+            for name in self.names:  # a name (and the start of its separator) cut at the end
+                for p in range(max(start, n - len(name) - 1), min(n, hold)):
+                    tail = data[p:]
+                    if name.startswith(tail) or (tail.startswith(name) and tail[len(name):] in (b"", b'"', b"'", b" ")):
+                        hold = p
+                        break
+        return hold
+
+
+def _prefix_at(data: bytes, form: bytes, lo: int, hi: int) -> int:
+    """The first position p in [lo, hi) where data[p:] is the start of `form` (the stream ends inside it),
+    else hi."""
+    n = len(data)
+    head = form[:8]
+    p = data.find(head, lo, max(hi + len(head) - 1, lo))
+    while p != -1 and p < hi and p + len(head) <= n:
+        if form.startswith(data[p:]):
+            return p
+        p = data.find(head, p + 1, max(hi + len(head) - 1, lo))
+    for p in range(max(lo, n - len(head) + 1), hi):  # the stream ends inside the form's first bytes
+        if form.startswith(data[p:]):
+            return p
+    return hi
+
+
+def _replacement(m: re.Match[bytes]) -> bytes:
+    name = m.groupdict().get("name")
+    return (name + m.group("sep") + MASK.encode()) if name else MASK.encode()
+
+
+def fingerprint_key(path: Path) -> bytes:
+    """A random key for fingerprints that must tell secrets apart without revealing them (the trial cache's:
+    `Cache.fingerprint_key`), kept in `path`, mode 0600, made on first use (a race of two first uses keeps one
+    key: the file is linked into place, never overwritten)."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600, a name of its own
+    tmp = Path(name)
+    try:
+        os.write(fd, os.urandom(32))
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink(missing_ok=True)
+    return path.read_bytes()

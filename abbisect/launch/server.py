@@ -26,6 +26,7 @@ from abbisect.infra import supervisor
 from abbisect.infra.cache import Cache
 from abbisect.infra.logstream import CappedLog, pump
 from abbisect.infra.progress import Status
+from abbisect.infra.redact import StreamMask
 from abbisect.launch.engines.base import LaunchPlan
 from abbisect.score.scanner import LineScanner
 
@@ -76,10 +77,12 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def start(plan: LaunchPlan, env: dict[str, str], log_path: Path, cwd: Path, base_url: str,
-          cache: Cache | Path | None = None, scanner: LineScanner | None = None) -> Server:
-    """Start the server under its supervisor (recorded in the cache first), its output into the log."""
+          cache: Cache | Path | None = None, scanner: LineScanner | None = None,
+          mask: StreamMask | None = None) -> Server:
+    """Start the server under its supervisor (recorded in the cache first); its output goes to the log through
+    `mask` (the recipe's secrets masked before any byte is written)."""
     scanner = scanner or LineScanner()
-    log = CappedLog(log_path, scanner=scanner)
+    log = CappedLog(log_path, scanner=scanner, mask=mask)
     read_end, write_end = os.pipe()
     try:
         proc = supervisor.spawn(plan.argv, env, cwd, write_end, cache, kind="server",

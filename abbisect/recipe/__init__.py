@@ -8,6 +8,7 @@ expansion capped while composing, so a hostile file is one line and exit 2, neve
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 import re
 from pathlib import Path
@@ -26,6 +27,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails
 
 from abbisect.infra.errors import UserError
+from abbisect.infra.redact import MASK, secret_names
 from abbisect.recipe.probe import ProbeConfig
 from abbisect.verdict.status import BAD_RULES, DEFAULT_BAD_IF, DEFAULT_SKIP_IF, SKIP_RULES
 
@@ -482,8 +484,14 @@ class Recipe(_Strict):
                                  "abbisect/score/signatures.yaml and scoring.signatures)")
         return self
 
-    def fingerprint(self) -> str:
+    def fingerprint(self, key: bytes | None = None) -> str:
         """Hash of everything that can change a trial's result; it keys cached trials (abbisect/trialcache.py).
+
+        It reveals no secret: without `key` (the public fingerprint, in state.json) the value of each secret
+        variable of `env` and `install.env` (abbisect/redact.py) is replaced by a constant, so no guess of it
+        can be checked against the hash; with `key` (the cache's own random key, for the trial cache) every
+        value of `env` and `install.env` is replaced by its HMAC-SHA256 under that key, so a changed secret
+        still changes the key, and which names `public_env`/`secret_env` list still does not.
 
         The rule, key by key: what decides what a trial builds, launches, sends, and how its evidence becomes
         a status and an outcome is in: `name` (the model name a `command` engine is asked for), `engine`,
@@ -504,6 +512,13 @@ class Recipe(_Strict):
                                                      "secret_env": True, "gpus": True, "gpu_slots": True,
                                                      "verdict": {"script"}, "timeouts": True})
         data["gpus"] = None if self.gpus is None else len(self.gpus)
+        secret = secret_names(self.model_dump(mode="json", include={"env", "install", "public_env", "secret_env"}))
+        for envmap in (data["env"], data["install"]["env"]):
+            for name, value in envmap.items():
+                if key is not None:
+                    envmap[name] = "hmac:" + hmac.new(key, value.encode(), hashlib.sha256).hexdigest()
+                elif name in secret:
+                    envmap[name] = MASK
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 

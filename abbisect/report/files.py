@@ -11,7 +11,6 @@ import pandas as pd
 
 from abbisect.infra.errors import UserError
 from abbisect.infra.redact import Redactor
-from abbisect.trial.cache import scrub_file
 from abbisect.trial.spec import TrialResult
 
 
@@ -66,8 +65,9 @@ def outputs_frame(results: list[tuple[str, TrialResult]]) -> pd.DataFrame:
                                        "verdict"])
 
 
-def copy_build_logs(out: Path, results: list[tuple[str, TrialResult]], redactor: Redactor | None = None) -> None:
-    """Each trial's build log beside its server log, secrets masked; a cached trial brought its own."""
+def copy_build_logs(out: Path, results: list[tuple[str, TrialResult]]) -> None:
+    """Each trial's build log beside its server log (masked as it was written); a cached trial brought its
+    own."""
     for _, r in results:
         dest = Path(r.spec.out_dir) / "build.log"
         if r.env and Path(r.env.log).is_file() and not dest.exists():
@@ -81,23 +81,19 @@ def write_results(out: Path, markdown: str, data: dict, results: list[tuple[str,
     """The report, its data as JSON, outputs.csv, side files (`extra`: name → text, e.g. outputs.md), and
     each trial's build log beside its server log.
 
-    Everything is written through `redactor`, and every file already in `out` (server and build logs,
-    retries' folders) is scrubbed of the recipe's secrets before this returns. Long strings in the JSON and
-    the CSV are cut at FIELD_CAP with a marker (the full outputs are in the side file).
+    The texts for people (the report, side files, the CSV's cells) are written through `redactor.text`, the
+    JSON through `redactor.data` (no structured field rewritten). The logs already in `out` need nothing:
+    they were masked as they were written (abbisect/logstream.py). Long strings in the JSON and the CSV are
+    cut at FIELD_CAP with a marker (the full outputs are in the side file).
     """
     red = redactor or Redactor()
-    copy_build_logs(out, results, red)
+    copy_build_logs(out, results)
     (out / names[0]).write_text(red.text(markdown))
     for name, text in (extra or {}).items():
         (out / name).write_text(red.text(text))
     (out / names[1]).write_text(json.dumps(red.data(cap_strings(data)), indent=2, default=str))
     frame = outputs_frame(results).map(lambda v: red.text(capped(v)) if isinstance(v, str) else v)
     frame.to_csv(out / "outputs.csv", index=False)
-    if red:
-        written = {names[0], names[1], "outputs.csv", *(extra or {})}
-        for path in out.rglob("*"):
-            if path.is_file() and path.name not in written:
-                scrub_file(path, red)
 
 
 FIELD_CAP = 65_536  # characters of one string in results.json / outputs.csv

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from abbisect.infra import git
 from abbisect.infra.cache import WORKTREES, Cache
+from abbisect.infra.redact import Redactor
 from abbisect.recipe import BUILTIN_PREFIX, PackagedModel, Recipe
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
@@ -65,7 +66,8 @@ def _strip_paths(data):
 
 
 def portable_recipe(recipe: Recipe, cache: Cache | Path) -> dict:
-    """The recipe as a stranger can use it: prompts inlined, no path of this machine, defaults left out."""
+    """The recipe as a stranger can use it: prompts inlined, no path of this machine, defaults left out, the
+    values of secret variables masked under their names (abbisect/redact.py)."""
     data = recipe.model_dump(mode="json", exclude_defaults=True)
     data["engine"] = {**data.get("engine", {}), "kind": recipe.engine.kind, "repo": engine_source(recipe)}
     if isinstance(recipe.model, PackagedModel):
@@ -74,7 +76,8 @@ def portable_recipe(recipe: Recipe, cache: Cache | Path) -> dict:
     elif isinstance(recipe.model, str) and _local(recipe.model):
         data["model"] = f"<local: {Path(recipe.model).name}>"
     data.pop("prompts_file", None)  # folded into prompts when the recipe was loaded
-    return _strip_paths({k: data[k] for k in ("name", *[k for k in data if k != "name"]) if k in data})
+    shown = _strip_paths({k: data[k] for k in ("name", *[k for k in data if k != "name"]) if k in data})
+    return Redactor.from_recipe(recipe).data(shown)
 
 
 @dataclass(frozen=True)

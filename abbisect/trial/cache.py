@@ -16,7 +16,7 @@ from abbisect.environment.pins import after_engine
 from abbisect.infra.cache import Cache
 from abbisect.infra.locks import atomic_write
 from abbisect.infra.progress import ambient
-from abbisect.infra.redact import Redactor
+from abbisect.infra.redact import Redactor, fingerprint_key
 from abbisect.infra.serial import dump, load
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.plan import plan_for
@@ -58,7 +58,8 @@ def planned_env_key(spec: TrialSpec) -> str:
 
 def trial_key(spec: TrialSpec, machine: str) -> str:
     recipe = spec.recipe
-    blob = json.dumps([spec.sha, recipe.fingerprint(), planned_env_key(spec), machine])
+    secret = fingerprint_key(Cache.at(spec.cache_dir).fingerprint_key)  # secrets told apart, never revealed
+    blob = json.dumps([spec.sha, recipe.fingerprint(secret), planned_env_key(spec), machine])
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -118,8 +119,7 @@ class TrialCache:
                      + (f" (its logs copied: {', '.join(copied)})" if copied else ""))
             return hit
         redactor = Redactor.from_recipe(spec.recipe)
-        result = run(spec, redactor.guard(progress))
-        scrub_logs(result, redactor)
+        result = run(spec, redactor.guard(progress))  # its logs were masked as they were written
         clean = load(TrialResult, redactor.data(dump(result))) if redactor else result
         self.put(clean, spec)
         return clean
@@ -162,36 +162,6 @@ class TrialCache:
 
 
 LOG_FILES = ("server.log", "build.log")
-
-
-def scrub_logs(result: TrialResult, redactor: Redactor) -> None:
-    """The recipe's secrets masked in the trial's logs where they lie (its folder, and a fresh build's log)."""
-    if not redactor:
-        return
-    out = Path(result.spec.out_dir)
-    files = [p for p in out.rglob("*") if p.is_file()] if out.is_dir() else []
-    if result.env:  # a venv built in the background (bisect prefetch) was not scrubbed yet
-        files.append(Path(result.env.log))
-    for path in files:
-        scrub_file(path, redactor)
-
-
-def scrub_file(path: Path, redactor: Redactor) -> None:
-    """Rewrite a text file with secrets masked, line by line (logs can be large)."""
-    if not path.is_file():
-        return
-    tmp = path.with_name(path.name + ".scrub")
-    changed = False
-    with path.open("rb") as src, tmp.open("wb") as dst:
-        for raw in src:
-            line = raw.decode(errors="surrogateescape")
-            clean = redactor.text(line)
-            changed |= clean != line
-            dst.write(clean.encode(errors="surrogateescape"))
-    if changed:
-        tmp.replace(path)
-    else:
-        tmp.unlink()
 
 
 def _waited_less(result: TrialResult, spec: TrialSpec) -> bool:

@@ -23,7 +23,7 @@ from abbisect.infra.cache import Cache
 from abbisect.infra.errors import InfraError
 from abbisect.infra.proc import scrubbed_env
 from abbisect.infra.progress import Status
-from abbisect.infra.redact import expand_env
+from abbisect.infra.redact import Redactor, expand_env
 from abbisect.infra.serial import dump, load
 from abbisect.launch import server as launch
 from abbisect.launch.engines import adapter
@@ -161,7 +161,7 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> Env
     spec, cache = rec.spec, Cache.at(rec.spec.cache_dir)
     env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
                      on_step=lambda d: say(Status(f"environment: {d}") if isinstance(d, Status) else f"environment: {d}"),
-                     after=after_engine(spec.pins, spec.dependency, cache))
+                     after=after_engine(spec.pins, spec.dependency, cache), redactor=Redactor.from_recipe(recipe))
     rec.env = env
     rec.timings["build"] = env.seconds
     if not env.ok:
@@ -208,7 +208,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     crash: dict = {}
     # Nothing between the start and the try: a Ctrl-C in between would leave the server to its supervisor.
     server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
-                          cache=cache, scanner=scanner)
+                          cache=cache, scanner=scanner, mask=Redactor.from_recipe(recipe).stream())
     try:
         ready = launch.wait_ready(server, plan, recipe.timeouts.ready, progress=say)
         timings["ready"] = round(time.monotonic() - t_launch, 3)
@@ -250,7 +250,8 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         raise InfraError(f"the server could not bind its port ({port} or one it opens itself): another process "
                          f"took it (see {log_path}); run again")
     rec.signatures, rec.first_exception = tuple(scanner.matches), scanner.first_exception
-    rec.launch = LaunchInfo(plan.argv, {**plan.env, **recipe.env}, ready.status, ready.seconds, ready.returncode,
+    shown_env = Redactor.from_recipe(recipe).env({**plan.env, **recipe.env})  # a result never holds a secret
+    rec.launch = LaunchInfo(plan.argv, shown_env, ready.status, ready.seconds, ready.returncode,
                             str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
                             mod.facts(log_text), **crash)
 
