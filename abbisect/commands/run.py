@@ -11,6 +11,7 @@ import click
 
 from abbisect.builtin import DEFAULT_RECIPE
 from abbisect.cli import exit_code, exit_help
+from abbisect.commands.common import interrupted_hint
 from abbisect.commands.options import (
     cache_dir_option,
     check_output_option,
@@ -129,6 +130,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     cache = open_cache(cache_dir, progress)
     repo, revs = resolve_sides(rec, refs, cache)
     out = new_output_dir(rec.name, output)
+    interrupted_hint(f"{out} holds what ran before the interruption: logs, no report")
     progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
     from abbisect.trial.cache import TrialCache, machine_key
 

@@ -8,7 +8,6 @@ full outputs go to a side file (`outputs.md`) that the report names.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -52,11 +51,16 @@ def esc(text: str | None) -> str:
     return _MD_PUNCT.sub(r"\\\1", t)
 
 
+_UNBROKEN = re.compile(r"\S{24}")
+WRAP = "\u200b"  # a zero-width space: lets a table column wrap inside a long unbroken run of text
+
+
 def cell(text: str | None, limit: int = CELL) -> str:
-    """One table cell (or one line of prose) of untrusted text: one line, shortened, escaped."""
+    """One table cell (or one line of prose) of untrusted text: one line, shortened, escaped; a long unbroken
+    run (a looping output: "CementCementCement…") may wrap, so it cannot push the next column off-screen."""
     t = (text or "").replace("\r", "").replace("\n", " ⏎ ")
     t = t if len(t) <= limit else t[: limit - 1] + "…"
-    return esc(t)
+    return esc(_UNBROKEN.sub(lambda m: m.group(0) + WRAP, t))
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -111,18 +115,39 @@ def side_summary(r: TrialResult) -> dict[str, str]:
     misses = sum(1 for c in r.answers if c is not None and not c.passed)
     checked = sum(1 for c in r.answers if c is not None)
     serious = sorted({s.id for s in r.signatures if s.severity in ("warning", "error", "fatal")})
+    minor = len({s.id for s in r.signatures} - set(serious))
     build = "failed" if r.env and not r.env.ok else ("reused" if r.env and r.env.reused else _secs(r.timings.get("build")))
     return {
         "result": cached_note(r, short=True),
         "build": build,
         "ready": _secs(r.launch.ready_s) if r.launch and r.launch.status == "ready" else (
             r.launch.status if r.launch else "—"),
-        "signatures": ", ".join(f"`{s}`" for s in serious) or "none",
+        "signatures": (", ".join(f"`{s}`" for s in serious) or "none serious")
+                      + (f" (+{minor} info)" if minor else ""),
         "degenerate": f"{degenerate}/{n}" if n else "—",
         "late loops": f"{late}/{n}" if n else "—",
         "answers": f"{checked - misses}/{checked} correct" if checked else "—",
         "verdict": f"**{r.verdict.status}**",
     }
+
+
+SUMMARY_NOTE = ("_result_: fresh = run now, cached = replayed from the trial cache (the date of its run; its logs "
+                "copied in). _signatures_: the load log's known failure signatures at warning or above (info ones "
+                "counted apart, all listed under Evidence).")
+
+
+def verdict_line(a: TrialResult, b: TrialResult) -> str:
+    """The answer first: each side's outcome and status, whether it changed, and each side's first reason."""
+    change = ("the outcome changes between the sides" if a.verdict.outcome != b.verdict.outcome
+              else f"both sides are {a.verdict.outcome}")
+    why = "; ".join(f"{side}: {cell(r.verdict.reasons[0], 160)}" for side, r in (("A", a), ("B", b))
+                    if r.verdict.reasons)
+    return (f"**Verdict: A `{r_ref(a)}` is {a.verdict.outcome} ({a.verdict.status}), B `{r_ref(b)}` is "
+            f"{b.verdict.outcome} ({b.verdict.status})** — {change}. {why}.")
+
+
+def r_ref(r: TrialResult) -> str:
+    return cell(r.spec.ref, 60)
 
 
 def summary_table(results: list[tuple[str, TrialResult]]) -> str:
@@ -198,9 +223,31 @@ def facts_block(a: TrialResult, b: TrialResult) -> str:
         version = facts.get("version")
         if not version and (r.extras.get("fingerprint") or {}).get("engine_version"):
             version = f"{r.extras['fingerprint']['engine_version']} (from its venv)"
-        rows.append([label, cell(str(version or "—"), 40),
-                     cell(json.dumps(facts.get("non_default_args", facts.get("server_args", "—"))), 120)])
+        shims = _shims(r)
+        if version and str(version) in shims.values():  # the engine reads its version from the shim
+            version = f"{version} (= the recipe's dist-info shim; the engine may read it, not the commit's own version)"
+        args = facts.get("non_default_args", facts.get("server_args", "—"))
+        rows.append([label, cell(str(version or "—"), 120), _args(args)])
     return table(["side", "engine version (from its log)", "non-default args (from its log)"], rows)
+
+
+def _shims(r: TrialResult) -> dict[str, str]:
+    """The dist-info shims the side's install section names ({} for strategies without them)."""
+    return dict(r.spec.recipe.install.dist_shims)
+
+
+def _args(args: object, limit: int = 160) -> str:
+    """The engine's non-default arguments, cut between two arguments (never inside one), with how many more."""
+    items = [f"{k}={v!r}" for k, v in args.items()] if isinstance(args, dict) else [str(args)]
+    if not any(items):
+        return "— (none)"
+    shown: list[str] = []
+    for item in items:
+        if shown and len(", ".join([*shown, item])) > limit:
+            break
+        shown.append(item)
+    more = len(items) - len(shown)
+    return cell(", ".join(shown), limit + 40) + (f" (+{more} more; all in server.log)" if more else "")
 
 
 def fingerprint_block(a: TrialResult, b: TrialResult) -> str:
@@ -279,7 +326,7 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     title, the recipe, the fingerprint and Reproduce, which the enclosing report shows once."""
     a, b = ab.a, ab.b
     h2 = level if embedded else level + 1
-    lines = [] if embedded else [heading(level, f"abbisect A/B: `{ab.name}`"), ""]
+    lines = [] if embedded else [heading(level, f"abbisect A/B: `{ab.name}`"), "", verdict_line(a, b), ""]
     urls_a, urls_b = ab.links.get("a", {}), ab.links.get("b", {})
     commits = [commit_line("A", a, urls_a), commit_line("B", b, urls_b)]
     if side_variable(a) or side_variable(b):  # a dependency is the variable: say which, per side
@@ -295,7 +342,7 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     sampling = ab.recipe["sampling"]
     lines += ["", (f"Sampling: temperature {sampling['temperature']}, max_tokens {sampling['max_tokens']}, "
                   f"seed {sampling['seed']}, API `{ab.recipe['api']}`."), "", heading(h2, "Summary"), "",
-              summary_table([("A", a), ("B", b)]), ""]
+              summary_table([("A", a), ("B", b)]), "", SUMMARY_NOTE, ""]
     diff = ab.signature_diff
     if diff.get("appeared") or diff.get("disappeared"):
         lines += [(f"Log signatures appeared in B: {', '.join(f'`{s}`' for s in diff.get('appeared', [])) or 'none'}; "
@@ -327,12 +374,17 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     timing = table(["stage", "A", "B"], [[k, _secs(a.timings.get(k)), _secs(b.timings.get(k))]
                                          for k in ("checkout", "build", "ready", "query", "probe", "teardown", "score",
                                                    "overhead", "total")])
-    lines += [details("Timings", timing), ""]
+    lines += [details("Timings", timing + "\n\n" + TIMINGS_NOTE), ""]
     if not embedded:
         block = recipe_block(recipe, recipe_file)
         lines += [block, ""] if block else []
         lines += [reproduce_block([ab.command], ab.version, ab.started), ""]
     return "\n".join(lines)
+
+
+TIMINGS_NOTE = ("`overhead` is the trial's time outside the stages above: the model's preparation, reading the "
+                "venv's package list and fingerprint, waiting for the GPU to be idle, abbisect's own start; "
+                "`total` is the whole trial.")
 
 
 def fit(render: Callable[[Budget], str], limit: int = COMMENT_LIMIT - MARGIN) -> str:

@@ -19,6 +19,12 @@ def _shown(d: dict) -> str:
     return d["version"]
 
 
+def _from_commit(dist: dict | None, shas: tuple[str, ...]) -> bool:
+    """Installed from the checkout of one of these commits (its direct URL names the commit's worktree)."""
+    url = (dist or {}).get("url") or ""
+    return any(sha in url for sha in shas)
+
+
 @dataclass(frozen=True)
 class PackageDiff:
     rows: tuple[tuple[str, str, str, str], ...]  # name, A, B, why it may differ ("" when unexplained)
@@ -45,7 +51,9 @@ def _closure(names: set[str], dists: dict) -> dict[str, str]:
     return via
 
 
-def diff_packages(a: dict, b: dict, named: set[str]) -> PackageDiff:
+def diff_packages(a: dict, b: dict, named: set[str], engine_shas: tuple[str, ...] = ()) -> PackageDiff:
+    """The packages that differ between two venvs, each with why it may: named by the sides, required by a
+    named one, or the engine under test itself (installed from one of `engine_shas`' checkouts)."""
     da, db = a.get("dists", {}), b.get("dists", {})
     via = {**_closure(named, db), **_closure(named, da)}
     rows = []
@@ -53,7 +61,9 @@ def diff_packages(a: dict, b: dict, named: set[str]) -> PackageDiff:
         sa = _shown(da[name]) if name in da else "—"
         sb = _shown(db[name]) if name in db else "—"
         if sa != sb:
-            why = "named" if name in named else (f"required by {via[name]}" if name in via else "")
+            own = bool(engine_shas) and all(_from_commit(d.get(name), engine_shas) for d in (da, db))
+            why = ("named" if name in named else f"required by {via[name]}" if name in via
+                   else "the engine under test (each side's own commit)" if own else "")
             rows.append((name, sa, sb, why))
     return PackageDiff(tuple(rows), tuple(sorted(named)), len(da), len(db))
 
@@ -85,7 +95,7 @@ def render_packages(a, b, same_launch: bool) -> list[str]:
     if not pa or not pb:
         return []
     named = named_packages(a, b)
-    diff = diff_packages(pa, pb, named)
+    diff = diff_packages(pa, pb, named, (a.spec.sha, b.spec.sha))
     lines = ["### Packages: what differs between the two venvs", ""]
     if side_variable(a) or side_variable(b):
         same_engine = a.spec.sha == b.spec.sha
@@ -106,7 +116,8 @@ def render_packages(a, b, same_launch: bool) -> list[str]:
                       + ", ".join(f"`{n}`" for n in diff.unexplained) + ". The variable is not single.", ""]
         elif named:
             lines += ["Only the named package(s) and what they require differ.", ""]
-    freeze = "\n".join(["# A", *pa.get("freeze", []), "", "# B", *pb.get("freeze", [])])
-    lines += ["<details><summary>Full package lists (uv pip freeze) of both venvs</summary>", "",
-              "```text", freeze, "```", "", "</details>", ""]
+    if diff.rows:  # identical lists are said in one line above; both in full are in results.json
+        freeze = "\n".join(["# A", *pa.get("freeze", []), "", "# B", *pb.get("freeze", [])])
+        lines += ["<details><summary>Full package lists (uv pip freeze) of both venvs</summary>", "",
+                  "```text", freeze, "```", "", "</details>", ""]
     return lines

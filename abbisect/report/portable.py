@@ -20,6 +20,9 @@ from abbisect.infra.redact import Redactor
 from abbisect.recipe import BUILTIN_PREFIX, PackagedModel, Recipe
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
+# Absolute paths of at least two parts, not inside a URL or a $VARIABLE path (an HTTP path like /v1/models is
+# kept: it does not exist here).
+_ABSOLUTE = re.compile(r"(?<![\w$~<:/.-])(/[\w.+@-]+(?:/[\w.+@-]+)+)")
 _WORKTREE = re.compile(rf"\$ABBISECT_CACHE_DIR/{WORKTREES}/(?:[^/\s]+/)*?([0-9a-f]{{40}})")
 
 
@@ -35,7 +38,15 @@ def engine_source(recipe: Recipe) -> str:
     repo = recipe.engine.repo
     if repo.startswith(BUILTIN_PREFIX) or _URL.match(repo):
         return re.sub(r"^(https?://)[^/@]+@", r"\1", repo)
-    return remote_url(repo) or f"<a local checkout named {Path(repo).name}, with no remote>"
+    url = remote_url(repo)
+    if url and not _is_local(url):
+        return url
+    return f"<a local checkout named {Path(repo).name}, with no public remote>"
+
+
+def _is_local(url: str) -> bool:
+    """A remote that is a folder of this machine (a path, or a file:// URL): no use to a stranger."""
+    return url.startswith(("/", "~", "file://")) or not re.match(r"^[\w+.-]+://|^[\w.-]+@[\w.-]+:", url)
 
 
 def model_sha256(model: PackagedModel, cache: Cache | Path) -> str | None:
@@ -109,7 +120,10 @@ class Portable:
         for old, new in self.pairs:
             text = text.replace(old, new)
         # A commit's worktree (e.g. an editable install in a package list) is named by its commit.
-        return _WORKTREE.sub(lambda m: f"<checkout of {m.group(1)[:10]}>", text)
+        text = _WORKTREE.sub(lambda m: f"<checkout of {m.group(1)[:10]}>", text)
+        # Any other path of this machine (a stand-in server's script, a --script judge): its name only.
+        return _ABSOLUTE.sub(lambda m: f"<local: {Path(m.group(1)).name}>" if os.path.exists(m.group(1))
+                             else m.group(1), text)
 
 
 def reproduce_command(argv: list[str], recipe_file: Path | None) -> str:

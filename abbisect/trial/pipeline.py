@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ from abbisect.trial.spec import LaunchInfo, Progress, TrialResult, TrialSpec
 from abbisect.verdict.rules import Evidence, Verdict, judge
 
 LOG_TAIL_LINES = 30
+INTERRUPTED_GRACE_S = 2.0
 
 
 @dataclass
@@ -232,12 +234,16 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
                 say(f"server exited (code {server.proc.returncode}) while serving"
                     + (f" prompt {crash['crash_prompt']}" if crash["crash_prompt"] else ""))
     finally:
-        say("teardown")
+        # Interrupted (Ctrl-C, SIGTERM): nobody waits for this server's answers, so it gets a short grace (an
+        # engine that is still importing may ignore SIGTERM for the whole timeouts.teardown), and says so.
+        interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt | SystemExit)
+        grace = min(recipe.timeouts.teardown, INTERRUPTED_GRACE_S) if interrupted else recipe.timeouts.teardown
+        say(f"teardown (interrupted: stopping the server, at most {grace:.0f} s)" if interrupted else "teardown")
         if not server.alive() and server.reader is not None:  # its last words (the crash): read them all
             server.reader.join(timeout=2.0)
         # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
         scanner.freeze()
-        teardown = launch.stop(server, recipe.timeouts.teardown)
+        teardown = launch.stop(server, grace)
         server_times["stopped"] = round(time.time(), 3)
         timings["teardown"] = teardown.seconds
         if recipe.gpus is not None:
@@ -340,8 +346,6 @@ def main(argv: list[str] | None = None) -> int:
 
     This is the seam for executors that place trials elsewhere (another GPU of the host, a cluster).
     """
-    import sys
-
     args = sys.argv[1:] if argv is None else argv
     if args == ["--serve"]:
         # A warm worker (executors.LocalParallel): one spec file a line on stdin, one result line on stdout
@@ -362,7 +366,6 @@ RESULT_MARK = "abbisect-trial-result "
 
 def _one(path: Path) -> str:
     import json
-    import sys
 
     spec = load(TrialSpec, json.loads(path.read_text()))
     from abbisect.infra.redact import Redactor

@@ -47,6 +47,15 @@ class Verdict:
     reasons: tuple[str, ...]
 
 
+SHOWN = 8  # items of one kind a verdict lists before it says how many more
+
+
+def _listed(items: tuple[str, ...]) -> list[str]:
+    """Every item up to SHOWN, then one line saying how many more (a count is never followed by fewer)."""
+    more = len(items) - SHOWN
+    return [*items[:SHOWN], *([f"… and {more} more (all in results.json)"] if more > 0 else [])]
+
+
 def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[Status, list[str]]:
     if not ev.build_ok:
         return Status.BUILD_FAILED, [f"venv build failed: {ev.build_error}"]
@@ -65,15 +74,16 @@ def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[Status, list[st
                                          *([f"log signatures: {', '.join(sigs[:5])}"] if sigs else [])]
     if ev.request_errors:
         return Status.REQUEST_ERRORS, [(f"{len(ev.request_errors)}/{ev.n_outputs} request(s) failed while the server "
-                                  "stayed up"), *ev.request_errors[:3]]
+                                  "stayed up"), *_listed(ev.request_errors)]
     reasons: list[str] = []
     if ev.n_outputs and len(ev.degenerate) / ev.n_outputs >= degenerate_fraction:
-        return Status.DEGENERATE, [f"{len(ev.degenerate)}/{ev.n_outputs} outputs degenerate", *ev.degenerate[:3]]
+        return Status.DEGENERATE, [f"{len(ev.degenerate)}/{ev.n_outputs} outputs degenerate", *_listed(ev.degenerate)]
     if ev.degenerate:
         reasons.append(f"{len(ev.degenerate)}/{ev.n_outputs} outputs degenerate (below the "
                        f"{degenerate_fraction:.0%} threshold)")
     if ev.answer_misses:
-        return Status.WRONG_ANSWER, [f"{len(ev.answer_misses)} expected answer(s) missing", *ev.answer_misses[:3], *reasons]
+        return Status.WRONG_ANSWER, [f"{len(ev.answer_misses)} expected answer(s) missing", *_listed(ev.answer_misses),
+                                     *reasons]
     if ev.serious_signatures or ev.bad_signatures:
         sigs = list(dict.fromkeys(ev.bad_signatures + ev.serious_signatures))
         return Status.WARNED, [f"log signatures: {', '.join(sigs[:5])}", *reasons]

@@ -1,0 +1,47 @@
+"""Interrupted while an engine starts (issue 19, item 17): the exit is quick and says what happens, and what an
+interrupted run leaves behind is said, once."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from conftest import marked_pids, toy_recipe, write_recipe
+
+
+def test_ctrl_c_while_a_server_that_ignores_sigterm_starts_exits_quickly_and_says_so(tmp_path, engine_repo,
+                                                                                     cache_dir):
+    """A server still importing (vLLM's first 15 s) ignores SIGTERM: with Ctrl-C nobody waits for its answers,
+    so it gets a short grace, not timeouts.teardown (15 s here), and the console says what is going on."""
+    mark = f"{os.getpid()}-{time.monotonic_ns()}"
+    launch = {"command": ["bash", "-c", 'trap "" TERM; exec "$0" -m toyengine.server "$@"', "{python}",
+                          "--host", "{host}", "--port", "{port}"], "ready": {"http": "/health"}}
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(
+        engine_repo, sides={"a": "fixed", "b": "fixed"}, launch=launch,
+        env={"TOYENGINE_LOAD_SECONDS": "60", "ABBISECT_TEST_MARK": mark}, timeouts={"ready": 90, "teardown": 15}))
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "abbisect", "run", str(recipe), "-o", str(out), "--no-cache"],
+                            cwd=tmp_path, env={**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 120
+        while not marked_pids(mark) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert marked_pids(mark), "the server never started"
+        time.sleep(1.0)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert took < 8, f"{took:.1f} s to exit"
+    assert "teardown (interrupted: stopping the server, at most 2 s)" in err, err
+    said = [line for line in err.splitlines() if line.startswith("abbisect: interrupted")]
+    assert said == [f"abbisect: interrupted; {out} holds what ran before the interruption: logs, no report"], err
+    assert not marked_pids(mark)
