@@ -45,3 +45,25 @@ def test_ctrl_c_while_a_server_that_ignores_sigterm_starts_exits_quickly_and_say
     said = [line for line in err.splitlines() if line.startswith("abbisect: interrupted")]
     assert said == [f"abbisect: interrupted; {out} holds what ran before the interruption: logs, no report"], err
     assert not marked_pids(mark)
+
+
+def test_resume_from_a_state_without_its_keys_is_one_line(tmp_path, cache_dir):
+    """A damaged or foreign state.json (keys missing or of the wrong kind) is a usage error naming the key,
+    never an internal error."""
+    import json
+
+    from conftest import abbisect
+
+    for state, key in (({"version": 1}, "command"), ({"version": 1, "command": "x", "recipe": {}, "fingerprint": "f",
+                                                      "good": {"ref": "a"}, "bad": {"ref": "b", "sha": "c"},
+                                                      "options": {}, "steps": []}, "'good' end"),
+                       ({"version": 1, "command": "x", "recipe": {}, "fingerprint": "f",
+                         "good": {"ref": "a", "sha": "b"}, "bad": {"ref": "c", "sha": "d"}, "options": {},
+                         "steps": []}, "options lack no_cache")):
+        folder = tmp_path / f"s{len(key)}"
+        folder.mkdir()
+        (folder / "state.json").write_text(json.dumps(state))
+        proc = abbisect("bisect", "--resume", str(folder), cwd=tmp_path, cache=cache_dir)
+        assert proc.returncode == 2, proc.stderr
+        (line,) = proc.stderr.strip().splitlines()
+        assert line.startswith(f"abbisect: error: --resume {folder}: state.json") and key in line, line
