@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import uuid
 from pathlib import Path
 
 import pytest
@@ -70,6 +72,19 @@ def abbisect(*args: str, cwd: Path, cache: Path, timeout: float = 600, env: dict
     full_env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache), **(env or {})}
     return subprocess.run([sys.executable, "-m", "abbisect", *args], check=False, cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env=full_env)
+
+
+@pytest.fixture
+def test_mark():
+    """A fresh ABBISECT_TEST_MARK; whatever still carries it when the test ends (a failed assertion
+    before its own cleanup) is killed, so one failing test cannot leave a server running for hours."""
+    mark = uuid.uuid4().hex
+    yield mark
+    for pid in marked_pids(mark):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
 
 
 def marked_pids(mark: str) -> list[int]:

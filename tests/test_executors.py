@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import signal
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -65,10 +64,10 @@ def test_gpu_slot_pins_the_trial(tmp_path, engine_repo, cache_dir):
 
 
 @pytest.mark.parametrize("when", ["launching", "loading"])
-def test_cancel_kills_the_trial_process_and_its_server(tmp_path, engine_repo, cache_dir, when):
+def test_cancel_kills_the_trial_process_and_its_server(tmp_path, engine_repo, cache_dir, when, test_mark):
     """Stopped as its server is being started (the trial has just said "launch") or while it loads: the
     trial process goes, and so does its server."""
-    mark = uuid.uuid4().hex
+    mark = test_mark
     (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["hang"], env={"ABBISECT_TEST_MARK": mark},
                      timeouts={"build": 300, "ready": 120, "request": 20, "teardown": 5})
     ex = LocalParallel(slots_for([], 1))

@@ -98,9 +98,9 @@ def test_http_500_from_a_living_server_is_an_output_error(tmp_path, crash_repo, 
     assert [o["text"] != "" for o in b["outputs"]] == [True, True, True, False]
 
 
-def test_a_server_that_daemonizes_a_child_is_torn_down(tmp_path, crash_repo, cache_dir):
+def test_a_server_that_daemonizes_a_child_is_torn_down(tmp_path, crash_repo, cache_dir, test_mark):
     repo, _ = crash_repo
-    mark = uuid.uuid4().hex
+    mark = test_mark
     res, _ = run_ab(tmp_path, repo, cache_dir, "good", "good",
                   env={"TOYENGINE_DAEMON": "1", "ABBISECT_TEST_MARK": mark})
     for side in ("a", "b"):
@@ -120,9 +120,9 @@ def _wait_for(pred, timeout: float) -> bool:
 
 @pytest.mark.parametrize("stage", ["build", "ready", "query"])
 @pytest.mark.parametrize("victims", ["abbisect", "abbisect and its watchdog"])
-def test_sigkill_at_each_stage_leaves_no_server(tmp_path, crash_repo, cache_dir, stage, victims):
+def test_sigkill_at_each_stage_leaves_no_server(tmp_path, crash_repo, cache_dir, stage, victims, test_mark):
     repo, _ = crash_repo
-    mark = uuid.uuid4().hex
+    mark = test_mark
     env = {"ABBISECT_TEST_MARK": mark, "TOYENGINE_DAEMON": "1"}
     overrides: dict = {"env": env}
     if stage == "build":  # a fresh venv (its key includes install.env) with a slow last step
@@ -198,9 +198,9 @@ def test_capped_log_keeps_head_and_tail_and_scans_everything(tmp_path):
 
 
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
-def test_a_signal_during_bisect_stops_background_builds(tmp_path, crash_repo, cache_dir, sig, code):
+def test_a_signal_during_bisect_stops_background_builds(tmp_path, crash_repo, cache_dir, sig, code, test_mark):
     repo, _ = crash_repo
-    mark = uuid.uuid4().hex
+    mark = test_mark
     install = {"strategy": "command", "env": {"ABBISECT_TEST_MARK": mark},
                "commands": ["{uv} pip install -q --python {python} -e {src}", "sleep 120"]}
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, install=install))
@@ -357,12 +357,12 @@ def test_ctrl_c_while_a_child_starts_never_leaves_it_running(tmp_path, what):
         assert lines[1] == "build steps failed: []", out.stdout
 
 
-def test_a_supervisor_told_to_stop_as_it_starts_the_server_ends_it(tmp_path):
+def test_a_supervisor_told_to_stop_as_it_starts_the_server_ends_it(tmp_path, test_mark):
     """SIGTERM reaches the supervisor while it starts the server (a stopped trial's process group is signalled
     at once): it ends the server it has just started instead of dying before it can."""
     from abbisect.infra import supervisor
 
-    mark = uuid.uuid4().hex
+    mark = test_mark
     read_end, write_end = os.pipe()
     try:
         child = supervisor.spawn([sys.executable, "-c", "import time; time.sleep(60)"],

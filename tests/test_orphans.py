@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -68,8 +67,8 @@ def recipe_for(tmp_path: Path, repo: Path, mark: str, **env: str) -> Path:
     return write_recipe(tmp_path / "r.yaml", toy_recipe(repo, launch=launch, env=env))
 
 
-def test_helpers_that_leave_group_tree_and_environment_are_gone_after_a_check(tmp_path, engine_repo, cache_dir):
-    mark = uuid.uuid4().hex
+def test_helpers_that_leave_group_tree_and_environment_are_gone_after_a_check(tmp_path, engine_repo, cache_dir, test_mark):
+    mark = test_mark
     recipe = recipe_for(tmp_path, engine_repo, mark)
     proc = abbisect("check", str(recipe), "fixed", "--no-cache", "--json", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
@@ -79,8 +78,8 @@ def test_helpers_that_leave_group_tree_and_environment_are_gone_after_a_check(tm
 
 
 @pytest.mark.parametrize("victims", ["abbisect", "abbisect and its supervisors"])
-def test_helpers_are_gone_after_kill_9(tmp_path, engine_repo, cache_dir, victims):
-    mark = uuid.uuid4().hex
+def test_helpers_are_gone_after_kill_9(tmp_path, engine_repo, cache_dir, victims, test_mark):
+    mark = test_mark
     busy = tmp_path / "busy"
     recipe = recipe_for(tmp_path, engine_repo, mark, TOYENGINE_REQUEST_SECONDS="60", TOYENGINE_BUSY_FILE=str(busy))
     proc = subprocess.Popen([sys.executable, "-m", "abbisect", "check", str(recipe), "fixed", "--no-cache"],

@@ -14,7 +14,6 @@ import os
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pytest
@@ -172,7 +171,7 @@ def test_degenerate_fraction_is_the_share_of_looping_outputs_that_makes_a_side_d
     assert v["reasons"][0] == "1/4 outputs degenerate"
 
 
-def test_a_lost_trial_process_is_infra_error_and_never_a_verdict(tmp_path, cache_dir):
+def test_a_lost_trial_process_is_infra_error_and_never_a_verdict(tmp_path, cache_dir, test_mark):
     """`--executor local` runs each trial in a process of its own; one that dies is infra_error (skip)."""
     repo = tmp_path / "engine"
     build_history(
@@ -182,7 +181,7 @@ def test_a_lost_trial_process_is_infra_error_and_never_a_verdict(tmp_path, cache
             Commit("Dispatch quantisation to linear layers only", "break_scale", tag="v2"),
         ],
     )
-    mark = uuid.uuid4().hex
+    mark = test_mark
     recipe = write_recipe(
         tmp_path / "r.yaml",
         wrapped(tmp_path, repo, {"ABBISECT_TEST_KILL_TRIAL": "1", "ABBISECT_TEST_MARK": mark}),
@@ -219,8 +218,8 @@ def test_a_lost_trial_process_is_infra_error_and_never_a_verdict(tmp_path, cache
 # --- teardown -------------------------------------------------------------------------------------
 
 
-def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(tmp_path, engine_repo, cache_dir):
-    mark = uuid.uuid4().hex
+def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(tmp_path, engine_repo, cache_dir, test_mark):
+    mark = test_mark
     recipe = wrapped(
         tmp_path,
         engine_repo,

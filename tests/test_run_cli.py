@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from pathlib import Path
 
 import pandas as pd
@@ -124,8 +123,8 @@ def test_user_checkout_untouched(tmp_path, engine_repo, cache_dir):
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_killed_run_leaves_no_server(tmp_path, engine_repo, cache_dir, sig):
-    mark = uuid.uuid4().hex
+def test_killed_run_leaves_no_server(tmp_path, engine_repo, cache_dir, sig, test_mark):
+    mark = test_mark
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, sides={"a": "fixed", "b": "fixed"},
                                                           env={"TOYENGINE_LOAD_SECONDS": "60",
                                                                "ABBISECT_TEST_MARK": mark}))
