@@ -25,14 +25,18 @@ from abbisect.builtin.history import Commit, build_history
 # A launch wrapper around the toy server with misbehaviour on request (environment of the recipe):
 # ABBISECT_TEST_IGNORE_TERM ignores SIGTERM; ABBISECT_TEST_LOOP_ON makes answers to prompts containing
 # that word a loop (the others stay healthy); ABBISECT_TEST_KILL_TRIAL, in a checkout with the lm_head bug,
-# kills the `python -m abbisect.trial` process that started the server (a lost worker).
+# kills the `python -m abbisect.trial` process whose supervisor started the server (a lost worker).
 WRAPPER = """import os, signal, sys
 if os.environ.get("ABBISECT_TEST_KILL_TRIAL"):
     import toyengine.loader
-    parent = open(f"/proc/{os.getppid()}/cmdline", "rb").read()
+    pid, trial = os.getppid(), None  # the trial process: above the supervisor that started this server
+    while pid > 1 and trial is None:
+        if b"abbisect.trial" in open(f"/proc/{pid}/cmdline", "rb").read():
+            trial = pid
+        pid = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
     buggy = 'QUANTIZED_MODULES = ("layers",)' in open(toyengine.loader.__file__).read()
-    if buggy and b"abbisect.trial" in parent:
-        os.kill(os.getppid(), signal.SIGKILL)
+    if buggy and trial:
+        os.kill(trial, signal.SIGKILL)
 if os.environ.get("ABBISECT_TEST_IGNORE_TERM"):
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
 from toyengine import server
@@ -42,10 +46,15 @@ if loop_on:
     class Looping:
         def __init__(self, model):
             self.model = model
-        def generate(self, prompt, max_tokens, temperature, seed):
-            if loop_on in prompt:
-                return " ".join(["spam and eggs"] * 30), max_tokens, "length"
-            return self.model.generate(prompt, max_tokens, temperature, seed)
+        def steps(self, prompt, max_tokens, temperature=0.0, seed=0, min_tokens=0):
+            if loop_on not in prompt:
+                yield from self.model.steps(prompt, max_tokens, temperature, seed, min_tokens)
+                return
+            words = ["spam", " and", " eggs", " spam"] * max_tokens
+            for n in range(max_tokens):
+                yield words[n], ("length" if n == max_tokens - 1 else None)
+        def __getattr__(self, name):
+            return getattr(self.model, name)
     server.load_model = lambda checkpoint: Looping(load(checkpoint))
 server.main(sys.argv[1:])
 """
