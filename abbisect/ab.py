@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from abbisect import __version__, checkout
+from abbisect.assess import assessor_for
 from abbisect.bisect import history
 from abbisect.infra.cache import Cache
 from abbisect.infra.errors import UserError
@@ -36,10 +37,25 @@ class ABResult:
     # GitHub links of each side ({"a": {"commit": …}, "b": {"commit", "compare", "pr"}}), gathered before
     # rendering so that the report needs no git.
     links: dict[str, dict[str, str]] = field(default_factory=dict)
+    # With several launches a side (repeats): the further trials of each, and what the assessor made of all
+    # of them ({"kind", "a": {"outcome", "evidence", "stats"}, "b": {…}, "comparison": {"text", …}}); `a` and
+    # `b` above are then each side's first launch.
+    more_a: tuple[TrialResult, ...] = ()
+    more_b: tuple[TrialResult, ...] = ()
+    assessment: dict = field(default_factory=dict)
 
     @property
     def name(self) -> str:
         return self.recipe["name"]
+
+    def trials(self, side: str) -> tuple[TrialResult, ...]:
+        return (self.a, *self.more_a) if side == "a" else (self.b, *self.more_b)
+
+    def outcome(self, side: str) -> str:
+        """The side's outcome: over all its launches when there are several, else its one trial's."""
+        if self.assessment:
+            return str(self.assessment[side]["outcome"])
+        return str((self.a if side == "a" else self.b).verdict.outcome)
 
     @property
     def same_launch(self) -> bool:
@@ -73,12 +89,13 @@ def neutral_launch(result: TrialResult) -> str:
 
 
 def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, started: str,
-            links: dict[str, dict[str, str]] | None = None) -> ABResult:
+            links: dict[str, dict[str, str]] | None = None, more: tuple[tuple[TrialResult, ...], ...] = ((), ()),
+            assessment: dict | None = None) -> ABResult:
     divs = tuple(divergence(oa.text, ob.text) if not (oa.error or ob.error) else None
                  for oa, ob in zip(a.outputs, b.outputs))
     return ABResult(recipe.model_dump(mode="json"), a, b, divs,
                     diff_signatures(list(a.signatures), list(b.signatures)), neutral_launch(a), neutral_launch(b),
-                    command, __version__, started, links or {})
+                    command, __version__, started, links or {}, more[0], more[1], assessment or {})
 
 
 def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path) -> tuple[Path, list[checkout.Revision]]:
@@ -91,22 +108,48 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
            progress: Progress, runner=run_trial, pins: tuple[tuple[str, ...], ...] = ((), ()),
            at_once: bool = False) -> ABResult:
     """Run A then B, one after the other (same GPU), and compare them; `pins` per side go in after the engine.
-    `at_once`: both at the same time (the runner puts each side on its own slot, see `side_slots`)."""
+    `at_once`: both at the same time (the runner puts each side on its own slot, see `side_slots`).
+
+    With several launches a side (`repeats`), they alternate — A, B, A, B … — so that a drift of the
+    machine lands on both sides, and more pairs run while the assessor cannot tell the sides apart (up to
+    its cap)."""
     started = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     specs = [trial_spec(recipe, repo, rev, side, cache, out, side_pins)
              for side, rev, side_pins in zip(("a", "b"), revs, pins)]
     says = [lambda msg, s=side, r=rev: progress(f"{s.upper()} {r.ref} ({r.short}): {msg}")
             for side, rev in zip(("a", "b"), revs)]
-    if at_once:
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="side") as pool:
-            futures = [pool.submit(runner, spec, say) for spec, say in zip(specs, says)]
-            results = [f.result() for f in futures]
-    else:
-        results = [runner(spec, say) for spec, say in zip(specs, says)]
-    a, b = results
+    assessor = assessor_for(recipe)
+
+    def pair(k: int) -> list[TrialResult]:
+        """The k-th launch of each side (A's first)."""
+        mine = [spec.again(k) for spec in specs]
+        if at_once:
+            with ThreadPoolExecutor(max_workers=2, thread_name_prefix="side") as pool:
+                return [f.result() for f in [pool.submit(runner, sp, say) for sp, say in zip(mine, says)]]
+        return [runner(sp, say) for sp, say in zip(mine, says)]
+
+    got: list[list[TrialResult]] = []
+    assessment: dict = {}
+    want = assessor.first
+    while want:
+        got += [pair(k) for k in range(len(got), len(got) + want)]
+        if assessor.kind == "rules":
+            break
+        sides = [tuple(p[i] for p in got) for i in (0, 1)]
+        seen = assessor.settle_ends(sides[0], sides[1], names="A and B")
+        assessment = {"kind": assessor.kind, "launches": len(got),
+                      "a": {"outcome": seen[0].outcome, "evidence": seen[0].evidence, "stats": seen[0].stats},
+                      "b": {"outcome": seen[1].outcome, "evidence": seen[1].evidence, "stats": seen[1].stats},
+                      "comparison": assessor.compare(*sides)}
+        want = min(max(seen[0].more, seen[1].more), assessor.cap - len(got))
+        if want > 0:
+            progress(f"A and B after {len(got)} launch(es) each: {assessment['comparison'].get('text', '')}; "
+                     f"{want} more of each")
+    a, b = got[0]
     links = {"a": history.github_links(a.spec.repo, a.spec.sha), "b": history.github_links(b.spec.repo, b.spec.sha,
                                                                                        a.spec.sha)}
-    return compare(recipe, a, b, command, started, links)
+    more = (tuple(p[0] for p in got[1:]), tuple(p[1] for p in got[1:]))
+    return compare(recipe, a, b, command, started, links, more, assessment)
 
 
 def side_slots(recipe: Recipe, progress: Progress) -> list:

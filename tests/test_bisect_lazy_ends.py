@@ -118,7 +118,8 @@ def test_relative_verdict_falls_back_to_ends_first(tmp_path, line_repo, cache_di
     assert "bisect.ends lazy is not possible here: the verdict compares each commit with the good end" in proc.stderr
     assert res["ends"]["mode"] == "first" and res["ends"]["asked"] == "lazy"
     assert roles(res)[:2] == ["old end", "new end"] and res["first_new"] == shas[BUG]
-    assert res["launches"] == 2 + search_steps(repo, shas, 0, 8)
+    # the ends, the good end once more (its noise baseline), the search
+    assert res["launches"] == 3 + search_steps(repo, shas, 0, 8)
     assert "fell back: the verdict compares" in (out / "bisect.md").read_text()
 
 

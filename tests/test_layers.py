@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("abbisect.recipe", "abbisect.verdict.status", "abbisect.gpu.devices", "abbisect.score", "abbisect.stats"),
     ("abbisect.checkout", "abbisect.environment", "abbisect.launch", "abbisect.query", "abbisect.verdict",
      "abbisect.gpu", "abbisect.builtin"),
-    ("abbisect.trial",),
+    ("abbisect.trial", "abbisect.assess"),
     ("abbisect.ab", "abbisect.bisect", "abbisect.narrow"),
     ("abbisect.report", "abbisect.matrix"),
     ("abbisect.commands", "abbisect.cli", "abbisect.__main__"),

@@ -49,6 +49,10 @@ CHANGES = [
     ("ab", {}, {"ab": {"parallel": True}}, True),
     ("probe", {}, {"probe": PROBE}, False),
     ("hardware", {}, {"hardware": "one H200"}, True),
+    ("query", {}, {"query": {"concurrency": 4}}, False),  # a batch can change the outputs
+    ("repeats.passes", {}, {"repeats": {"passes": 2}}, False),  # what one launch sends
+    ("repeats", {}, {"repeats": {"launches": 5, "min_difference": 0.3}}, True),  # how many trials, compared how
+    ("verdict.same_failure", {}, {"verdict": {"same_failure": False}}, True),  # how a bisect reads a verdict
 ]
 
 

@@ -280,6 +280,17 @@ def test_flaky_crash_follows_the_draw(trees):
         pass
 
 
+def test_flaky_crash_with_a_counter_dies_at_every_third_start(trees, tmp_path):
+    counter = tmp_path / "starts"
+    for _ in range(2):
+        with server(trees["flaky_crash"], TOYENGINE_CRASH_COUNTER=str(counter)):
+            pass
+    code, log = _failed_start(trees["flaky_crash"], TOYENGINE_CRASH_COUNTER=str(counter))
+    assert code != 0 and "illegal memory access" in log and counter.read_text() == "3"
+    with server(trees["flaky_crash"], TOYENGINE_CRASH_COUNTER=str(counter)):
+        assert counter.read_text() == "4"
+
+
 def test_other_crash_fails_differently_from_crash_at_start(trees):
     code, log = _failed_start(trees["other_crash"])
     assert code != 0 and "torch.OutOfMemoryError: CUDA out of memory." in log and "illegal memory" not in log

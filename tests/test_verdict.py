@@ -52,6 +52,8 @@ ROWS = [
         "bad", {"bad_if": ["degenerate"]}, "good", "1 expected answer(s) missing"),
     Row(Status.WARNED, evidence(serious_signatures=("cuda_oom (line 3)",)),
         "bad", {"bad_if": ["degenerate"]}, "good", "log signatures: cuda_oom (line 3)"),
+    Row(Status.BATCH_VARIANT, evidence(batch_variant=("p1: differs with 8 in flight from one at a time",)),
+        "good", {"bad_if": ["batch_variant"]}, "bad", "1 answer(s) change with the batch"),
     Row(Status.OK, evidence(late_loops=("p3: late loop",)),
         "good", {"bad_if": list(BAD_RULES), "skip_if": list(SKIP_RULES)}, "good", "loop late"),
 ]
@@ -99,14 +101,14 @@ def test_statuses_keep_their_strings():
 
     assert [s.value for s in Status] == ["build_failed", "flag_rejected", "crashed_at_startup", "timeout",
                                          "crashed_while_serving", "infra_error", "request_errors", "degenerate",
-                                         "wrong_answer", "warned", "ok", "does_not_fit"]
+                                         "wrong_answer", "warned", "batch_variant", "ok", "does_not_fit"]
     assert json.dumps([Status.WARNED]) == '["warned"]' and f"{Status.OK}" == "ok" and Status.OK == "ok"
 
 
 def test_cacheable_statuses():
     """What the trial cache keeps: facts about the commit, not what the machine may have caused."""
     assert {s for s in Status if s.cacheable} == {
-        Status.OK, Status.DEGENERATE, Status.WRONG_ANSWER, Status.WARNED, Status.CRASHED_AT_STARTUP,
+        Status.OK, Status.DEGENERATE, Status.WRONG_ANSWER, Status.WARNED, Status.BATCH_VARIANT, Status.CRASHED_AT_STARTUP,
         Status.BUILD_FAILED, Status.FLAG_REJECTED, Status.TIMEOUT, Status.DOES_NOT_FIT}
     assert {s for s in Status if s.confirm_first} == {Status.TIMEOUT}
 

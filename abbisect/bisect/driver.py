@@ -14,15 +14,16 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+from abbisect.bisect import confirm
 from abbisect.bisect.ends import ends_first_because
 from abbisect.bisect.model import BisectRun, EndsMode, Role, Step
-from abbisect.bisect.oracle import Oracle
+from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.bisect.policies import EndsFirst, LazyEnds, Multisection, Rounds, Sequential
 from abbisect.bisect.search import Graph, SearchState
 from abbisect.bisect.state import write_state
 from abbisect.trial.executors import Slot
 from abbisect.trial.judges import Judge
-from abbisect.trial.spec import Progress, TrialResult
+from abbisect.trial.spec import Progress
 
 
 class Driver:
@@ -48,13 +49,13 @@ class Driver:
         return EndsFirst().walk(self, run)
 
     # -- what the policies call ----------------------------------------------------------------------
-    def step(self, run: BisectRun, sha: str, role: Role, ends: Mapping[str, TrialResult] | None = None) -> Step:
+    def step(self, run: BisectRun, sha: str, role: Role, ends: Mapping[str, Sample] | None = None) -> Step:
         step = self.oracle.step(run, sha, role, ends)
         self.save(run)
         return step
 
     def slot_step(self, slot: Slot, run: BisectRun, sha: str, role: Role,
-                  ends: Mapping[str, TrialResult] | None) -> Step:
+                  ends: Mapping[str, Sample] | None) -> Step:
         step = self.oracle.slot_step(slot, run, sha, role, ends)
         self.save(run)
         return step
@@ -93,6 +94,9 @@ class Driver:
             run.links = self.variable.links(found, run.found_parent)
             if parent_link := self.variable.links(run.found_parent, None).get("commit"):
                 run.links["parent"] = parent_link
+            if confirm.wanted(run, self.oracle.assessor.statistical):
+                confirm.confirm(self.oracle, run)
+                self.save(run, state)
         return self.finish(run)
 
     def finish(self, run: BisectRun) -> BisectRun:

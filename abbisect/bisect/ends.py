@@ -13,6 +13,8 @@ def judged_against_ends(recipe: Recipe, judge: Judge | None = None) -> str:
     """Why a commit's verdict needs the ends' trials ("" when it does not)."""
     if "differs_from_good" in recipe.verdict.bad_if:
         return "the verdict compares each commit with the good end (differs_from_good)"
+    if recipe.repeats.flaky:
+        return "the verdict compares each commit's failure rate with the ends' (repeats)"
     if judge is judges.interactive:
         return "the interactive judge shows each trial beside the ends' outputs"
     return ""

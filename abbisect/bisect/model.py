@@ -88,6 +88,13 @@ class Step:
     slot: int | None = None
     start_s: float | None = None  # seconds since the bisect began
     needed: bool = True  # False: other verdicts decided the range first, so this one is not evidence
+    more: tuple[TrialResult, ...] = field(default=(), repr=False)  # the commit's further trials (repeats)
+    stats: dict = field(default_factory=dict)  # the numbers behind a statistical outcome (abbisect/assess)
+
+    @property
+    def trials(self) -> tuple[TrialResult, ...]:
+        """Every trial of the commit, the first one first."""
+        return ((self.result,) if self.result is not None else ()) + self.more
 
     @property
     def is_end(self) -> bool:
@@ -130,6 +137,9 @@ class BisectRun:
     ends_asked: EndsMode = EndsMode.FIRST
     ends_fallback: str = ""
     ends_lazy: list[str] = field(default_factory=list)
+    failure: str = ""  # how the bad end fails (verdict.same_failure): another failure is skipped, not blamed
+    unstable: tuple[str, ...] = ()  # prompts the good end answers differently twice (differs_from_good's noise)
+    confirmation: dict = field(default_factory=dict)  # the answer run again, and the revert (abbisect/bisect/confirm.py)
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).
     commits: dict[str, history.CommitInfo] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # commit, compare, PR (and its parent's) links of the answer

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
+from abbisect.assess import assessor_for
+from abbisect.assess.base import Assessor
+from abbisect.assess.failure import sample_fingerprint
 from abbisect.bisect.model import BisectRun, Role, Step
 from abbisect.bisect.variables import Variable
 from abbisect.environment import EnvResult
@@ -28,6 +31,7 @@ from abbisect.trial.spec import Progress, TrialResult, TrialSpec
 from abbisect.verdict.status import Outcome
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
+Sample = Sequence[TrialResult]
 # How a trial is fetched: from the trial cache when it holds it, else run with `Runner` (TrialCache.fetch).
 Fetch = Callable[[TrialSpec, Progress, Runner], TrialResult]
 # Whether the trial cache holds a spec's result (a prefetch is pointless then).
@@ -49,6 +53,11 @@ class Oracle:
         self.local = threading.local()
         self.trial_futures: dict[str, Future[TrialResult]] = {}
         self.recorded: dict[str, dict] = {}  # steps an interrupted run finished: replayed, never run again
+        self.assessor: Assessor = assessor_for(recipe)
+        self.failure = ""  # how the bad end fails, once known (verdict.same_failure)
+        self.unstable: frozenset[str] = frozenset()  # prompts the good end answers differently twice
+        self.end_steps: dict[str, Step] = {}  # {"good": …, "bad": …} once settled: statistical verdicts grow them
+        self.ends_lock = threading.Lock()
         self.results: dict[str, TrialResult] = {}  # the trials whose verdicts the search took
         self.pool = ThreadPoolExecutor(max_workers=max(prefetch, 1), thread_name_prefix="prefetch")
         self.prefetched: dict[str, Future[EnvResult]] = {}
@@ -98,64 +107,129 @@ class Oracle:
         return env
 
     # -- one commit's verdict ------------------------------------------------------------------------
-    def _trial(self, sha: str, label: str) -> TrialResult:
-        result = self.fetch(self.spec(sha, label), lambda msg: self.say(f"{label} {sha[:10]}: {msg}"), self.runner)
+    def _trial(self, sha: str, label: str, attempt: int = 0,
+               ends: Mapping[str, TrialResult] | None = None) -> TrialResult:
+        """One launch of `sha` (its `attempt`-th: repeats give a commit several), from the cache or run, and
+        judged when the recipe has a judge (which may see the ends' trials)."""
+        spec = self.spec(sha, label).again(attempt)
+        result = self.fetch(spec, lambda msg: self.say(f"{label} {sha[:10]}: {msg}"), self.runner)
         if not result.cached:
             with self.count_lock:  # several slots report at once
                 self.launches += 1 if result.launch else 0
                 self.builds += 0 if (result.env is None or result.env.reused) else 1
+        if self.judge is not None:
+            result = judges.apply(self.judge, result, lambda: self.again(sha, f"{label} again", attempt), ends)
         return result
 
-    def _again(self, sha: str, label: str) -> TrialResult:
-        """The trial once more, never from the cache (a retry, or a person asking to see it again)."""
-        again = self.runner(self.spec(sha, label), lambda m: self.say(f"{label}: {m}"))
+    def again(self, sha: str, label: str, attempt: int = 0) -> TrialResult:
+        """The trial once more, never from the cache (a retry, a confirmation, or a person asking to see it again)."""
+        again = self.runner(self.spec(sha, label).again(attempt), lambda m: self.say(f"{label}: {m}"))
         with self.count_lock:
             self.launches += 1 if again.launch else 0
         return again
 
     def _judged(self, sha: str, label: str,
-                ends: Mapping[str, TrialResult] | None) -> tuple[Outcome, TrialResult, str]:
-        """The trial's outcome, confirmed by retries and (if asked) by which end its outputs resemble."""
-        result = self._trial(sha, label)
-        if self.judge is not None:
-            result = judges.apply(self.judge, result, lambda: self._again(sha, f"{label} again"), ends)
+                ends: Mapping[str, Sample] | None) -> tuple[Outcome, TrialResult, str]:
+        """One trial's outcome by the rules, confirmed by retries and (if asked) by which end its outputs
+        resemble (prompts the good end answers differently twice left out)."""
+        first = {k: v[0] for k, v in (ends or {}).items() if v}
+        result = self._trial(sha, label, 0, first)
         outcome, evidence = result.verdict.outcome, "; ".join(result.verdict.reasons[:2])
-        relative = ends and "differs_from_good" in self.recipe.verdict.bad_if and self.judge is None
-        if ends and relative and outcome != Outcome.SKIP and result.outputs:
-            r = resemblance([o.text for o in result.outputs], [o.text for o in ends["good"].outputs],
-                            [o.text for o in ends["bad"].outputs])
+        relative = first and "differs_from_good" in self.recipe.verdict.bad_if and self.judge is None
+        if first and relative and outcome != Outcome.SKIP and result.outputs:
+            r = resemblance(*(_texts(x, self.unstable) for x in (result, first["good"], first["bad"])))
             if r.closer_to in ("good", "bad"):
                 outcome, evidence = Outcome(r.closer_to), f"outputs resemble the {r.closer_to} end: {r.evidence}"
         for n in range(self.retries):
-            again = self._again(sha, f"{label} retry {n + 1}")
+            again = self.again(sha, f"{label} retry {n + 1}")
             if self.judge is not None:
-                again = judges.apply(self.judge, again, lambda: self._again(sha, f"{label} again"), ends)
+                again = judges.apply(self.judge, again, lambda: self.again(sha, f"{label} again"), first)
             if again.verdict.outcome != result.verdict.outcome:
                 return Outcome.SKIP, result, (f"flaky: {result.verdict.status} then {again.verdict.status} "
                                               f"on retry {n + 1}")
         self.results[sha] = result
         return outcome, result, evidence
 
-    def step(self, run: BisectRun, sha: str, role: Role, ends: Mapping[str, TrialResult] | None = None) -> Step:
+    def assess(self, sha: str, label: str, ends: Mapping[str, Sample] | None
+               ) -> tuple[Outcome, list[TrialResult], str, dict]:
+        """The commit's outcome from as many trials as its assessor needs: one by the rules, or several (more
+        while not sure, up to the cap) judged against the ends' when they are known. A candidate that is not
+        sure while an end has fewer trials than it first brings the ends up to its count: the comparison is
+        only as strong as the smaller sample."""
+        a = self.assessor
+        if a.kind == "rules":
+            outcome, result, evidence = self._judged(sha, label, ends)
+            return outcome, [result], evidence, {}
+        trials = [self._trial(sha, label, i) for i in range(a.first)]
+        while True:
+            now = {k: s.trials for k, s in self.end_steps.items()} if self.end_steps else ends
+            found = a.against(trials, now["good"], now["bad"]) if now and a.relative else a.alone(trials)
+            if found.outcome != Outcome.SKIP or not found.stats.get("runs"):
+                break  # settled, or untestable: more of anything cannot help
+            if now is not None and self.grow_ends(len(trials)):
+                continue
+            if not found.more:
+                break
+            self.say(f"{label} {sha[:10]}: {found.evidence}; {found.more} more launch(es)")
+            trials += [self._trial(sha, label, len(trials) + i) for i in range(found.more)]
+        self.results[sha] = trials[0]
+        return found.outcome, trials, found.evidence, found.stats
+
+    def grow_ends(self, target: int) -> bool:
+        """Bring each end up to `target` trials (within the cap); False when none could grow."""
+        grew = False
+        with self.ends_lock:
+            for step in self.end_steps.values():
+                n = min(target, self.assessor.cap) - len(step.trials)
+                if n > 0:
+                    self.say(f"{step.role} {step.sha[:10]}: {n} more launch(es), to compare with a candidate")
+                    step.more += tuple(self.more_of(step.sha, str(step.role), len(step.trials), n))
+                    grew = True
+            if grew:  # what the ends' rows say, with their new trials
+                old, new = sorted(self.end_steps.values(), key=lambda s: s.n)
+                for step, seen in zip((old, new), self.assessor.settle_ends(old.trials, new.trials)):
+                    step.evidence, step.stats = seen.evidence, seen.stats
+        return grew
+
+    def more_of(self, sha: str, label: str, have: int, n: int) -> list[TrialResult]:
+        """`n` further launches of a commit that has `have` (the ends, while they cannot be told apart)."""
+        return [self._trial(sha, label, have + i) for i in range(n)]
+
+    def step(self, run: BisectRun, sha: str, role: Role, ends: Mapping[str, Sample] | None = None) -> Step:
         """Test `sha` (or replay the verdict an interrupted run recorded for it) and record the step."""
         t = time.monotonic()
         r = self.recorded.get(sha)
         if r is not None and r.get("result"):
             result = load(TrialResult, r["result"])
+            more = tuple(load(TrialResult, m) for m in r.get("more") or ())
             step = Step(len(run.steps), sha, role, Outcome(r["outcome"]), r["status"], r["evidence"], r["seconds"],
-                        r["cached"], result, remaining=r.get("remaining"), replayed=True)
+                        r["cached"], result, remaining=r.get("remaining"), replayed=True, more=more,
+                        stats=r.get("stats") or {})
             self.results[sha] = result
         else:
-            outcome, result, evidence = self._judged(sha, role, ends)
-            step = Step(len(run.steps), sha, role, outcome, result.verdict.status, evidence,
-                        round(time.monotonic() - t, 2), result.cached, result)
+            outcome, trials, evidence, stats = self.assess(sha, role, ends)
+            outcome, evidence, stats = self._same_failure(role, trials, outcome, evidence, stats)
+            step = Step(len(run.steps), sha, role, outcome, trials[0].verdict.status, evidence,
+                        round(time.monotonic() - t, 2), all(x.cached for x in trials), trials[0],
+                        more=tuple(trials[1:]), stats=stats)
         run.steps.append(step)
         self.say(f"{role} {sha[:10]}: [bold]{step.outcome}[/bold] ({step.status}) {step.evidence[:100]}"
                  + (" (recorded before the interruption)" if step.replayed else ""))
         return step
 
+    def _same_failure(self, role: Role, trials: list[TrialResult], outcome: Outcome, evidence: str,
+                      stats: dict) -> tuple[Outcome, str, dict]:
+        """A candidate that fails, but not the way the bad end does, is another bug: skipped, and said."""
+        if outcome != Outcome.BAD or role.is_end or not self.failure or not self.recipe.verdict.same_failure:
+            return outcome, evidence, stats
+        mine = sample_fingerprint(trials, self.recipe.scoring.warn_severity)
+        if mine is None or mine == self.failure:
+            return outcome, evidence, stats
+        return (Outcome.SKIP, f"another failure: {mine} (the bad end fails as: {self.failure})",
+                {**stats, "other_failure": mine})
+
     def slot_step(self, slot: Slot, run: BisectRun, sha: str, role: Role,
-                  ends: Mapping[str, TrialResult] | None) -> Step:
+                  ends: Mapping[str, Sample] | None) -> Step:
         """`step` on a given slot (a thread of a multisection round)."""
         self.local.slot = slot
         start_s = round(time.monotonic() - self.t0, 2)
@@ -172,3 +246,8 @@ class Oracle:
         self.pool.shutdown(wait=wait, cancel_futures=True)
         if self.executor is not None:
             self.executor.shutdown()
+
+
+def _texts(result: TrialResult, unstable: frozenset[str]) -> list[str]:
+    """A trial's output texts, the prompts the good end does not answer the same way twice left out."""
+    return [o.text for o in result.outputs if o.prompt_id not in unstable]

@@ -18,21 +18,21 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
+from abbisect.assess.failure import sample_fingerprint
 from abbisect.bisect.ends import judged_against_ends
 from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.bisect.multisect import fold_taken, pick, still_useful
-from abbisect.bisect.oracle import Oracle
+from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, Mark, SearchState, start
 from abbisect.bisect.variables import Variable
 from abbisect.checkout import Revision
 from abbisect.recipe import Recipe
 from abbisect.trial.executors import Slot
 from abbisect.trial.judges import Judge
-from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome
 
-Ends = Mapping[str, TrialResult]  # {"good": …, "bad": …}: the ends' results, for relative verdicts
+Ends = Mapping[str, Sample]  # {"good": …, "bad": …}: the ends' trials, for relative verdicts
 
 
 class Walker(Protocol):
@@ -226,8 +226,10 @@ class EndsFirst:
             for sha, role in ends:
                 driver.step(run, sha, role)
         if "differs_from_good" in driver.recipe.verdict.bad_if and driver.judge is None:
+            noise_baseline(driver, run)
             judge_ends_by_change(run)
             driver.save(run)
+        settle_ends(driver, run, run.steps[0], run.steps[1])
         return self.from_ends(driver, run, (run.steps[0], run.steps[1]), state, graph)
 
     def from_ends(self, driver: Walker, run: BisectRun, ends: tuple[Step, Step], state: SearchState | None,
@@ -248,7 +250,7 @@ class EndsFirst:
             run.mode, run.message = Mode.NO_CHANGE, (f"both ends are {o} ({ends[0].status} / {ends[1].status}):"
                                                      " nothing to bisect — check the recipe's verdict rules or the refs")
             return driver.finish(run)
-        rel = {str(s.outcome): s.result for s in ends if s.result}  # the good and the bad end's results
+        rel = {str(s.outcome): s.trials for s in ends if s.result}  # the good and the bad end's trials
         if run.merge_bases:
             if not across_branches(driver, run, rel):
                 return driver.finish(run)
@@ -405,6 +407,47 @@ def across_branches(driver: Walker, run: BisectRun, rel: Ends) -> bool:
     return True
 
 
+def settle_ends(driver: Walker, run: BisectRun, old: Step, new: Step) -> None:
+    """The ends judged against each other when one trial each cannot say it (repeats): more launches of both
+    while they cannot be told apart, up to the cap; then, the way the bad end fails (verdict.same_failure)."""
+    assessor = driver.oracle.assessor
+    while assessor.relative and Outcome.SKIP not in (old.outcome, new.outcome):
+        a, b = assessor.settle_ends(old.trials, new.trials)
+        old.outcome, old.evidence, old.stats = a.outcome, a.evidence, a.stats
+        new.outcome, new.evidence, new.stats = b.outcome, b.evidence, b.stats
+        more = max(a.more, b.more)
+        if not more or min(len(old.trials), len(new.trials)) >= assessor.cap:
+            break
+        driver.say(f"the ends: {a.evidence}; {more} more launch(es) of each")
+        for step in (old, new):
+            step.more += tuple(driver.oracle.more_of(step.sha, step.role, len(step.trials), more))
+        driver.save(run)
+    if assessor.relative and {old.outcome, new.outcome} == {Outcome.GOOD, Outcome.BAD}:
+        driver.oracle.end_steps = {str(s.outcome): s for s in (old, new)}
+    bad = old if old.outcome == Outcome.BAD else new if new.outcome == Outcome.BAD else None
+    if bad is not None and driver.recipe.verdict.same_failure:
+        run.failure = driver.oracle.failure = sample_fingerprint(bad.trials, driver.recipe.scoring.warn_severity) or ""
+
+
+def noise_baseline(driver: Walker, run: BisectRun) -> None:
+    """`differs_from_good`: the good end runs a second time, fresh; a prompt it answers differently is noise
+    of the engine, not a change of a commit, and is left out of every comparison."""
+    good = run.step_of(run.good.sha)
+    if good is None or good.result is None or good.outcome == Outcome.SKIP:
+        return
+    if good.more:  # replayed from an interrupted run's state: its second run is known
+        again = good.more[0]
+    else:
+        again = driver.oracle.again(run.good.sha, "good-end-again")
+        good.more += (again,)
+    unstable = tuple(sorted({o.prompt_id for o, a in zip(good.result.outputs, again.outputs) if o.text != a.text}))
+    run.unstable = unstable
+    driver.oracle.unstable = frozenset(unstable)
+    if unstable:
+        driver.say(f"the good end answers {len(unstable)} prompt(s) differently when run again "
+                   f"({', '.join(unstable[:5])}): left out of every comparison")
+
+
 def judge_ends_by_change(run: BisectRun) -> None:
     """"Any change in output is the signal": the named good end is good by definition, the other end is bad
     exactly when some output differs from it (temperature 0 makes outputs comparable)."""
@@ -412,7 +455,8 @@ def judge_ends_by_change(run: BisectRun) -> None:
                         else (run.steps[1], run.steps[0]))
     if Outcome.SKIP in (good_step.outcome, other.outcome) or other.result is None or good_step.result is None:
         return
-    changed = [o.prompt_id for o, g in zip(other.result.outputs, good_step.result.outputs) if o.text != g.text]
+    changed = [o.prompt_id for o, g in zip(other.result.outputs, good_step.result.outputs)
+               if o.text != g.text and o.prompt_id not in run.unstable]
     good_step.outcome, good_step.evidence = Outcome.GOOD, "the named good end (reference outputs)"
     other.outcome = Outcome.BAD if changed else Outcome.GOOD
     other.evidence = (f"outputs differ from the good end on {', '.join(changed)}" if changed

@@ -139,12 +139,15 @@ def resume(folder: Path, recipe: str | None, given: dict[str, Any], flags: dict[
             _differs(out, "the recipe", recipe, opts.get("recipe_path"))
     for key, value in given.items():
         if value is not None and value != getattr(rec.bisect, key):
-            _differs(out, f"--{key.replace('_', '-')}", value, getattr(rec.bisect, key))
+            _differs(out, _OPTION.get(key, f"--{key.replace('_', '-')}"), value, getattr(rec.bisect, key))
     for key, value in flags.items():
         if value is not None and value != opts[key]:
             _differs(out, f"--{key.replace('_', '-')}", value, opts[key])
     return Resumed(out, rec, opts, st["command"], {"good": st["good"], "bad": st["bad"]},
                    {s["sha"]: s for s in st["steps"]})
+
+
+_OPTION = {"revert": "--confirm-revert"}  # a bisect option whose flag is not its name
 
 
 def _differs(out: Path, what: str, mine: Any, theirs: Any) -> None:

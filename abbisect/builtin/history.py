@@ -78,9 +78,18 @@ _PLANTED: dict[str, tuple[str, str, str]] = {
         "                return\n"
         "            pause(token_s * (2 if finish == \"stop\" else 1))  # a stop costs its EOS token's step too\n"
         "            yield piece, finish\n")),
-    # One launch in three dies at start like crash_at_start (TOYENGINE_CRASH_DRAW in [0, 1) decides, when set).
+    # One launch in three dies at start like crash_at_start (TOYENGINE_CRASH_DRAW in [0, 1) decides, when set;
+    # with TOYENGINE_CRASH_COUNTER, a file counting the starts, exactly every third start dies — every
+    # TOYENGINE_CRASH_EVERY-th: tests).
     "flaky_crash": ("toyengine/server.py", _STARTUP, _STARTUP + (
         '    draw = os.environ.get("TOYENGINE_CRASH_DRAW")\n'
+        '    counter = os.environ.get("TOYENGINE_CRASH_COUNTER")\n'
+        "    if counter:\n"
+        "        started = int(open(counter).read() or 0) if os.path.exists(counter) else 0\n"
+        "        with open(counter, \"w\") as f:\n"
+        "            f.write(str(started + 1))\n"
+        '        every = int(os.environ.get("TOYENGINE_CRASH_EVERY", "3"))\n'
+        '        draw = "0.01" if started % every == every - 1 else "0.5"\n'
         '    if (float(draw) if draw else int.from_bytes(os.urandom(8), "big") / 2**64) < 1 / 3:\n'
         "        raise RuntimeError(\n"
         '            "CUDA error: an illegal memory access was encountered")\n')),

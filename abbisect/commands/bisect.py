@@ -85,10 +85,15 @@ def bisect_ending(run: BisectRun) -> str:
               help="first (default): test both ends before the search; lazy: search from the labels at once "
                    "and test an end only when the answer rests on it (fewer launches; a mislabelled end is "
                    "found at the answer, not before the search)")
+@click.option("--confirm", type=click.Choice(["auto", "always", "never"]), default=None,
+              help="after the search, run the found commit and its parent again, fresh: auto (default) when the "
+                   "verdict is statistical (repeats), always, never")
+@click.option("--confirm-revert", is_flag=True, default=None,
+              help="also build the far end with the found commit reverted (git revert in a worktree) and test it")
 @click.argument("pathspec", nargs=-1)
 @verbosity_options
 def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interactive, resume, output, cache_dir,
-           as_json, dry_run, slots, gpus, executor, ray_address, ends, pathspec) -> None:
+           as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert, pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
 
     Both ends are tested first and the direction is observed, not assumed (--ends lazy: the search starts
@@ -101,7 +106,8 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
     request = BisectRequest(
         recipe, good, bad, Path(resume) if resume else None, output, cache_dir, as_json, dry_run, gpus,
         given={"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None, "slots": slots,
-               "executor": executor, "ray_address": ray_address, "ends": ends},
+               "executor": executor, "ray_address": ray_address, "ends": ends, "confirm": confirm,
+               "revert": confirm_revert},
         flags={"no_cache": no_cache, "script": script, "interactive": interactive})
     run = run_bisect(request)
     if run is not None and (ending := bisect_ending(run)) != "found":

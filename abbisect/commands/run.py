@@ -153,13 +153,18 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
         if executor is not None:
             executor.shutdown()
     files = ab_files(ab, rec, cache, repo, recipe_file, out)
-    write_results(out, files.pop("report.md"), ab.to_dict(), [("a", ab.a), ("b", ab.b)], redactor=red, extra=files)
-    progress(Final(f"A: {ab.a.verdict.status} → {ab.a.verdict.outcome}   "
-                   f"B: {ab.b.verdict.status} → {ab.b.verdict.outcome}"))
+    launches = [(f"{side}-{k + 1}" if k else side, t) for side in ("a", "b") for k, t in enumerate(ab.trials(side))]
+    write_results(out, files.pop("report.md"), ab.to_dict(), launches, redactor=red, extra=files)
+    if ab.assessment:
+        progress(Final(f"A: {ab.outcome('a')} ({ab.assessment['a']['evidence']})   "
+                       f"B: {ab.outcome('b')} ({ab.assessment['b']['evidence']})"))
+    else:
+        progress(Final(f"A: {ab.a.verdict.status} → {ab.a.verdict.outcome}   "
+                       f"B: {ab.b.verdict.status} → {ab.b.verdict.outcome}"))
     progress(Final(f"report: {out / 'report.md'}"))
     if as_json:
         click.echo(dumps("run", red.data(ab.to_dict())))
-    failures = gate_failures({"a": ab.a.verdict.outcome, "b": ab.b.verdict.outcome}, *gates)
+    failures = gate_failures({"a": ab.outcome("a"), "b": ab.outcome("b")}, *gates)
     if failures:
         click.echo(f"abbisect: gate failed: {'; '.join(failures)}", err=True)
         raise SystemExit(exit_code("run", "gate-failed"))

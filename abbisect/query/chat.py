@@ -1,6 +1,7 @@
-"""Stage 4 — query: one request at a time to the OpenAI-compatible endpoints, at temperature 0.
+"""Stage 4 — query: the recipe's prompts to the OpenAI-compatible endpoints, at temperature 0, one request at a
+time or `concurrency` in flight (some engine bugs only show with a batch), each prompt `repeat` times.
 
-The server's liveness is checked between requests and while one is open: once it died, the prompt in
+The server's liveness is checked between requests and while they are open: once it died, the prompt in
 flight is named and the others are marked as not sent, instead of each waiting for the request timeout.
 A request that fails while the server lives (HTTP 5xx, a broken stream) is an error on that output.
 
@@ -17,9 +18,9 @@ import os
 import re
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import httpx
 
@@ -37,6 +38,9 @@ class Completion:
     latency_s: float
     error: str | None = None
     cut: bool = False  # the answer was longer than answer_cap(): text is its beginning, ended by a marker
+    copy: int = 0  # which copy of the prompt (query.repeat sends each several times)
+    batch: int = 1  # how many requests were allowed in flight when it was sent
+    pass_no: int = 0  # which pass over the prompts (trials.passes, or the batch-invariance check's passes)
 
 
 # Bytes of an answer read at most (the response body, JSON included); ABBISECT_ANSWER_CAP_BYTES overrides.
@@ -211,59 +215,72 @@ NOT_SENT = "not sent: the server had exited"
 
 @dataclass(frozen=True)
 class QueryRun:
-    outputs: tuple[Completion, ...]  # one per prompt, in the order sent
+    outputs: tuple[Completion, ...]  # one per prompt and copy, in the order sent
     in_flight: str | None = None  # the prompt whose request was open when the server died
     died_after: str | None = None  # the last prompt answered before the server was seen dead
 
 
 def query_all(base_url: str, api: str, prompts: list[tuple[str, Prompt]], sampling: Sampling, timeout: float,
-              fallback_model: str, alive: Callable[[], bool] | None = None,
-              between: Callable[[], None] | None = None, poll: float = 0.2) -> QueryRun:
-    """Ask each (id, prompt) in order. `alive` says whether the server still runs; `between` is called
-    after each request (the launch stage uses it to note the server's process tree)."""
+              fallback_model: str, alive: Callable[[], bool] | None = None, concurrency: int = 1,
+              repeat: int = 1, poll: float = 0.2) -> QueryRun:
+    """Ask each (id, prompt), `repeat` times each, with up to `concurrency` requests open at once (1: in order,
+    one after the other). `alive` says whether the server still runs."""
     alive = alive or (lambda: True)
-    outputs: list[Completion] = []
+    jobs = [(pid, p, copy) for copy in range(repeat) for pid, p in prompts]
+    done: dict[int, Completion] = {}
     in_flight = died_after = None
-    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query")
     stalled = timeout + 1.0  # `ask` checks its deadline as bytes arrive; a read that stalls is given up here
+    pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="query")
+    running: dict[Future[Completion], tuple[int, float]] = {}
+    dead = False
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
     try:
-        with httpx.Client(timeout=timeout) as client:
+        with httpx.Client(timeout=timeout, limits=limits) as client:
             model = served_model(client, base_url, fallback_model)
-            for pid, p in prompts:
-                if not alive():
-                    died_after = outputs[-1].prompt_id if outputs else None
-                    break
-                fut = pool.submit(ask, client, base_url, api, model, pid, p, sampling)
-                t0 = time.monotonic()
-                while True:
-                    try:
-                        done = fut.result(timeout=poll)
+            todo = 0
+            while todo < len(jobs) or running:
+                while not dead and todo < len(jobs) and len(running) < concurrency:
+                    if not alive():
+                        dead = True
+                        answered = [done[i] for i in sorted(done)]
+                        died_after = answered[-1].prompt_id if answered else None
                         break
-                    except FutureTimeout:
-                        if time.monotonic() - t0 > stalled:  # left to end by its read timeout, unheard
-                            done = Completion(pid, p.prompt, "", None, None, None, round(time.monotonic() - t0, 4),
-                                              late(timeout))
-                            pool.shutdown(wait=False)
-                            pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="query")
-                            break
-                        if alive():
-                            continue
-                        try:  # a dead server's socket usually fails the request at once
-                            done = fut.result(timeout=1.0)
+                    pid, p, copy = jobs[todo]
+                    running[pool.submit(ask, client, base_url, api, model, pid, p, sampling)] = (todo, time.monotonic())
+                    todo += 1
+                if not running:
+                    break
+                finished, _ = wait(running, timeout=poll, return_when=FIRST_COMPLETED)
+                for fut in finished:
+                    index, _t0 = running.pop(fut)
+                    out = fut.result()
+                    done[index] = out
+                    if out.error and not dead and _dies_within(alive, 0.5):
+                        in_flight, dead = out.prompt_id, True
+                now = time.monotonic()
+                for fut, (index, t0) in list(running.items()):
+                    pid, p, _copy = jobs[index]
+                    if now - t0 > stalled:  # left to end by its read timeout, unheard, on a pool of its own
+                        running.pop(fut)
+                        done[index] = Completion(pid, p.prompt, "", None, None, None, round(now - t0, 4), late(timeout))
+                        pool.shutdown(wait=False)
+                        pool = ThreadPoolExecutor(max_workers=concurrency, thread_name_prefix="query")
+                    elif not alive():  # a dead server's socket usually fails the request at once
+                        try:
+                            done[index] = fut.result(timeout=1.0)
                         except FutureTimeout:
-                            done = Completion(pid, p.prompt, "", None, None, None,
-                                              round(time.monotonic() - t0, 4), "the server exited during the request")
-                        break
-                outputs.append(done)
-                if between:
-                    between()
-                if done.error and _dies_within(alive, 0.5):
-                    in_flight = pid
-                    break
+                            done[index] = Completion(pid, p.prompt, "", None, None, None, round(now - t0, 4),
+                                                     "the server exited during the request")
+                        running.pop(fut)
+                        if in_flight is None:
+                            in_flight = pid
+                        dead = True
     finally:
         pool.shutdown(wait=False, cancel_futures=True)
-    sent = {o.prompt_id for o in outputs}
-    outputs += [Completion(pid, p.prompt, "", None, None, None, 0.0, NOT_SENT) for pid, p in prompts if pid not in sent]
+    outputs = []
+    for index, (pid, p, copy) in enumerate(jobs):
+        out = done.get(index) or Completion(pid, p.prompt, "", None, None, None, 0.0, NOT_SENT)
+        outputs.append(replace(out, copy=copy, batch=concurrency))
     return QueryRun(tuple(outputs), in_flight, died_after)
 
 
@@ -277,6 +294,13 @@ def ordered(prompts: list[Prompt], order: str = "as_written") -> list[tuple[str,
     for pid, p in pairs:
         groups.setdefault(p.tags[0] if p.tags else "", []).append((pid, p))
     return [pair for group in groups.values() for pair in group]
+
+
+def tag(o: Completion) -> str:
+    """An output named by its prompt, and by its copy, pass and requests in flight when there are several
+    (`p2`, `p2 copy 3`, `p2 at 4 in flight`)."""
+    return o.prompt_id + (f" copy {o.copy + 1}" if o.copy else "") + (f" pass {o.pass_no + 1}" if o.pass_no else "") \
+        + (f" at {o.batch} in flight" if o.batch > 1 else "")
 
 
 def label(pid: str, prompt: Prompt | None) -> str:

@@ -316,6 +316,9 @@ class Verdicts(_Strict):
     script: str | None = Field(None, description="a command that decides good/bad/skip from the trial's JSON on "
                                "stdin, as git bisect run: exit 0 good, 1-124/126/127 bad, 125 skip; run in the "
                                "recipe's folder")
+    # A bisect remembers how its bad end fails (status, serious signatures, the first exception line): a
+    # candidate that fails another way is skipped as "another failure" and listed, not called bad.
+    same_failure: bool = True
 
     @field_validator("bad_if")
     @classmethod
@@ -387,8 +390,44 @@ class BisectOptions(_Strict):
     # first: test both ends before the search (direction observed, mislabelled ends caught at once); lazy:
     # search from the labels at once, as `git bisect run` does, and test an end only when the answer rests
     # on it (the found commit is the new end, or the old end is its parent). abbisect/bisect/driver.py.
+    # After the search the found commit and its parent are run again, fresh (auto: when the verdict is
+    # statistical or flaky, where one more look changes how sure the answer is; always; never), and with
+    # `revert` the bad end is built once more with the found commit reverted.
+    confirm: Literal["auto", "always", "never"] = "auto"
+    revert: bool = False
     ends: Literal["first", "lazy"] = Field("first", description="first: test both ends before the search; "
                                            "lazy: only when the answer rests on them")
+
+
+class QueryOptions(_Strict):
+    """How the prompts are sent: some engine bugs appear only with several requests in flight (a batch)."""
+
+    concurrency: int = Field(1, ge=1, le=256, description="requests in flight at once")
+    repeat: int = Field(1, ge=1, le=64, description="copies of each prompt in a pass, to fill the batch")
+    batch_invariance: bool = Field(False, description="also send the prompts one at a time to the same server "
+                                   "and compare: an output that changes with the batch at temperature 0 is "
+                                   "evidence (rule batch_variant)")
+
+
+class Repeats(_Strict):
+    """Launches per commit and passes per launch, for failures that happen only sometimes: a commit is then
+    judged by its failure rate against the ends' (abbisect/assess/flaky.py)."""
+
+    launches: int = Field(1, ge=1, le=200, description="launches per commit at first")
+    passes: int = Field(1, ge=1, le=100, description="passes over the prompts per launch")
+    max_launches: int | None = Field(None, ge=1, le=2000, description="launches at most while not sure "
+                                     "(default 8 × launches)")
+    min_difference: float = Field(0.15, gt=0, le=1, description="the smallest failure-rate difference that "
+                                  "counts (Pinpoint's 0.5 would never tell a one-in-three failure from none)")
+    alpha: float = Field(0.01, gt=0, lt=1, description="Fisher's exact test's significance level (Pinpoint's)")
+
+    @property
+    def flaky(self) -> bool:
+        return self.launches > 1 or self.passes > 1
+
+    @property
+    def cap(self) -> int:
+        return max(self.max_launches or 8 * self.launches, self.launches)
 
 
 class ABOptions(_Strict):
@@ -427,6 +466,8 @@ class Recipe(_Strict):
     prompts_file: str | None = None
     prompt_order: Literal["as_written", "by_tag"] = "as_written"
     sampling: Sampling = Sampling()
+    query: QueryOptions = QueryOptions()
+    repeats: Repeats = Repeats()
     api: Literal["chat", "completions"] = "chat"
     timeouts: Timeouts = Timeouts()
     scoring: Scoring = Scoring()
@@ -496,12 +537,15 @@ class Recipe(_Strict):
         The rule, key by key: what decides what a trial builds, launches, sends, and how its evidence becomes
         a status and an outcome is in: `name` (the model name a `command` engine is asked for), `engine`,
         `install`, `model`, `launch`, `env`, `prompts` (a `prompts_file` is read into them, so the same prompts
-        inline or in a file are one key), `prompt_order`, `sampling`, `api`, `scoring`, `verdict`, `probe`, and
-        how many GPUs a trial sees (or whether it is pinned at all).
+        inline or in a file are one key), `prompt_order`, `sampling`, `api`, `scoring`, `verdict`, `probe`,
+        `query` and `repeats.passes` (how the prompts are sent within one launch; left out at their defaults,
+        so a recipe that does not use them keeps its key), and how many GPUs a trial sees (or whether it is
+        pinned at all).
         What only names, places, schedules or presents a trial is out: `description`, `hardware`, `sides` (the
         variable), `bisect` (how the search walks), `ab` (whether A and B run at once), `public_env`/`secret_env` (which values reports show),
-        which GPU numbers (placement; the machine key holds the GPU models) and `verdict.script` (it judges a
-        finished trial again and never changes what the trial produced).
+        which GPU numbers (placement; the machine key holds the GPU models), `verdict.script` (it judges a
+        finished trial again and never changes what the trial produced), `verdict.same_failure` and the rest of
+        `repeats` (how many trials a commit gets and how they are compared, not what one of them produces).
         `timeouts` are out: they bound how long abbisect waits, not what a commit does. The statuses that a
         timeout may have caused (`timeout` by `timeouts.ready`, `build_failed` by `timeouts.build`; see
         `Status.bounded_by`) are reused only from a run that waited at least as long; `request_errors`, from a
@@ -510,8 +554,13 @@ class Recipe(_Strict):
         data = self.model_dump(mode="json", exclude={"sides": True, "description": True, "hardware": True,
                                                      "bisect": True, "ab": True, "public_env": True,
                                                      "secret_env": True, "gpus": True, "gpu_slots": True,
-                                                     "verdict": {"script"}, "timeouts": True})
+                                                     "verdict": {"script", "same_failure"}, "timeouts": True,
+                                                     "query": True, "repeats": True})
         data["gpus"] = None if self.gpus is None else len(self.gpus)
+        if self.query != QueryOptions():
+            data["query"] = self.query.model_dump(mode="json")
+        if self.repeats.passes != 1:
+            data["passes"] = self.repeats.passes
         secret = secret_names(self.model_dump(mode="json", include={"env", "install", "public_env", "secret_env"}))
         for envmap in (data["env"], data["install"]["env"]):
             for name, value in envmap.items():

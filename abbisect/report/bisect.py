@@ -22,6 +22,7 @@ from abbisect.report.markdown import (
     Budget,
     _elide,
     cell,
+    code,
     details,
     fit,
     outputs_document,
@@ -154,21 +155,75 @@ def found_block(run: BisectRun) -> list[str]:
 
 
 def trail(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
+    several = any(len(s.trials) > 1 for s in run.steps)  # repeats: how many launches each verdict rests on
     rows = []
     for s in run.steps:
         role = s.role if s.needed else f"{s.role} (no longer needed)"
         rows.append([str(s.n), f"`{s.sha[:10]}`", cell(run.subject(s.sha), 50), role, f"**{s.outcome}**", s.status,
+                     *([str(len(s.trials))] if several else []),
                      cell(s.evidence, budget.cell), f"{s.seconds:.1f} s" + (" (cached)" if s.cached else "")
                      + (" (before the resume)" if s.replayed else "")])
-    return table(["step", "commit", "subject", "role", "verdict", "status", "evidence", "time"],
-                 _elide(rows, budget.rows, "steps"))
+    return table(["step", "commit", "subject", "role", "verdict", "status", *(["launches"] if several else []),
+                  "evidence", "time"], _elide(rows, budget.rows, "steps"))
+
+
+def another_failure(step: Step) -> str:
+    """How a candidate failed when it is not how the bad end fails ("" when it is, or it did not fail)."""
+    return step.stats.get("other_failure", "") if step.outcome == "skip" else ""
+
+
+def how_sure_block(run: BisectRun) -> list[str]:
+    """The answer run again (bisect.confirm) and the revert (--confirm-revert), or what was not rerun."""
+    res = run.result
+    if res is None or res.first_new is None:
+        return []
+    c = run.confirmation
+    if not c:
+        return ["### How sure", "", ("The found commit and its parent were each tested once, and the verdict "
+                                     "is a rule on one trial; `--confirm always` runs them again, fresh."), ""]
+    rows = [[who, f"`{c[who]['sha'][:10]}`", f"**{c[who]['outcome']}**", cell(c[who]["evidence"], 160)]
+            for who in ("parent", "found")]
+    lines = ["### How sure", "", (f"**{c['level'].capitalize()}**: {c['sentence']} "
+                                  f"({c['launches']} fresh launch(es) each)."), "",
+             table(["", "commit", "verdict", "evidence"], rows), ""]
+    if c.get("compared", {}).get("text"):
+        lines += [f"Parent vs found, run again: {c['compared']['text']}.", ""]
+    revert = c.get("revert")
+    if revert:
+        lines += [f"**Revert**: {revert['sentence']}."
+                  + (f" The revert is commit `{revert['sha'][:10]}` (made by abbisect, on no branch)."
+                     if revert.get("sha") else ""), ""]
+    return lines
+
+
+def failures_block(run: BisectRun) -> list[str]:
+    """How the bad end fails, and the candidates that failed another way (a second bug in the range)."""
+    others = [s for s in run.steps if another_failure(s)]
+    if not run.failure and not others:
+        return []
+    lines = ["### Failures", ""]
+    if run.failure:
+        lines += [(f"The bad end fails as: {code(run.failure, 200)}; a candidate failing another way is "
+                   "skipped, not blamed (`verdict.same_failure`).")]
+    if others:
+        lines += ["", "Another failure in the range (a second bug, not this bisect's):", ""]
+        lines += [f"- `{s.sha[:10]}` ({cell(run.subject(s.sha), 60)}): {code(another_failure(s), 200)}"
+                  for s in others]
+    return [*lines, ""]
+
+
+def representative(step: Step) -> TrialResult | None:
+    """The trial that shows a step's verdict: its first one whose own outcome is the step's (with repeats,
+    a launch of a flaky commit that failed), else its first."""
+    return next((t for t in step.trials if t.verdict.outcome == step.outcome), step.result)
 
 
 def decisive_ab(run: BisectRun) -> ABResult | None:
-    """The A/B of the found commit's parent against it, when both were tested."""
+    """The A/B of the found commit's parent against it, when both were tested (with repeats, a launch of each
+    that shows its verdict)."""
     by_sha = {s.sha: s for s in run.steps}
     if run.result and run.result.first_new and run.found_parent in by_sha:
-        parent, found = by_sha[run.found_parent].result, by_sha[run.result.first_new].result
+        parent, found = representative(by_sha[run.found_parent]), representative(by_sha[run.result.first_new])
         if parent is not None and found is not None:
             links = {"a": {"commit": run.links["parent"]} if run.links.get("parent") else {}, "b": run.links}
             return compare(run.recipe, relabel(parent, "parent"), relabel(found, "found"), "", "", links)
@@ -192,7 +247,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
                    f"finds the commit that {run.mode.word} it."), ""]
     lines += found_block(run)
     lines += releases_block(run)
-    lines += [(f"{len(run.steps)} trials, {run.launches} server launches, {run.builds} venv builds, "
+    lines += [(f"{len(run.steps)} commits tested, {run.launches} server launches, {run.builds} venv builds, "
               f"{run.wall_s:.1f} s wall time."), ""]
     lines += [ends_mode_line(run), ""]
     if run.rounds:
@@ -201,12 +256,20 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
         with_ends = f"ends tested at once, with {ahead} commit(s) between them" if ahead else "ends tested at once"
         lines += [(f"{run.slots} slots on the {run.executor} executor ({with_ends}): {len(run.rounds)} "
                    f"rounds after the ends — time per round (commits tested): {per_round}."), ""]
+    lines += how_sure_block(run)
     ab = decisive_ab(run)
-    if ab is not None:
+    if ab is not None and run.result is not None:
+        several = any(len(s.trials) > 1 for s in run.steps if s.sha in (run.found_parent, run.result.first_new))
         lines += ["### Decisive A/B: parent vs the found commit", "",
+                  *([("One launch of each, one that shows its verdict; every launch is counted in the trail and "
+                     "under How sure."), ""] if several else []),
                   render_ab(ab, budget, level=4, embedded=True), ""]
     lines += ["### Trail", "", trail(run, budget), ""]
-    skipped = [s for s in run.steps if s.outcome == "skip" and s.needed]
+    if run.unstable:
+        lines += [(f"The good end answered {len(run.unstable)} prompt(s) differently when run twice "
+                   f"({', '.join(run.unstable[:8])}): noise of the engine, left out of every comparison."), ""]
+    lines += failures_block(run)
+    skipped = [s for s in run.steps if s.outcome == "skip" and s.needed and not another_failure(s)]
     if skipped:
         lines += ["### Skipped (untestable) commits", ""]
         lines += [f"- `{s.sha[:10]}`: {s.status} — {cell(s.evidence, 150)}" for s in skipped]
@@ -261,7 +324,9 @@ def bisect_json(run: BisectRun) -> dict:
             "candidates": list(res.candidates) if res else [], "found_parent": run.found_parent,
             "commit": dump(run.commits[res.first_new]) if res and res.first_new else None,
             "links": run.links, "mislabelled": run.mislabelled,
-            "steps": [dump(s, exclude={"result"}) for s in run.steps], "launches": run.launches, "builds": run.builds,
+            "steps": [{**dump(s, exclude={"result", "more"}), "launches": len(s.trials)} for s in run.steps],
+            "launches": run.launches, "builds": run.builds, "failure": run.failure, "unstable": list(run.unstable),
+            "confirmation": run.confirmation,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
             "releases": dump(run.releases) if run.releases else None,

@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from abbisect.infra.serial import load
+from abbisect.query.chat import tag
 from abbisect.report.packages import render_packages, side_variable
 from abbisect.trial.spec import TrialResult
 
@@ -61,6 +62,13 @@ def cell(text: str | None, limit: int = CELL) -> str:
     t = (text or "").replace("\r", "").replace("\n", " ⏎ ")
     t = t if len(t) <= limit else t[: limit - 1] + "…"
     return esc(_UNBROKEN.sub(lambda m: m.group(0) + WRAP, t))
+
+
+def code(text: str | None, limit: int = CELL) -> str:
+    """Untrusted text as one inline code span of prose (not of a table: a `|` there would end the column):
+    one line, shortened; a backtick, which would end the span, becomes a quote."""
+    t = (text or "").replace("\r", "").replace("\n", " ⏎ ").replace("`", "'")
+    return "`" + (t if len(t) <= limit else t[: limit - 1] + "…") + "`"
 
 
 def table(header: list[str], rows: list[list[str]]) -> str:
@@ -146,6 +154,24 @@ def verdict_line(a: TrialResult, b: TrialResult) -> str:
             f"{b.verdict.outcome} ({b.verdict.status})** — {change}. {why}.")
 
 
+def repeated_verdict_line(ab) -> str:
+    """The answer first, over every launch of each side: each side's outcome and the comparison."""
+    s = ab.assessment
+    n = s["launches"]
+    said = "; ".join(f"{side.upper()}: {cell(s[side]['evidence'], 200)}" for side in ("a", "b"))
+    return (f"**Verdict over {n} launch(es) a side: A `{r_ref(ab.a)}` is {s['a']['outcome']}, B `{r_ref(ab.b)}` is "
+            f"{s['b']['outcome']}** — {cell(s['comparison'].get('text', ''), 300)}. {said}.")
+
+
+def launches_block(ab) -> str:
+    """One row per launch of each side, in the order they ran (A, B, A, B …)."""
+    rows = []
+    for k, (ta, tb) in enumerate(zip(ab.trials("a"), ab.trials("b"))):
+        rows.append([str(k + 1), f"{ta.verdict.status} → {ta.verdict.outcome}", (f"{tb.verdict.status} → "
+                     f"{tb.verdict.outcome}"), "cached" if ta.cached and tb.cached else "fresh"])
+    return table(["launch", f"A `{r_ref(ab.a)}`", f"B `{r_ref(ab.b)}`", "result"], rows)
+
+
 def r_ref(r: TrialResult) -> str:
     return cell(r.spec.ref, 60)
 
@@ -176,7 +202,9 @@ def outputs_table(a: TrialResult, b: TrialResult, divergences, budget: Budget = 
         where = "—" if d is None else ("identical" if d.identical else f"char {d.char_index} (sim {d.similarity:.2f})")
         la = a.analyses[n].label if n < len(a.analyses) else ""
         lb = b.analyses[n].label if n < len(b.analyses) else ""
-        rows.append([cell(oa.prompt, 40), f"{cell(oa.error or oa.text, budget.cell)} _({la})_",
+        which = tag(oa).removeprefix(oa.prompt_id).strip()  # its copy, pass, requests in flight
+        rows.append([cell(oa.prompt, 40) + (f" _({cell(which, 40)})_" if which else ""),
+                     f"{cell(oa.error or oa.text, budget.cell)} _({la})_",
                      f"{cell(ob.error or ob.text, budget.cell)} _({lb})_", where])
     return table(["prompt", "A output", "B output", "first divergence"], _elide(rows, budget.rows, "prompts"))
 
@@ -326,7 +354,8 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     title, the recipe, the fingerprint and Reproduce, which the enclosing report shows once."""
     a, b = ab.a, ab.b
     h2 = level if embedded else level + 1
-    lines = [] if embedded else [heading(level, f"abbisect A/B: `{ab.name}`"), "", verdict_line(a, b), ""]
+    first = repeated_verdict_line(ab) if ab.assessment else verdict_line(a, b)
+    lines = [] if embedded else [heading(level, f"abbisect A/B: `{ab.name}`"), "", first, ""]
     urls_a, urls_b = ab.links.get("a", {}), ab.links.get("b", {})
     commits = [commit_line("A", a, urls_a), commit_line("B", b, urls_b)]
     if side_variable(a) or side_variable(b):  # a dependency is the variable: say which, per side
@@ -341,7 +370,10 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
         lines += ["⚠ The launch commands differ between sides:", fence(f"A: {ab.launch_a}\nB: {ab.launch_b}", "sh")]
     sampling = ab.recipe["sampling"]
     lines += ["", (f"Sampling: temperature {sampling['temperature']}, max_tokens {sampling['max_tokens']}, "
-                  f"seed {sampling['seed']}, API `{ab.recipe['api']}`."), "", heading(h2, "Summary"), "",
+                  f"seed {sampling['seed']}, API `{ab.recipe['api']}`."), ""]
+    if ab.assessment and not embedded:
+        lines += [heading(h2, "Every launch"), "", launches_block(ab), ""]
+    lines += [heading(h2, "Summary" + (" of each side's first launch" if ab.assessment else "")), "",
               summary_table([("A", a), ("B", b)]), "", SUMMARY_NOTE, ""]
     diff = ab.signature_diff
     if diff.get("appeared") or diff.get("disappeared"):

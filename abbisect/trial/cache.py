@@ -59,7 +59,10 @@ def planned_env_key(spec: TrialSpec) -> str:
 def trial_key(spec: TrialSpec, machine: str) -> str:
     recipe = spec.recipe
     secret = fingerprint_key(Cache.at(spec.cache_dir).fingerprint_key)  # secrets told apart, never revealed
-    blob = json.dumps([spec.sha, recipe.fingerprint(secret), planned_env_key(spec), machine])
+    parts: list[object] = [spec.sha, recipe.fingerprint(secret), planned_env_key(spec), machine]
+    if spec.attempt:  # a further launch of the same commit (repeats) is a trial of its own
+        parts.append(spec.attempt)
+    blob = json.dumps(parts)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 
 
@@ -129,9 +132,13 @@ class TrialCache:
         status = result.verdict.status
         if not status.cacheable:  # it says nothing about the commit (abbisect/status.py)
             return
-        key = trial_key(spec or result.spec, self.machine)
+        spec = spec or result.spec
+        key = trial_key(spec, self.machine)
         seen = self.cache.trial_unconfirmed(key)
-        if status.confirm_first and (seen.read_text().strip() if seen.is_file() else "") != status:
+        # With repeats every launch is one observation of a rate, kept as it came: waiting for a failure to
+        # happen twice would run each failed launch again until it passed, and bias the rate toward passing.
+        confirm = status.confirm_first and not spec.recipe.repeats.flaky
+        if confirm and (seen.read_text().strip() if seen.is_file() else "") != status:
             atomic_write(seen, status)  # not kept yet: the next attempt runs again, and if it agrees, it is
             return
         seen.unlink(missing_ok=True)

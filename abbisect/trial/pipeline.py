@@ -12,7 +12,7 @@ import re
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from abbisect import checkout
@@ -28,7 +28,7 @@ from abbisect.infra.redact import Redactor, expand_env
 from abbisect.infra.serial import dump, load
 from abbisect.launch import server as launch
 from abbisect.launch.engines import adapter
-from abbisect.query.chat import Completion, label, ordered, query_all
+from abbisect.query.chat import Completion, label, ordered, query_all, tag
 from abbisect.recipe import Prompt, Recipe
 from abbisect.score import (
     AnswerCheck,
@@ -145,6 +145,9 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     ts = time.monotonic()
     _score(rec, recipe, prompts)
     rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
+    if recipe.repeats.passes > 1:  # each pass is one observation of a flaky verdict (abbisect/assess)
+        rec.extras["pass_outcomes"] = [judge(_evidence(recipe, rec, k), recipe.verdict).outcome
+                                       for k in range(recipe.repeats.passes)]
     rec.timings["score"] = round(time.monotonic() - ts, 4)
     return rec.result()
 
@@ -220,19 +223,9 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
                 from abbisect.gpu.hygiene import check_idle
 
                 extras["gpu_during"] = dump(check_idle(recipe.gpus))
-            say(f"query: {len(prompts)} prompt(s)")
             tq = time.monotonic()
-            run = query_all(server.base_url, recipe.api, prompts, recipe.sampling, recipe.timeouts.request,
-                            model or recipe.name, alive=server.alive)
-            rec.outputs = run.outputs
+            crash = _query(rec, recipe, server, prompts, model or recipe.name, say)
             timings["query"] = round(time.monotonic() - tq, 3)
-            if not server.alive():
-                by_id = dict(prompts)
-                crash = {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode,
-                         "crash_prompt": label(run.in_flight, by_id.get(run.in_flight)) if run.in_flight else None,
-                         "crash_after": label(run.died_after, by_id.get(run.died_after)) if run.died_after else None}
-                say(f"server exited (code {server.proc.returncode}) while serving"
-                    + (f" prompt {crash['crash_prompt']}" if crash["crash_prompt"] else ""))
     finally:
         # Interrupted (Ctrl-C, SIGTERM): nobody waits for this server's answers, so it gets a short grace (an
         # engine that is still importing may ignore SIGTERM for the whole timeouts.teardown), and says so.
@@ -262,11 +255,45 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
                             mod.facts(log_text), **crash)
 
 
+def passes(recipe: Recipe) -> list[tuple[int, int]]:
+    """(pass, requests in flight) of each round of requests a launch makes: `repeats.passes` passes at
+    `query.concurrency`, each also sent one at a time first when `query.batch_invariance` asks to compare."""
+    n = recipe.query.concurrency
+    batches = [1, n] if recipe.query.batch_invariance and n > 1 else [n]
+    return [(k, b) for k in range(recipe.repeats.passes) for b in batches]
+
+
+def _query(rec: TrialRecord, recipe: Recipe, server: launch.Server, prompts: list[tuple[str, Prompt]], model: str,
+           say: Progress) -> dict:
+    """Every pass over the prompts (each at its concurrency, each prompt `query.repeat` times); the outputs in
+    the order sent, and, if the server died while serving, what the crash facts are."""
+    outputs: list[Completion] = []
+    by_id = dict(prompts)
+    for n, batch in passes(recipe):
+        copies = recipe.query.repeat
+        say(f"query: {len(prompts)} prompt(s)" + (f" × {copies}" if copies > 1 else "")
+            + (f", {batch} in flight" if batch > 1 else "") + (f" (pass {n + 1})" if n else ""))
+        run = query_all(server.base_url, recipe.api, prompts, recipe.sampling, recipe.timeouts.request, model,
+                        alive=server.alive, concurrency=batch, repeat=copies)
+        outputs += [replace(o, pass_no=n) for o in run.outputs]
+        if not server.alive():
+            rec.outputs = tuple(outputs)
+            crash = {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode,
+                     "crash_prompt": label(run.in_flight, by_id.get(run.in_flight)) if run.in_flight else None,
+                     "crash_after": label(run.died_after, by_id.get(run.died_after)) if run.died_after else None}
+            say(f"server exited (code {server.proc.returncode}) while serving"
+                + (f" prompt {crash['crash_prompt']}" if crash["crash_prompt"] else ""))
+            return crash
+    rec.outputs = tuple(outputs)
+    return {}
+
+
 def _score(rec: TrialRecord, recipe: Recipe, prompts: list[tuple[str, Prompt]]) -> None:
     """Each output labelled (degeneration) and checked against its prompt's expected answer."""
     thresholds = Thresholds.from_overrides(recipe.scoring.thresholds or None)
     rec.analyses = tuple(analyze(o.text, thresholds) for o in rec.outputs)
-    rec.answers = tuple(check_answer(o.text, p.expect) if p.expect else None for o, (_, p) in zip(rec.outputs, prompts))
+    expected = {pid: p.expect for pid, p in prompts}
+    rec.answers = tuple(check_answer(o.text, want) if (want := expected[o.prompt_id]) else None for o in rec.outputs)
 
 
 def _scan_file(path: Path, catalogue) -> LineScanner:
@@ -309,10 +336,16 @@ def _gpu_released(gpus: list[int], before: dict | None, say: Progress):
     return rep
 
 
-def _evidence(recipe: Recipe, rec: TrialRecord) -> Evidence:
-    env, info, outputs, analyses, answers = rec.env, rec.launch, rec.outputs, rec.analyses, rec.answers
-    signatures, exc = rec.signatures, rec.first_exception
+def _evidence(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) -> Evidence:
+    """What the verdict needs of the trial (of one of its passes, with `only_pass`: a launch-level failure is
+    every pass's, a crash while serving that of the passes it cut short)."""
+    env, info, signatures, exc = rec.env, rec.launch, rec.signatures, rec.first_exception
     assert env is not None  # every trial that reaches a verdict through evidence went through the build
+    keep = [i for i, o in enumerate(rec.outputs) if only_pass is None or o.pass_no == only_pass]
+    outputs = [rec.outputs[i] for i in keep]
+    analyses = [rec.analyses[i] for i in keep]
+    answers = [rec.answers[i] for i in keep]
+    crashed = bool(info and info.crashed_while_serving) and (only_pass is None or any(o.error for o in outputs))
     warn = recipe.scoring.warn_severity
     named = set(recipe.verdict.bad_signatures)
     rejected = tuple(g for s in signatures if s.id == "flag_rejected" for g in (s.groups or (s.line,)) if g)
@@ -324,21 +357,35 @@ def _evidence(recipe: Recipe, rec: TrialRecord) -> Evidence:
         first_exception=exc[1] if exc else None,
         n_outputs=len(outputs),
         n_errors=sum(1 for o in outputs if o.error),
-        exited_while_serving=bool(info and info.crashed_while_serving),
+        exited_while_serving=crashed,
         exit_code=info.crash_exit_code if info else None,
         crash_prompt=info.crash_prompt if info else None,
         crash_after=info.crash_after if info else None,
-        request_errors=tuple(f"{o.prompt_id}: {o.error[:200]}" for o in outputs
-                             if o.error and not (info and info.crashed_while_serving)),
-        degenerate=tuple(f"{o.prompt_id}: {a.reason}" for o, a in zip(outputs, analyses)
+        request_errors=tuple(f"{tag(o)}: {o.error[:200]}" for o in outputs if o.error and not crashed),
+        degenerate=tuple(f"{tag(o)}: {a.reason}" for o, a in zip(outputs, analyses)
                          if a.label == "degenerate" and not o.error),
-        late_loops=tuple(f"{o.prompt_id}: {a.reason}" for o, a in zip(outputs, analyses) if a.label == "late_loop"),
-        answer_misses=tuple(f"{o.prompt_id}: expected /{c.expected}/" for o, c in zip(outputs, answers)
+        late_loops=tuple(f"{tag(o)}: {a.reason}" for o, a in zip(outputs, analyses) if a.label == "late_loop"),
+        answer_misses=tuple(f"{tag(o)}: expected /{c.expected}/" for o, c in zip(outputs, answers)
                             if c is not None and not c.passed),
         serious_signatures=tuple(f"{s.id} (line {s.line_no})" for s in signatures
                                  if severity_at_least(s.severity, warn) and s.id != "flag_rejected"),
         bad_signatures=tuple(f"{s.id} (line {s.line_no})" for s in signatures if s.id in named),
+        batch_variant=batch_variant(outputs),
     )
+
+
+def batch_variant(outputs: list[Completion]) -> tuple[str, ...]:
+    """Prompts whose answer at temperature 0 changes with how many requests were in flight (the first copy of
+    each prompt, pass by pass: one at a time against a batch)."""
+    alone = {(o.pass_no, o.prompt_id): o.text for o in outputs if o.batch == 1 and o.copy == 0 and not o.error}
+    found = []
+    for o in outputs:
+        ref = alone.get((o.pass_no, o.prompt_id))
+        if o.batch > 1 and o.copy == 0 and not o.error and ref is not None and o.text != ref:
+            at = next((i for i, (x, y) in enumerate(zip(ref, o.text)) if x != y), min(len(ref), len(o.text)))
+            found.append(f"{tag(replace(o, batch=1))}: differs with {o.batch} in flight from one at a time "
+                         f"(from char {at})")
+    return tuple(found)
 
 
 def main(argv: list[str] | None = None) -> int:

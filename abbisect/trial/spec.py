@@ -7,7 +7,7 @@ it in this process, in another process, or on another machine of a cluster (abbi
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from abbisect.checkout import Revision
@@ -36,7 +36,14 @@ class TrialSpec:
     # ({"repo", "sha", "commands", "env"}); part of the env key.
     pins: list[str] = field(default_factory=list)
     dependency: dict | None = None
+    # Which launch of this commit it is (repeats: several per commit): each is a trial of its own, cached
+    # under its own key and logged in its own folder.
+    attempt: int = 0
 
+    def again(self, attempt: int) -> TrialSpec:
+        """The same trial's `attempt`-th launch (0: the first), its logs beside the first's."""
+        out = self.out_dir if attempt == 0 else f"{self.out_dir}-{attempt + 1}"
+        return replace(self, attempt=attempt, out_dir=out)
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ class Evidence:
     crash_prompt: str | None = None
     crash_after: str | None = None
     request_errors: tuple[str, ...] = ()  # "prompt id: error" of requests that failed on a living server
+    batch_variant: tuple[str, ...] = ()  # "prompt id: …" whose answer changed with the requests in flight
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,9 @@ def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[Status, list[st
     if ev.serious_signatures or ev.bad_signatures:
         sigs = list(dict.fromkeys(ev.bad_signatures + ev.serious_signatures))
         return Status.WARNED, [f"log signatures: {', '.join(sigs[:5])}", *reasons]
+    if ev.batch_variant:
+        return Status.BATCH_VARIANT, [f"{len(ev.batch_variant)} answer(s) change with the batch at temperature 0",
+                                      *_listed(ev.batch_variant), *reasons]
     if ev.late_loops:
         reasons.append(f"{len(ev.late_loops)} output(s) loop late after sensible text (not counted as broken)")
     return Status.OK, reasons or ["no degenerate output, no serious log signature"]
@@ -94,6 +98,9 @@ def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[Status, list[st
 
 def judge(ev: Evidence, rules: Verdicts) -> Verdict:
     status, reasons = status_of(ev, rules.degenerate_fraction)
+    if ev.batch_variant and status is not Status.BATCH_VARIANT:  # shown whatever decided the status
+        reasons = [*reasons, f"also: {len(ev.batch_variant)} answer(s) change with the batch at temperature 0",
+                   *_listed(ev.batch_variant)]
     rule = status.rule
     if rule in rules.skip_if:
         outcome = Outcome.SKIP

@@ -40,6 +40,9 @@ class Status(StrEnum):
     DEGENERATE = ("degenerate", "degenerate", "bad", ("bad",), True)
     WRONG_ANSWER = ("wrong_answer", "answer_mismatch", "bad", ("bad",), True)
     WARNED = ("warned", "signature", "bad", ("bad",), True)
+    # An answer that changes with the requests in flight at temperature 0 (query.batch_invariance): evidence,
+    # good unless the recipe lists the rule in bad_if (these engines are not batch-invariant by design).
+    BATCH_VARIANT = ("batch_variant", "batch_variant", "good", ("good", "bad"), True)
     OK = ("ok", None, "good", (), True)
     # A kernel probe's verdict (abbisect/gpu/probe.py): its own `probe.bad_if` decides, not the recipe's rules.
     DOES_NOT_FIT = ("does_not_fit", None, "bad", (), True)

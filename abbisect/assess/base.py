@@ -1,0 +1,45 @@
+"""The interface every way of judging a commit from its trials implements, and the choice of one per recipe."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from abbisect.trial.spec import TrialResult
+from abbisect.verdict.status import Outcome
+
+Sample = Sequence[TrialResult]  # every trial of one commit, in the order they ran
+
+
+@dataclass(frozen=True)
+class Assessment:
+    """What a commit's trials say: its outcome, in words, the numbers behind it (JSON for the report), and how
+    many more trials would likely settle it (0: settled, or nothing more can help)."""
+
+    outcome: Outcome
+    evidence: str
+    stats: dict = field(default_factory=dict)
+    more: int = 0
+
+
+class Assessor(Protocol):
+    kind: str  # "rules", "flaky", …: what the report calls this way of judging
+    relative: bool  # a candidate is judged against the ends' trials (so the ends are tested first)
+    statistical: bool  # one look is not enough to be sure (confirm reruns the answer: bisect.confirm auto)
+    first: int  # trials a commit gets at first
+    cap: int  # trials a commit gets at most while its verdict is not sure
+
+    def alone(self, sample: Sample) -> Assessment:
+        """One commit on its own (a side of an A/B, `check`, a commit before the ends are settled)."""
+
+    def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
+        """The two ends (or the sides of an A/B: `names`) against each other: each one's outcome, or `more` > 0
+        to run more of both."""
+
+    def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
+        """Which end the candidate's trials resemble (good or bad), or `more` > 0, or skip when nothing can tell."""
+
+    def compare(self, a: Sample, b: Sample) -> dict:
+        """The two sides compared, for the report ({} when one trial each says it all): "text", "comparison"
+        (the numbers, with "call": same / different / unsure) and "worse" ("a", "b" or None)."""

@@ -1,0 +1,103 @@
+"""A failure that happens only sometimes (one launch in three): each commit gets several launches (and passes),
+and is judged by its failure rate against the ends' — Fisher's exact test with Wilson intervals, and a
+minimum difference that matters, as Chromium Pinpoint's flaky-test mode does. Not sure → more launches, up to
+the cap → skipped with the reason, never a guess.
+
+An observation is one launch (`repeats.passes` > 1: one pass of a launch that served; a launch that failed
+before serving is one failed observation). A trial that could not be tested at all (its build failed, a flag
+was rejected, it never became ready) is no observation: a commit with none is untestable.
+"""
+
+from __future__ import annotations
+
+from abbisect.assess.base import Assessment, Sample
+from abbisect.infra.serial import dump
+from abbisect.recipe import Recipe
+from abbisect.stats import RateComparison, classify_rate, compare_rates, wilson
+from abbisect.stats.decide import Side
+from abbisect.verdict.status import Outcome
+
+
+def observations(sample: Sample) -> tuple[int, int]:
+    """(failures, observations) of a commit's trials."""
+    failures = runs = 0
+    for trial in sample:
+        if trial.verdict.outcome == Outcome.SKIP:
+            continue
+        per_pass = trial.extras.get("pass_outcomes")
+        outcomes = [Outcome(o) for o in per_pass] if per_pass and trial.launch and trial.launch.status == "ready" \
+            else [trial.verdict.outcome]
+        runs += len(outcomes)
+        failures += sum(o == Outcome.BAD for o in outcomes)
+    return failures, runs
+
+
+def rate_text(k: int, n: int) -> str:
+    lo, hi = wilson(k, n)
+    return f"{k}/{n} failed ({k / n:.0%}, 95 % interval {lo:.0%}–{hi:.0%})" if n else "no observation"
+
+
+class Flaky:
+    kind = "flaky"
+    relative = True
+    statistical = True
+
+    def __init__(self, recipe: Recipe) -> None:
+        r = recipe.repeats
+        self.first, self.cap = r.launches, r.cap
+        self.min_difference, self.alpha = r.min_difference, r.alpha
+
+    def _compare(self, a: tuple[int, int], b: tuple[int, int]) -> RateComparison:
+        return compare_rates(*a, *b, min_difference=self.min_difference, alpha=self.alpha)
+
+    def _more(self, runs: int) -> int:
+        """More launches while not sure: `repeats.launches` at a time (as Pinpoint adds attempts in fixed
+        steps), within the cap. The sample size a comparison says would settle it is shown, not followed:
+        it is an even chance, and jumping to it overshoots as often as not."""
+        return max(0, min(self.first, self.cap - runs))
+
+    def alone(self, sample: Sample) -> Assessment:
+        k, n = observations(sample)
+        if n == 0:
+            return Assessment(Outcome.SKIP, "untestable: " + "; ".join(sample[0].verdict.reasons[:1]))
+        return Assessment(Outcome.BAD if k else Outcome.GOOD, rate_text(k, n), {"failures": k, "runs": n})
+
+    def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
+        a, b = self.alone(old), self.alone(new)
+        if Outcome.SKIP in (a.outcome, b.outcome):
+            return a, b
+        (ko, no), (kn, nn) = observations(old), observations(new)
+        cmp = self._compare((ko, no), (kn, nn))
+        stats = {"ends": dump(cmp)}
+        if cmp.call.text == "different":
+            worse = Outcome.BAD if kn > ko else Outcome.GOOD
+            return (Assessment(worse.inverted(), f"{rate_text(ko, no)}; {names} {cmp.describe()}", stats),
+                    Assessment(worse, f"{rate_text(kn, nn)}; {names} {cmp.describe()}", stats))
+        more = self._more(min(no, nn))
+        same = Outcome.BAD if (ko or kn) else Outcome.GOOD  # alike: no change to search for
+        why = f"{names} fail alike" if cmp.call.text == "same" else (
+            f"not sure {names} differ after {min(no, nn)} launches")
+        return (Assessment(same, f"{rate_text(ko, no)}; {why}: {cmp.describe()}", stats, more),
+                Assessment(same, f"{rate_text(kn, nn)}; {why}: {cmp.describe()}", stats, more))
+
+    def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
+        k, n = observations(sample)
+        if n == 0:
+            return self.alone(sample)
+        found = classify_rate(k, n, good=observations(good), bad=observations(bad),
+                              min_difference=self.min_difference, alpha=self.alpha)
+        stats = {"failures": k, "runs": n, "side": str(found.side), "vs_good": dump(found.vs_good),
+                 "vs_bad": dump(found.vs_bad)}
+        if found.side is Side.LIKE_BAD:
+            return Assessment(Outcome.BAD, f"{rate_text(k, n)}: like the bad end ({found.evidence})", stats)
+        if found.side is Side.LIKE_GOOD:
+            return Assessment(Outcome.GOOD, f"{rate_text(k, n)}: like the good end ({found.evidence})", stats)
+        more = self._more(n)
+        if more:
+            return Assessment(Outcome.SKIP, f"{rate_text(k, n)}: not sure yet ({found.evidence})", stats, more)
+        return Assessment(Outcome.SKIP, f"not sure after {n} launches: {rate_text(k, n)} ({found.evidence})", stats)
+
+    def compare(self, a: Sample, b: Sample) -> dict:
+        cmp = self._compare(observations(a), observations(b))
+        worse = "b" if cmp.rate_b > cmp.rate_a else "a" if cmp.rate_a > cmp.rate_b else None
+        return {"kind": self.kind, "comparison": dump(cmp), "text": cmp.describe(), "worse": worse}

@@ -1,0 +1,139 @@
+"""A confirmed culprit: after the search, the found commit and its parent are run again, fresh (with the recipe's
+launches), and — with `bisect.revert` / `--confirm-revert` — the far end is built once more with the found
+commit reverted and tested, as engine maintainers do by hand (the revert passes, the untouched control fails).
+
+The revert is made in a worktree of abbisect's own (`git revert` on a detached HEAD: a commit object in the
+repository, no branch or tag, nothing of the user's checkout touched); a revert that does not apply cleanly is
+aborted and said so, with the conflicting files.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+
+from abbisect.bisect.kinds import VariableKind
+from abbisect.bisect.model import BisectRun, Mode
+from abbisect.bisect.oracle import Oracle, Sample
+from abbisect.infra import git
+from abbisect.trial.spec import TrialResult
+from abbisect.verdict.status import Outcome
+
+_IDENTITY = {"GIT_AUTHOR_NAME": "abbisect", "GIT_AUTHOR_EMAIL": "abbisect@localhost",
+             "GIT_COMMITTER_NAME": "abbisect", "GIT_COMMITTER_EMAIL": "abbisect@localhost"}
+
+
+def wanted(run: BisectRun, statistical: bool) -> bool:
+    """Whether the answer is run again: bisect.confirm always, never, or auto (when one look is not enough)."""
+    policy = run.recipe.bisect.confirm
+    return policy == "always" or (policy == "auto" and statistical) or run.recipe.bisect.revert
+
+
+def confirm(oracle: Oracle, run: BisectRun) -> None:
+    """The found commit and its parent, fresh, as many launches as the recipe gives a commit (more while the
+    two cannot be told apart, up to the cap); `run.confirmation` says what they showed and how sure the
+    answer is. Only fresh launches count: the search's own trials chose the answer, so they cannot confirm it."""
+    found, parent = (run.result.first_new if run.result else None), run.found_parent
+    if not found or not parent:
+        return
+    a = oracle.assessor
+    n = max(a.first, 1)
+    fresh: dict[str, list] = {parent: [], found: []}
+    while True:
+        for sha, what in ((parent, "parent"), (found, "found")):
+            fresh[sha] += [oracle.again(sha, f"confirm-{what}", len(fresh[sha]) + i) for i in range(n)]
+        compared = a.compare(fresh[parent], fresh[found])
+        call = compared.get("comparison", {}).get("call")
+        if not a.statistical or call != "unsure" or len(fresh[found]) >= a.cap:
+            break
+        oracle.say(f"confirmation: {compared['text']}; {n} more launch(es) of each")
+    seen = {sha: a.alone(trials) for sha, trials in fresh.items()}
+    if a.statistical:  # the found commit worse than its parent for a regression, better for a fix
+        held = call == "different" and compared.get("worse") == ("b" if run.mode is Mode.REGRESSION else "a")
+        level = "confirmed" if held else "not sure" if call == "unsure" else "not reproduced"
+        sentence = {"confirmed": "run again, the found commit and its parent differ as the ends do",
+                    "not sure": f"run again {len(fresh[found])} times each, the found commit and its parent are "
+                                "not clearly different: the answer is not sure",
+                    "not reproduced": "run again, the found commit and its parent do not differ as the ends do: "
+                                      "the answer is not reproduced"}[level]
+    else:
+        if "differs_from_good" in run.recipe.verdict.bad_if:  # a change of output is the signal
+            changed = _changed(fresh[parent][0], fresh[found][0], run.unstable)
+            held = bool(changed)
+            said = (f"the found commit's outputs differ from its parent's on {', '.join(changed[:5])}" if held
+                    else "the found commit's outputs are its parent's")
+        else:
+            bad, good = (Outcome.BAD, Outcome.GOOD) if run.mode is Mode.REGRESSION else (Outcome.GOOD, Outcome.BAD)
+            held = seen[found].outcome == bad and seen[parent].outcome == good
+            said = f"the found commit is {seen[found].outcome} and its parent {seen[parent].outcome}"
+        level = "confirmed" if held else "not reproduced"
+        sentence = f"run again, {said}" + (", as in the search" if held else ": the answer is not reproducible")
+    run.confirmation = {"launches": len(fresh[found]), "level": level, "held": held, "sentence": sentence,
+                        "compared": compared,
+                        "parent": {"sha": parent, "outcome": seen[parent].outcome, "evidence": seen[parent].evidence},
+                        "found": {"sha": found, "outcome": seen[found].outcome, "evidence": seen[found].evidence}}
+    oracle.say(f"confirmation: {sentence}")
+    if run.recipe.bisect.revert:
+        run.confirmation["revert"] = revert(oracle, run, found)
+
+
+def revert(oracle: Oracle, run: BisectRun, found: str) -> dict:
+    """The far end (the bad end of a regression, the fixed end of a fix) with `found` reverted, tested."""
+    if run.variable.kind is not VariableKind.ENGINE_COMMITS:
+        return {"applied": False, "sentence": "a revert is made of engine commits only (not with bisect.over)"}
+    target = run.new
+    onto = target.short if target.sha.startswith(target.ref) else target.ref  # `main`, or a sha cut short
+    made = revert_commit(run.repo, target.sha, found, run.variable.info(found).parents)
+    if "sha" not in made:
+        sentence = (f"reverting {found[:10]} on {onto} does not apply cleanly ({made['why']}): not tested")
+        oracle.say(sentence)
+        return {**made, "applied": False, "sentence": sentence}
+    trials = [oracle.again(made["sha"], "revert", i) for i in range(max(oracle.assessor.first, 1))]
+    ends = _ends(run)
+    a = oracle.assessor
+    seen = a.against(trials, ends["good"], ends["bad"]) if a.relative and ends else a.alone(trials)
+    expected = Outcome.GOOD if run.mode is Mode.REGRESSION else Outcome.BAD
+    restores, fails = (("restores good", "does not restore good") if run.mode is Mode.REGRESSION
+                       else ("brings the failure back", "does not bring the failure back"))
+    said = f"reverting {found[:10]} on {onto}"
+    sentence = (f"{said} {restores} ({seen.evidence})" if seen.outcome == expected
+                else f"{said} {fails}: it is {seen.outcome} ({seen.evidence})")
+    oracle.say(sentence)
+    return {**made, "applied": True, "outcome": seen.outcome, "evidence": seen.evidence,
+            "as_expected": seen.outcome == expected, "sentence": sentence}
+
+
+def _changed(parent: TrialResult, found: TrialResult, unstable: tuple[str, ...]) -> list[str]:
+    """The prompts whose outputs differ between the two (those the good end itself varies on left out)."""
+    return [o.prompt_id for o, p in zip(found.outputs, parent.outputs) if o.text != p.text and o.prompt_id not in unstable]
+
+
+def _ends(run: BisectRun) -> dict[str, Sample]:
+    ends: dict[str, Sample] = {}
+    for step in run.steps:
+        if step.is_end and step.outcome in (Outcome.GOOD, Outcome.BAD):
+            ends.setdefault(str(step.outcome), step.trials)
+    return ends
+
+
+def revert_commit(repo: Path, onto: str, culprit: str, parents: tuple[str, ...]) -> dict:
+    """{"sha": the revert of `culprit` made on top of `onto`} or {"why": …, "conflicts": [files]}."""
+    where = Path(tempfile.mkdtemp(prefix="abbisect-revert-"))
+    tree = where / "tree"
+    try:
+        added = git.call(["worktree", "add", "--detach", "--quiet", str(tree), onto], repo)
+        if added.returncode != 0:
+            return {"why": f"no worktree of {onto[:10]}: {added.stderr.strip()[:200]}", "conflicts": []}
+        mainline = ["-m", "1"] if len(parents) > 1 else []
+        done = git.call(["revert", "--no-edit", *mainline, culprit], tree, env=_IDENTITY)
+        if done.returncode != 0:
+            conflicts = git.call(["diff", "--name-only", "--diff-filter=U"], tree).stdout.split()
+            git.call(["revert", "--abort"], tree)
+            why = f"conflicts in {', '.join(conflicts[:5])}" if conflicts else done.stderr.strip().splitlines()[-1:]
+            return {"why": why if isinstance(why, str) else "; ".join(why), "conflicts": conflicts}
+        return {"sha": git.git(tree, "rev-parse", "HEAD").strip(), "onto": onto, "conflicts": []}
+    finally:
+        git.call(["worktree", "remove", "--force", str(tree)], repo)
+        shutil.rmtree(where, ignore_errors=True)
+        git.call(["worktree", "prune"], repo)
