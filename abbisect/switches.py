@@ -13,6 +13,10 @@ both without running anything:
   way. Options the switch `replaces` are taken out first (with their values), so a recipe's
   `--attention-backend fa3` is swapped, never duplicated.
 
+Which help: since 2025-09-25 (vLLM #24903) plain `vllm serve --help` prints only the section names, and
+the options need `vllm serve --help=all` (older vLLM rejects `--help=all`, so try it first and fall back to
+`--help`). SGLang: `python -m sglang.launch_server --help`.
+
 The data lives in abbisect/builtin/switches.yaml; its header documents the fields.
 """
 

@@ -98,6 +98,16 @@ def test_help_options_reads_declarations_not_prose() -> None:
     assert "--disable-flashinfer" not in sw.help_options(SGLANG_HELP_SAMPLE)
 
 
+def test_summary_help_declares_nothing(catalogue: sw.Catalogue) -> None:
+    # Newer vLLM's plain --help lists config sections, not options (hand-made, in that layout): the caller
+    # must ask for --help=all, or every switch looks rejected.
+    summary = ("usage: vllm serve [model_tag] [options]\n\noptions:\n  -h, --help            show help\n\n"
+               "Config Groups:\n  ModelConfig             Model settings.\n"
+               "  CompilationConfig       Compilation settings.\n")
+    assert sw.help_options(summary) == {"-h", "--help"}
+    assert sw.accepted(catalogue.for_engine("vllm"), summary) == []
+
+
 def test_prefix_of_a_longer_option_is_not_accepted() -> None:
     longer_only = "options:\n  --enable-prefix-caching-hash-algo {sha256,xxhash}\n                        Hash.\n"
     switch = sw.Switch(id="vllm.t", engine="vllm", feature="test", flag=("--enable-prefix-caching",),
