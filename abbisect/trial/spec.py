@@ -12,6 +12,7 @@ from pathlib import Path
 
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
+from abbisect.gpu.sharing import SlotPlace
 from abbisect.infra.cache import Cache
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
@@ -36,6 +37,9 @@ class TrialSpec:
     # ({"repo", "sha", "commands", "env"}); part of the env key.
     pins: list[str] = field(default_factory=list)
     dependency: dict | None = None
+    # A slot that shares its GPUs with other slots (the executor sets it): hygiene per slot, not per GPU
+    # (abbisect/gpu/sharing.py). None: the trial's GPUs (recipe.gpus) are its own.
+    slot: SlotPlace | None = None
 
 
 
