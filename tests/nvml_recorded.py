@@ -5,7 +5,8 @@ A tape holds devices and scenarios; a scenario is a list of looks, each a list (
 compute processes and the MiB each holds; the used memory is the device's idle use plus theirs. One look is
 read as hygiene reads it (memory info, then the processes, device by device): the tape moves to the next look
 once the last device's processes were read, and the last look repeats. Process names map to real PIDs given
-by the test (its own real processes), numbers stay as they are.
+by the test (its own real processes); a name without one becomes a PID above Linux's largest (no process has
+it); numbers stay as they are.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 MIB = 1024 * 1024
+NO_SUCH_PID = 1 << 23  # above Linux's largest PID (pid_max is at most 2**22)
 TAPES = Path(__file__).with_name("data") / "nvml"
 
 
@@ -34,8 +36,15 @@ class RecordedNvml:
     def _look(self) -> list[dict]:
         return self.looks[min(self.step, len(self.looks) - 1)]
 
+    def _pid(self, name: str | int) -> int:
+        if isinstance(name, int):
+            return name
+        if name not in self.pids:
+            self.pids[name] = NO_SUCH_PID + len(self.pids)
+        return self.pids[name]
+
     def _procs(self, h: int) -> list[tuple[int, int]]:
-        return [(self.pids[p] if isinstance(p, str) else int(p), int(mib)) for p, mib in self._look()[h]["procs"]]
+        return [(self._pid(p), int(mib)) for p, mib in self._look()[h]["procs"]]
 
     def nvmlInit(self) -> None:
         self.calls.append("nvmlInit")
