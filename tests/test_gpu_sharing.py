@@ -218,3 +218,23 @@ def test_a_trial_on_a_shared_slot_waits_for_its_slots_previous_server(tmp_path, 
     assert after["mode"] == "per-slot" and not after["busy"]
     # the trial's own launch is in slot 2's ledger now, beside the previous one
     assert len(ledgers.launches(2)) == 2 and ledgers.launches(2)[-1]["sha"] == spec.sha
+
+
+def test_a_trial_whose_share_never_comes_free_is_not_launched(tmp_path, engine_repo, cache_dir, monkeypatch):
+    """The pipeline's hook: slot 1's share is never free (another program holds 120 GiB of the recorded H200):
+    after the wait (ABBISECT_GPU_SLOT_WAIT_S, 1 s here) the trial is infra_error with the reason, no server was
+    started and nothing of it is cached."""
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("ABBISECT_GPU_SLOT_WAIT_S", "1")
+    recipe = parse_recipe(toy_recipe(engine_repo, gpus={"count": 1, "per_gpu": 2}))
+    spec = trial_spec(recipe, engine_repo, checkout.resolve(engine_repo, "fixed"), "t", cache_dir, tmp_path / "out")
+    placed = on_slot(spec, Slot(1, (0,), 0.45, (0,)), run=f"test-{uuid.uuid4().hex[:6]}")
+    monkeypatch.setitem(sys.modules, "pynvml", RecordedNvml(tape(), "another_program_holds_120gib"))
+    result = run_trial(placed)
+    assert result.verdict.status == "infra_error" and result.verdict.outcome == "skip"
+    assert "GPU slot 1: not ready for a launch after 1" in result.verdict.reasons[0]
+    assert "slot 1's share needs 63,672" in result.verdict.reasons[0]
+    assert result.launch is None and not (Path(placed.out_dir) / "server.log").exists()
+    before = result.extras["gpu_before"]
+    assert before["busy"] and [p["mib"] for p in before["foreign"]] == [120_000, 2665]  # slot 0 has no ledger here
+    assert not result.verdict.status.cacheable

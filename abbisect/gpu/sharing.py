@@ -20,7 +20,8 @@ of its launches: the supervisor token every process of a launch carries in its e
 the slot's when its environment carries one of the slot's tokens, or when it is a recorded PID that is gone
 from /proc (dead, its context not yet torn down) or still the same process. A share that is not free after
 BEFORE_TIMEOUT_S leaves the trial untested (`infra_error`: the machine's fault, never the commit's) rather
-than launching a server into an out-of-memory crash a bisect would call bad.
+than launching a server into an out-of-memory crash a bisect would call bad (ABBISECT_GPU_SLOT_WAIT_S sets
+another bound).
 """
 
 from __future__ import annotations
@@ -57,6 +58,7 @@ from abbisect.verdict.status import Outcome, Status
 # fills a GPU exactly would otherwise never pass. IDLE_USED_MIB is that reservation's bound.
 SLACK_MIB = IDLE_USED_MIB
 BEFORE_TIMEOUT_S = 120.0  # as whole-GPU hygiene waits for the previous side
+WAIT_ENV = "ABBISECT_GPU_SLOT_WAIT_S"  # another bound for that wait (a driver slow to release, a test)
 AFTER_TIMEOUT_S = 60.0
 POLL_S = 0.5
 LEDGER_LAUNCHES = 8  # the last launches of a slot kept in its ledger (a lingering older one stays attributable)
@@ -293,11 +295,12 @@ class SharedSlot:
 
     def __init__(self, gpus: list[int], share: float | None, place: SlotPlace, ledgers: Ledgers, sha: str,
                  say: Callable[[str], None], nvml: Any | None = None, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, before_timeout_s: float = BEFORE_TIMEOUT_S,
+                 sleep: Callable[[float], None] = time.sleep, before_timeout_s: float | None = None,
                  after_timeout_s: float = AFTER_TIMEOUT_S, poll_s: float = POLL_S) -> None:
         self.gpus, self.share, self.place, self.ledgers, self.sha, self.say = gpus, share, place, ledgers, sha, say
         self.nvml, self.clock, self.sleep, self.poll_s = nvml, clock, sleep, poll_s
-        self.before_timeout_s, self.after_timeout_s = before_timeout_s, after_timeout_s
+        self.before_timeout_s = before_timeout_s if before_timeout_s is not None else _wait_s()
+        self.after_timeout_s = after_timeout_s
         self.token: str | None = None
         self.slots = (place.index, *place.shared_with)
 
@@ -366,6 +369,14 @@ class SharedSlot:
             rep = SlotReport(**{**rep.__dict__, "notice": f"still in use after {rep.waited_s:g}s: {rep.notice}"})
         self.say(f"GPU after teardown: {describe_slot(rep)}")
         return dump(rep)
+
+
+def _wait_s() -> float:
+    text = os.environ.get(WAIT_ENV, "").strip()
+    try:
+        return float(text) if text else BEFORE_TIMEOUT_S
+    except ValueError:
+        raise UserError(f"{WAIT_ENV}={text!r}: give the seconds a shared GPU slot may wait for its share") from None
 
 
 def _parent_cvd() -> str | None:
