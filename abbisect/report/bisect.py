@@ -191,7 +191,9 @@ def slot_hygiene(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
                      _check_cell(before), _check_cell(after)])
     if not rows:
         return ""
-    return ("Before a launch: the slot's previous server gone from the GPU and its share free; after teardown: "
+    share = run.recipe.gpu_share
+    return ((f"Each slot's server took {share:g} of its GPU's memory. " if share is not None else "")
+            + "Before a launch: the slot's previous server gone from the GPU and its share free; after teardown: "
             "the trial's own server gone (NVML's per-process accounting).\n\n"
             + table(["step", "slot", "commit", "before launch", "after teardown"],
                     _elide(rows, budget.rows, "trials")))
