@@ -25,8 +25,9 @@ HELPER="$ROOT/docs/gpu/shared_bisect.py"
 if [ "$MODE" = --cpu ]; then N=${N:-40}; CULPRIT=${CULPRIT:-29}; else N=${N:-300}; CULPRIT=${CULPRIT:-211}; fi
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"
-W=$(mktemp -d)
+W=$(mktemp -d)  # the histories, caches and results; removed at the end unless KEEP=1 (results.tar.gz keeps them)
 R="$W/results"
+[ "${KEEP:-0}" = 1 ] || trap 'rm -rf "$W"' EXIT
 mkdir -p "$R"
 export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 python3 -c "import abbisect.cli, pydantic, uv, httpx_sse, torch" || {
@@ -72,7 +73,7 @@ fi
 echo idle > "$W/phase"
 python3 "$HELPER" sample "$OUT/timeline.csv" "$W/phase" "$W/stop" &
 SAMPLER=$!
-trap 'touch "$W/stop"; wait "$SAMPLER" 2>/dev/null || true' EXIT
+trap 'touch "$W/stop"; wait "$SAMPLER" 2>/dev/null || true; [ "${KEEP:-0}" = 1 ] || rm -rf "$W"' EXIT
 if [ "$MODE" = --gpu ] && [ "$DEVICE" = cuda ]; then
   nvidia-smi > "$R/nvidia-smi-before.txt" 2>&1 || true
   # torch and the driver warm (page cache, first context) before either run, so neither pays for it alone
