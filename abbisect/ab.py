@@ -160,7 +160,7 @@ def side_slots(recipe: Recipe, progress: Progress) -> list:
     if recipe.gpus is not None and len(recipe.gpu_slots) < 2:
         raise UserError("ab.parallel: true needs two GPU slots, one a side: gpus: [[0], [1]] "
                         "(or drop ab.parallel to run A then B on one GPU)")
-    slots = slots_for(recipe.gpu_slots if recipe.gpus is not None else [], 2)[:2]
+    slots = slots_for(recipe.gpu_slots if recipe.gpus is not None else [], 2, recipe.gpu_share)[:2]
     if slots[0].gpus is None:
         progress("A and B at once on two CPU slots: no GPUs named, same-GPU hygiene skipped")
         return slots

@@ -37,6 +37,13 @@ def test_slots_and_gpu_lists():
             parse_gpus(bad)
     assert [s.gpus for s in slots_for([[0, 1], [2, 3]], 1)] == [(0, 1), (2, 3)]
     assert [s.gpus for s in slots_for([], 3)] == [None, None, None]
+    # four slots sharing GPU 0 (--gpus 0x4): each knows its share and its neighbours
+    assert parse_gpus("0x4") == [[0], [0], [0], [0]]
+    shared = slots_for(parse_gpus("0x2,1x2"), 1, 0.45)
+    assert [(s.gpus, s.share, s.shared_with, s.shared) for s in shared] == [
+        ((0,), 0.45, (1,), True), ((0,), 0.45, (0,), True), ((1,), 0.45, (3,), True), ((1,), 0.45, (2,), True)]
+    assert shared[0].label() == "slot 0 (GPU 0, share 0.45)"
+    assert not any(s.shared for s in slots_for([[0], [1]], 1)) and not slots_for([], 2)[0].shared
 
 
 def test_local_parallel_runs_slots_at_once(tmp_path, engine_repo, cache_dir):

@@ -32,6 +32,9 @@ CHANGES = [
     ("gpus count", {"gpus": [0]}, {"gpus": [0, 1]}, False),
     ("gpus numbers", {"gpus": [0]}, {"gpus": [1]}, True),  # placement: the machine key holds the models
     ("gpu_slots", {"gpus": [0]}, {"gpus": [[2], [3]]}, True),
+    ("gpu_slots shared", {"gpus": [0]}, {"gpus": {"count": 1, "per_gpu": 4}}, True),  # four slots on GPU 0
+    # placement too; a result that is not good is reused only from a share at least as large (trial/cache.py)
+    ("gpu_share", {"gpus": {"count": 1, "per_gpu": 2}}, {"gpus": {"count": 1, "per_gpu": 2, "share": 0.3}}, True),
     ("sides", {}, {"sides": {"a": "healthy0", "b": "broken"}}, True),
     ("prompts", {}, {"prompts": ["One more prompt"]}, False),
     ("prompts_file", {}, {"prompts_file": "prompts.txt"}, True),  # the same prompts, read from a file

@@ -159,7 +159,13 @@ def _alive(pids: list[int], within: float) -> list[int]:
 
 
 def test_gpu_hygiene_is_skipped_with_a_notice_without_nvml(tmp_path, engine_repo, cache_dir):
-    res, out = run_ab(tmp_path, engine_repo, cache_dir, "fixed", "fixed", gpus=[0])
+    # A GPU abbisect cannot count (no NVML, no nvidia-smi) is refused before anything runs, unless stated.
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, sides={"a": "fixed", "b": "fixed"}, gpus=[0]))
+    out = tmp_path / "out"
+    proc = abbisect("run", str(recipe), "--output", str(out), "--json", cwd=tmp_path, cache=cache_dir,
+                    env={"ABBISECT_GPU_COUNT": "1"})
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)["data"]
     for side in ("a", "b"):
         extras = res[side]["extras"]
         if not extras["gpu_before"]["skipped"]:

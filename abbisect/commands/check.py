@@ -49,6 +49,7 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     import os
 
     from abbisect.bisect.history import bisect_under_way, has_commit
+    from abbisect.gpu.preflight import preflight
     from abbisect.infra.proc import is_git_var
     from abbisect.trial.cache import TrialCache, machine_key
     from abbisect.trial.judges import judging, make_judge
@@ -67,7 +68,11 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     rec, base = load_recipe(recipe_path(recipe))
     judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
     red = Redactor.from_recipe(rec)
+    gpu_check = preflight(rec)  # before the cache: a GPU this machine lacks is one usage line (128)
+    gpu_check.raise_if_unfit()
     progress = red.guard(Reporter())
+    for note in gpu_check.notes:
+        progress(f"note: {note}")
     cache = open_cache(cache_dir, progress)
     repo = checkout.open_repo(rec.engine.repo, cache, fetch=under is None)
     if ref is None and under is None:

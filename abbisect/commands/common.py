@@ -9,11 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from abbisect.infra.cache import Cache, create, enforce_budget
 from abbisect.infra.supervisor import reap_orphans
+
+if TYPE_CHECKING:
+    from abbisect.gpu.preflight import GpuCheck
 
 META_KEY = "abbisect.cache"  # where the CLI's crash handler finds the cache a command opened
 
@@ -44,3 +48,11 @@ def interrupted_hint(text: str) -> None:
     ctx = click.get_current_context(silent=True)
     if ctx is not None:
         ctx.meta[HINT_KEY] = text
+
+
+def gpu_lines(check: GpuCheck) -> list[str]:
+    """The GPU slots as a dry run states them, and what this machine lacks to run them."""
+    lines = list(check.lines) + [f"note: {n}" for n in check.notes]
+    if check.machine_error:
+        lines.append(f"on this machine a run stops here (exit 2): {check.machine_error}")
+    return lines

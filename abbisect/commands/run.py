@@ -97,7 +97,8 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
         interactive: bool, expect: str | None, fail_if: str | None) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
     from abbisect.ab import resolve_sides, run_ab
-    from abbisect.commands.common import open_cache
+    from abbisect.commands.common import gpu_lines, open_cache
+    from abbisect.gpu.preflight import preflight
     from abbisect.infra.envelope import dumps
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.portable import reproduce_command
@@ -121,12 +122,16 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     refs = _sides(rec, ref_a, ref_b)
     judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
     red = Redactor.from_recipe(rec)
+    gpu_check = preflight(rec)  # before the cache: a GPU this machine lacks is one usage line
     if dry_run:
         from abbisect.infra.cache import cache_path  # a plan needs no cache, not even a writable one
 
-        click.echo(red.text(render_plan(rec, refs, cache_path(cache_dir), pins)))
+        click.echo(red.text("\n".join([render_plan(rec, refs, cache_path(cache_dir), pins), *gpu_lines(gpu_check)])))
         return
+    gpu_check.raise_if_unfit()
     progress = red.guard(Reporter())
+    for note in gpu_check.notes:
+        progress(f"note: {note}")
     cache = open_cache(cache_dir, progress)
     repo, revs = resolve_sides(rec, refs, cache)
     out = new_output_dir(rec.name, output)

@@ -26,6 +26,7 @@ IDLE_USED_MIB = 1024
 BASELINE_SLACK_MIB = 256
 
 _notice_logged = False
+MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -40,12 +41,9 @@ class HygieneReport:
     waited_s: float = 0.0
 
 
-def map_devices(devices: Sequence[int], pci_uuids: Sequence[str], parent_cvd: str | None) -> list[int]:
-    """Indices into the PCI-bus-ordered NVML device list for the trial's CUDA_VISIBLE_DEVICES values.
-
-    `parent_cvd` is abbisect's own CUDA_VISIBLE_DEVICES: the child's numbers index into what the parent
-    sees, which may itself be a subset given by ordinals or GPU UUIDs.
-    """
+def visible_indices(pci_uuids: Sequence[str], parent_cvd: str | None) -> list[int]:
+    """The PCI-bus-ordered device indices this process sees, in CUDA's order: all of them, or those
+    abbisect's own CUDA_VISIBLE_DEVICES names (ordinals or GPU UUIDs; CUDA stops at the first invalid entry)."""
     visible = list(range(len(pci_uuids)))
     if parent_cvd is not None and parent_cvd.strip():
         visible = []
@@ -59,6 +57,16 @@ def map_devices(devices: Sequence[int], pci_uuids: Sequence[str], parent_cvd: st
                 if len(hits) != 1:
                     break
                 visible.append(hits[0])
+    return visible
+
+
+def map_devices(devices: Sequence[int], pci_uuids: Sequence[str], parent_cvd: str | None) -> list[int]:
+    """Indices into the PCI-bus-ordered NVML device list for the trial's CUDA_VISIBLE_DEVICES values.
+
+    `parent_cvd` is abbisect's own CUDA_VISIBLE_DEVICES: the child's numbers index into what the parent
+    sees, which may itself be a subset given by ordinals or GPU UUIDs.
+    """
+    visible = visible_indices(pci_uuids, parent_cvd)
     out = []
     for d in devices:
         if d < 0 or d >= len(visible):
@@ -83,11 +91,26 @@ class _Nvml:
         self.uuids = [_s(nvml.nvmlDeviceGetUUID(h)) for h in self.handles]
 
     def used_mib(self, i: int) -> int:
-        return int(self.nvml.nvmlDeviceGetMemoryInfo(self.handles[i]).used) // (1024 * 1024)
+        return int(self.nvml.nvmlDeviceGetMemoryInfo(self.handles[i]).used) // MIB
 
     def pids(self, i: int) -> list[int]:
         procs = self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handles[i])
         return sorted({int(p.pid) for p in procs})
+
+    def memory_mib(self, i: int) -> tuple[int, int, int]:
+        """(total, used, free) MiB of device i."""
+        info = self.nvml.nvmlDeviceGetMemoryInfo(self.handles[i])
+        return int(info.total) // MIB, int(info.used) // MIB, int(info.free) // MIB
+
+    def processes(self, i: int) -> list[tuple[int, int | None]]:
+        """(pid, MiB it holds) of each compute process on device i: NVML's per-process accounting. The MiB are
+        None where NVML cannot say (it answers NVML_VALUE_NOT_AVAILABLE, e.g. without the permission)."""
+        out: dict[int, int | None] = {}
+        for p in self.nvml.nvmlDeviceGetComputeRunningProcesses(self.handles[i]):
+            used = getattr(p, "usedGpuMemory", None)
+            if out.get(int(p.pid)) is None:
+                out[int(p.pid)] = int(used) // MIB if isinstance(used, int) and 0 <= used < (1 << 62) else None
+        return sorted(out.items())
 
 
 def _open(nvml: Any | None) -> tuple[_Nvml | None, str]:

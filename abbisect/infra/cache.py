@@ -34,6 +34,7 @@ from abbisect.infra.locks import locked_open
 WORKTREES, ENVS, MODELS, TRIALS = "worktrees", "envs", "models", "trials"
 REPOS, BUILTIN, WHEELS, DEMO_ENGINE = "repos", "builtin", "wheels", "demo-engine"
 SERVERS, CHECKS, CRASH_LOG, FINGERPRINT_KEY = "servers", "checks", "crash.log", "fingerprint.key"
+GPU_SLOTS = "gpu-slots"
 
 # kind -> ((top-level folder, depth of its entries: 0 the folder itself, 1 its children, 2 one level deeper,
 # under a per-repository folder), …)
@@ -191,6 +192,10 @@ class Cache:
     def servers(self) -> Path:
         """Records of the servers and build steps running now (see supervisor.py)."""
         return self.root / SERVERS
+
+    def gpu_slots(self, run: str) -> Path:
+        """The ledgers of one run's slots that share a GPU: which servers each slot started (gpu/sharing.py)."""
+        return self.root / GPU_SLOTS / run
 
     def checks(self, recipe_name: str | None = None) -> Path:
         """Where `abbisect check` (a `git bisect run` step) keeps its trials."""

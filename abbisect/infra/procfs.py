@@ -78,6 +78,19 @@ def descendants(root: int, procs: dict[int, Stat] | None = None) -> set[int]:
     return found
 
 
+def env_value(pid: int, name: str) -> str | None:
+    """The value of NAME in a process's environment (None: not set, gone, or another user's)."""
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return None
+    prefix = name.encode() + b"="
+    for entry in environ.split(b"\0"):
+        if entry.startswith(prefix):
+            return entry[len(prefix):].decode(errors="replace")
+    return None
+
+
 def carrying(name: str, value: str, procs: dict[int, Stat] | None = None) -> set[int]:
     """Live processes whose environment holds NAME=value (readable for this user's own processes)."""
     needle = f"{name}={value}".encode()

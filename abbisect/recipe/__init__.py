@@ -28,6 +28,7 @@ from pydantic_core import ErrorDetails
 
 from abbisect.infra.errors import UserError
 from abbisect.infra.redact import MASK, secret_names
+from abbisect.recipe.gpus import layout_from_lists, layout_from_mapping, slots_share_a_gpu
 from abbisect.recipe.probe import ProbeConfig
 from abbisect.verdict.status import BAD_RULES, DEFAULT_BAD_IF, DEFAULT_SKIP_IF, SKIP_RULES
 
@@ -437,16 +438,6 @@ class ABOptions(_Strict):
     parallel: bool = False
 
 
-class GpuSlots(_Strict):
-    count: int = Field(ge=1, le=1024)
-    per_trial: int = Field(1, ge=1)
-
-    def slots(self) -> list[list[int]]:
-        if self.count % self.per_trial:
-            raise ValueError(f"gpus.count {self.count} is not a multiple of gpus.per_trial {self.per_trial}")
-        return [list(range(i, i + self.per_trial)) for i in range(0, self.count, self.per_trial)]
-
-
 class Recipe(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_NAME_CHARS)
     description: str = ""
@@ -460,7 +451,11 @@ class Recipe(_Strict):
     public_env: list[str] = []
     secret_env: list[str] = []
     gpus: list[int] | None = None  # the GPUs one trial sees (the first slot when `gpus` names several)
-    gpu_slots: list[list[int]] = []  # from `gpus: [[0], [1]]` or `gpus: {count: 8, per_trial: 2}`
+    # Derived from `gpus` (abbisect/recipe/gpus.py): the slots, from `gpus: [[0], [1]]` or `gpus: {count: 8,
+    # per_trial: 2, per_gpu: 1}` (a GPU appears in several slots when they share it), and the share of each
+    # GPU's memory a slot's server takes (None: the whole GPU).
+    gpu_slots: list[list[int]] = []
+    gpu_share: float | None = Field(None, gt=0, le=1)
     sides: Sides | None = None
     prompts: list[Prompt] = Field([], max_length=MAX_PROMPTS)
     prompts_file: str | None = None
@@ -492,20 +487,18 @@ class Recipe(_Strict):
     @model_validator(mode="before")
     @classmethod
     def _gpu_slots(cls, data: Any) -> Any:
-        """`gpus` may name slots (a list of lists, or count/per_trial): one trial sees the first slot."""
+        """`gpus` may name slots (a list of lists, or count/per_trial/per_gpu/share): one trial sees the first
+        slot; abbisect/recipe/gpus.py has the forms."""
         if not isinstance(data, dict):
             return data
         gpus = data.get("gpus")
         if isinstance(gpus, dict):
-            slots = GpuSlots.model_validate(gpus).slots()
+            layout = layout_from_mapping(gpus)
         elif isinstance(gpus, list) and gpus and all(isinstance(g, list) for g in gpus):
-            slots = gpus
+            layout = layout_from_lists(gpus)
         else:
             return data
-        flat = [g for s in slots for g in s]
-        if not all(isinstance(g, int) and g >= 0 for g in flat) or len(flat) != len(set(flat)) or not all(slots):
-            raise ValueError("gpus: each slot is a non-empty list of GPU numbers, each GPU in one slot only")
-        return {**data, "gpus": list(slots[0]), "gpu_slots": [list(s) for s in slots]}
+        return {**data, **layout.as_recipe()}
 
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
@@ -525,6 +518,12 @@ class Recipe(_Strict):
                                  "abbisect/score/signatures.yaml and scoring.signatures)")
         return self
 
+    @property
+    def shares_gpus(self) -> bool:
+        """Two of the recipe's slots run trials on one GPU at the same time (`gpus: {per_gpu: N}`, `--gpus 0x4`):
+        co-runners change timing, so a performance verdict refuses such slots (recipe/gpus.slots_share_a_gpu)."""
+        return slots_share_a_gpu(self.gpu_slots)
+
     def fingerprint(self, key: bytes | None = None) -> str:
         """Hash of everything that can change a trial's result; it keys cached trials (abbisect/trialcache.py).
 
@@ -543,9 +542,12 @@ class Recipe(_Strict):
         pinned at all).
         What only names, places, schedules or presents a trial is out: `description`, `hardware`, `sides` (the
         variable), `bisect` (how the search walks), `ab` (whether A and B run at once), `public_env`/`secret_env` (which values reports show),
-        which GPU numbers (placement; the machine key holds the GPU models), `verdict.script` (it judges a
-        finished trial again and never changes what the trial produced), `verdict.same_failure` and the rest of
-        `repeats` (how many trials a commit gets and how they are compared, not what one of them produces).
+        which GPU numbers (placement; the machine key holds the GPU models), the slots' share of a GPU
+        (`gpu_share`, placement too: the same commit answers the same prompts at temperature 0 whatever KV cache
+        its budget buys; what too little memory can cause — a crash — is reused only from a run that gave the
+        server at least as much, see `abbisect/trial/cache.py`), `verdict.script` (it judges a finished trial
+        again and never changes what the trial produced), `verdict.same_failure` and the rest of `repeats` (how
+        many trials a commit gets and how they are compared, not what one of them produces).
         `timeouts` are out: they bound how long abbisect waits, not what a commit does. The statuses that a
         timeout may have caused (`timeout` by `timeouts.ready`, `build_failed` by `timeouts.build`; see
         `Status.bounded_by`) are reused only from a run that waited at least as long; `request_errors`, from a
@@ -554,8 +556,8 @@ class Recipe(_Strict):
         data = self.model_dump(mode="json", exclude={"sides": True, "description": True, "hardware": True,
                                                      "bisect": True, "ab": True, "public_env": True,
                                                      "secret_env": True, "gpus": True, "gpu_slots": True,
-                                                     "verdict": {"script", "same_failure"}, "timeouts": True,
-                                                     "query": True, "repeats": True})
+                                                     "gpu_share": True, "verdict": {"script", "same_failure"},
+                                                     "timeouts": True, "query": True, "repeats": True})
         data["gpus"] = None if self.gpus is None else len(self.gpus)
         if self.query != QueryOptions():
             data["query"] = self.query.model_dump(mode="json")

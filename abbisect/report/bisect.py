@@ -218,6 +218,41 @@ def representative(step: Step) -> TrialResult | None:
     return next((t for t in step.trials if t.verdict.outcome == step.outcome), step.result)
 
 
+def _check_cell(rep: dict | None) -> str:
+    """A per-slot check in one cell: its state, the slot's own PIDs, the other slots' PIDs, free MiB."""
+    if not rep:
+        return "—"
+    if rep.get("skipped"):
+        return cell(rep.get("notice"), 80)
+    def procs(key: str) -> str:
+        return ", ".join(f"{p['pid']} ({'?' if p['mib'] is None else format(p['mib'], ',')} MiB)"
+                         for p in rep.get(key, ())) or "—"
+    free = ", ".join(f"{f:,}" for f in rep.get("free_mib", ())) or "?"
+    state = "BUSY" if rep.get("busy") else "ok"
+    waited = f", waited {rep['waited_s']:g} s" if rep.get("waited_s") else ""
+    return f"{state}{waited}; own: {procs('own')}; other slots: {procs('others')}; free {free} MiB"
+
+
+def slot_hygiene(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
+    """Each trial's per-slot checks (gpu/sharing.py) when the run's slots share a GPU; "" otherwise."""
+    rows = []
+    for s in run.steps:
+        extras = s.result.extras if s.result is not None else {}
+        before, after = extras.get("gpu_before"), extras.get("gpu_after")
+        if not (isinstance(before, dict) and before.get("mode") == "per-slot"):
+            continue
+        rows.append([str(s.n), str(s.slot if s.slot is not None else before.get("slot")), f"`{s.sha[:10]}`",
+                     _check_cell(before), _check_cell(after)])
+    if not rows:
+        return ""
+    share = run.recipe.gpu_share
+    return ((f"Each slot's server took {share:g} of its GPU's memory. " if share is not None else "")
+            + "Before a launch: the slot's previous server gone from the GPU and its share free; after teardown: "
+            "the trial's own server gone (NVML's per-process accounting).\n\n"
+            + table(["step", "slot", "commit", "before launch", "after teardown"],
+                    _elide(rows, budget.rows, "trials")))
+
+
 def decisive_ab(run: BisectRun) -> ABResult | None:
     """The A/B of the found commit's parent against it, when both were tested (with repeats, a launch of each
     that shows its verdict)."""
@@ -269,6 +304,9 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
         lines += [(f"The good end answered {len(run.unstable)} prompt(s) differently when run twice "
                    f"({', '.join(run.unstable[:8])}): noise of the engine, left out of every comparison."), ""]
     lines += failures_block(run)
+    hygiene = slot_hygiene(run, budget)
+    if hygiene:
+        lines += [details("GPU hygiene per slot (slots share a GPU)", hygiene), ""]
     skipped = [s for s in run.steps if s.outcome == "skip" and s.needed and not another_failure(s)]
     if skipped:
         lines += ["### Skipped (untestable) commits", ""]
@@ -347,4 +385,6 @@ def trial_record(run: BisectRun, step: Step) -> dict:
             "pins": list(r.spec.pins), "dependency": (r.spec.dependency or {}).get("sha"),
             "commit_date": info.date, "parents": list(info.parents),
             "version": r.launch.facts.get("version") if r.launch else None,
-            "fingerprint": r.extras.get("fingerprint"), "timings": r.timings, "cached": r.cached}
+            "fingerprint": r.extras.get("fingerprint"), "timings": r.timings, "cached": r.cached,
+            "placement": r.extras.get("placement"),
+            "gpu": {w: r.extras[f"gpu_{w}"] for w in ("before", "after") if f"gpu_{w}" in r.extras} or None}

@@ -21,6 +21,7 @@ from abbisect.infra.serial import dump, load
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.plan import plan_for
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
+from abbisect.verdict.status import Outcome
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
 
@@ -102,6 +103,8 @@ class TrialCache:
             return None
         if _waited_less(result, spec):
             return None  # it may have run out of a time this run gives longer: run again (put replaces it)
+        if _had_less_memory(result, spec):
+            return None  # it may have run out of memory this run gives more of: run again
         logs = self.cache.trial_logs(key)
         origin = {"stored": data.get("stored") or _mtime(path), "out_dir": result.spec.out_dir,
                   "logs": sorted(p.name for p in logs.iterdir()) if logs.is_dir() else []}
@@ -176,6 +179,16 @@ def _waited_less(result: TrialResult, spec: TrialSpec) -> bool:
     gave it less time than `spec` does (timeouts are not in the key: abbisect/recipe.py `fingerprint`)."""
     bound = result.verdict.status.bounded_by
     return bound is not None and getattr(result.spec.recipe.timeouts, bound) < getattr(spec.recipe.timeouts, bound)
+
+
+def _had_less_memory(result: TrialResult, spec: TrialSpec) -> bool:
+    """A cached result that is not good, from a server that had a smaller share of its GPU than `spec` gives
+    (the share is placement, not in the key: abbisect/recipe.py `fingerprint`). Too little memory can make a
+    server crash or refuse to start; a good result says the commit is fine with less, so it stands."""
+    def share(s: TrialSpec) -> float:
+        return 1.0 if s.recipe.gpu_share is None else s.recipe.gpu_share
+
+    return result.verdict.outcome != Outcome.GOOD and share(result.spec) < share(spec)
 
 
 def _mtime(path: Path) -> str:

@@ -11,20 +11,25 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Protocol
 
+from abbisect.gpu.sharing import SlotPlace
+from abbisect.infra.cache import Cache
 from abbisect.infra.errors import UserError
 from abbisect.infra.proc import abbisect_path, scrubbed_env
 from abbisect.infra.serial import dump, load
+from abbisect.recipe.gpus import neighbours, parse_gpu_option
 from abbisect.trial.pipeline import RESULT_MARK, run_trial
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
@@ -33,41 +38,53 @@ from abbisect.verdict.status import Outcome, Status
 
 @dataclass(frozen=True)
 class Slot:
+    """Where one trial at a time runs: its GPUs (None: no GPU pinning, a CPU engine), the share of each GPU's
+    memory its server takes (None: the whole GPU) and the other slots on one of its GPUs."""
+
     index: int
-    gpus: tuple[int, ...] | None  # None: no GPU pinning (a CPU engine)
+    gpus: tuple[int, ...] | None
+    share: float | None = None
+    shared_with: tuple[int, ...] = ()
+
+    @property
+    def shared(self) -> bool:
+        """Another slot's trials run on one of this slot's GPUs at the same time (timings are not its own)."""
+        return bool(self.shared_with)
 
     def label(self) -> str:
-        return f"slot {self.index}" + (f" (GPU {','.join(map(str, self.gpus))})" if self.gpus is not None else "")
+        if self.gpus is None:
+            return f"slot {self.index}"
+        share = f", share {self.share:g}" if self.share is not None else ""
+        return f"slot {self.index} (GPU {','.join(map(str, self.gpus))}{share})"
 
 
-def slots_for(gpu_slots: list[list[int]], count: int) -> list[Slot]:
-    """GPU slots when the recipe names them, else `count` slots without GPUs (CPU engines)."""
+def slots_for(gpu_slots: list[list[int]], count: int, share: float | None = None) -> list[Slot]:
+    """GPU slots when the recipe names them (a GPU in several slots when they share it, each taking `share`
+    of it), else `count` slots without GPUs (CPU engines)."""
     if gpu_slots:
-        return [Slot(i, tuple(g)) for i, g in enumerate(gpu_slots)]
+        return [Slot(i, tuple(g), share, neighbours(gpu_slots, i)) for i, g in enumerate(gpu_slots)]
     return [Slot(i, None) for i in range(max(count, 1))]
 
 
 def parse_gpus(text: str) -> list[list[int]]:
-    """`--gpus 0,1,2,3` (one GPU a slot) or `--gpus 0+1,2+3` (two GPUs a slot, for tensor parallel)."""
-    try:
-        slots = [[int(g) for g in part.split("+")] for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UserError(f"--gpus {text!r}: give GPU numbers, one slot each (0,1,2,3) or joined by + (0+1,2+3)") from None
-    seen = [g for s in slots for g in s]
-    if not slots or len(seen) != len(set(seen)) or min(seen) < 0:
-        raise UserError(f"--gpus {text!r}: each GPU may belong to one slot only")
-    return slots
+    """The slots' GPUs of `--gpus` (0,1,2,3; 0+1,2+3; 0x4 …); its share too: recipe.gpus.parse_gpu_option."""
+    return [list(s) for s in parse_gpu_option(text).slots]
 
 
-def on_slot(spec: TrialSpec, slot: Slot) -> TrialSpec:
+def on_slot(spec: TrialSpec, slot: Slot, run: str = "") -> TrialSpec:
+    """The spec placed on `slot`: its GPUs and share in the recipe; on a slot that shares its GPUs, the slot's
+    place in `run` (whose ledgers per-slot hygiene reads)."""
     if slot.gpus is None:
         return spec
-    return replace(spec, recipe=spec.recipe.model_copy(update={"gpus": list(slot.gpus)}))
+    recipe = spec.recipe.model_copy(update={"gpus": list(slot.gpus), "gpu_share": slot.share})
+    place = SlotPlace(slot.index, run, slot.shared_with) if slot.shared else None
+    return replace(spec, recipe=recipe, slot=place)
 
 
 def placed(result: TrialResult, executor: str, slot: Slot, started: float) -> TrialResult:
     """The result with where and when it ran (the timeline of a parallel bisect is drawn from these)."""
     where = {"executor": executor, "slot": slot.index, "gpus": list(slot.gpus) if slot.gpus else None,
+             "share": slot.share, "shared_with": list(slot.shared_with),
              "start": round(started, 3), "end": round(time.time(), 3)}
     return replace(result, extras={**result.extras, "placement": where})
 
@@ -150,6 +167,9 @@ class LocalParallel:
 
     def __init__(self, slots: list[Slot]):
         self.slots = slots
+        # This run's name for the ledgers of slots that share a GPU (<cache>/gpu-slots/<run>/, gpu/sharing.py).
+        self.run = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self.ledger_dirs: set[Path] = set()
         self.pool = ThreadPoolExecutor(max_workers=len(slots), thread_name_prefix="slot")
         self.running: dict[Future[TrialResult], dict] = {}
         self.workers: dict[int, _Worker] = {}
@@ -158,7 +178,9 @@ class LocalParallel:
 
     def submit(self, spec: TrialSpec, slot: Slot, progress: Progress) -> Future[TrialResult]:
         holder: dict = {}
-        future = self.pool.submit(self._run, on_slot(spec, slot), slot, progress, holder)
+        if slot.shared:
+            self.ledger_dirs.add(Cache.at(spec.cache_dir).gpu_slots(self.run))
+        future = self.pool.submit(self._run, on_slot(spec, slot, self.run), slot, progress, holder)
         self.running[future] = holder
         future.add_done_callback(lambda f: self.running.pop(f, None))
         return future
@@ -222,6 +244,8 @@ class LocalParallel:
             workers, self.workers = list(self.workers.values()), {}
         for worker in workers:
             worker.stop()
+        for folder in self.ledger_dirs:  # every server of this run is gone: nothing left to attribute
+            shutil.rmtree(folder, ignore_errors=True)
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -259,6 +283,9 @@ class RayExecutor:
             import ray
         except ImportError:
             raise UserError("the Ray executor needs Ray: pip install 'abbisect[ray]'") from None
+        if any(s.shared for s in slots):
+            raise UserError("slots that share a GPU (gpus.per_gpu, --gpus 0x4) run on the local executor: Ray "
+                            "places its tasks on GPUs itself, so a slot's previous server cannot be told apart")
         self.ray = ray
         self.slots, self.resource, self.retries = slots, resource, retries
         if not ray.is_initialized():
@@ -303,7 +330,7 @@ class RayExecutor:
 def from_recipe(recipe) -> Executor | None:
     """The executor a recipe's bisect options ask for; None: trials one after the other in this process."""
     opts = recipe.bisect
-    slots = slots_for(recipe.gpu_slots, opts.slots)
+    slots = slots_for(recipe.gpu_slots, opts.slots, recipe.gpu_share)
     kind = opts.executor if opts.executor != "auto" else ("local" if len(slots) > 1 else "sequential")
     if kind == "sequential":
         if len(slots) > 1:

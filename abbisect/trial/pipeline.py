@@ -20,6 +20,7 @@ from abbisect.environment import EnvResult, ensure_env, needs_source
 from abbisect.environment.inventory import installed_packages
 from abbisect.environment.pins import after_engine
 from abbisect.environment.store import bin_dirs
+from abbisect.gpu.sharing import guard_for
 from abbisect.infra.cache import Cache
 from abbisect.infra.errors import InfraError
 from abbisect.infra.proc import scrubbed_env
@@ -140,6 +141,9 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         return rec.result()
     prompts = ordered(list(recipe.prompts), recipe.prompt_order)
     _launch_and_query(rec, recipe, source, prompts, say)
+    if rec.verdict is not None:  # hook (issue 25): refused before the launch (a GPU slot's share never came free)
+        rec.wait_described()
+        return rec.result()
     rec.wait_described()
     say("score")
     ts = time.monotonic()
@@ -204,8 +208,13 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     port = launch.free_port(host)
     plan = mod.plan(recipe, env.python, model, host, port)
     log_path = out / "server.log"
-    if recipe.gpus is not None:
-        extras["gpu_before"] = dump(_gpu_idle(recipe.gpus, say))
+    # Hook (issue 25): same-GPU hygiene, whole-GPU or per slot when slots share a GPU (abbisect/gpu/sharing.py).
+    gpu = guard_for(recipe.gpus, recipe.gpu_share, spec.slot, spec.cache_dir, spec.sha, say)
+    if gpu is not None:
+        extras["gpu_before"] = gpu.before()
+        if gpu.refusal is not None:  # the slot's share never came free: untested, the machine's fault
+            rec.verdict = gpu.refusal
+            return
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
     server_times = extras["server_times"] = {"launched": round(time.time(), 3)}  # wall clock: A/B at once overlap
@@ -215,14 +224,14 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
                           cache=cache, scanner=scanner, mask=Redactor.from_recipe(recipe).stream())
     try:
+        if gpu is not None:
+            gpu.started(server.proc)
         ready = launch.wait_ready(server, plan, recipe.timeouts.ready, progress=say)
         timings["ready"] = round(time.monotonic() - t_launch, 3)
         server_times["ready"] = round(time.time(), 3)
         if ready.status == "ready":
-            if recipe.gpus is not None:  # evidence that the check sees this side's own server on the GPU
-                from abbisect.gpu.hygiene import check_idle
-
-                extras["gpu_during"] = dump(check_idle(recipe.gpus))
+            if gpu is not None:  # evidence that the check sees this side's own server on the GPU
+                extras["gpu_during"] = gpu.during()
             tq = time.monotonic()
             crash = _query(rec, recipe, server, prompts, model or recipe.name, say)
             timings["query"] = round(time.monotonic() - tq, 3)
@@ -239,8 +248,8 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         teardown = launch.stop(server, grace)
         server_times["stopped"] = round(time.time(), 3)
         timings["teardown"] = teardown.seconds
-        if recipe.gpus is not None:
-            extras["gpu_after"] = dump(_gpu_released(recipe.gpus, extras.get("gpu_before"), say))
+        if gpu is not None:
+            extras["gpu_after"] = gpu.after()
 
     log_text = log_path.read_bytes().decode(errors="replace")  # capped on disk (abbisect.infra.logstream)
     if ready.status == "exited" and _PORT_TAKEN.search(log_text):
@@ -314,26 +323,6 @@ def _fingerprint(python: str, recipe: Recipe, spec: TrialSpec) -> dict:
 
     fp = collect(python, extra={"engine": recipe.engine.kind, "engine_sha": spec.sha}, timeout_s=120)
     return fp.to_dict()
-
-
-def _gpu_idle(gpus: list[int], say: Progress):
-    """Same-GPU hygiene: the pinned GPU must be free before a side starts (waits for the previous one)."""
-    from abbisect.gpu.hygiene import check_idle, describe, wait_released
-
-    rep = check_idle(gpus)
-    if rep.busy:
-        say(f"GPU busy before launch, waiting: {describe(rep)}")
-        rep = wait_released(gpus, timeout_s=120)
-    say(f"GPU before launch: {describe(rep)}")
-    return rep
-
-
-def _gpu_released(gpus: list[int], before: dict | None, say: Progress):
-    from abbisect.gpu.hygiene import describe, wait_released
-
-    rep = wait_released(gpus, timeout_s=60, baseline=(before or {}).get("used_mib") or None)
-    say(f"GPU after teardown: {describe(rep)}")
-    return rep
 
 
 def _evidence(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) -> Evidence:

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
+from abbisect.gpu.sharing import SlotPlace
 from abbisect.infra.cache import Cache
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
@@ -39,6 +40,9 @@ class TrialSpec:
     # Which launch of this commit it is (repeats: several per commit): each is a trial of its own, cached
     # under its own key and logged in its own folder.
     attempt: int = 0
+    # A slot that shares its GPUs with other slots (the executor sets it): hygiene per slot, not per GPU
+    # (abbisect/gpu/sharing.py). None: the trial's GPUs (recipe.gpus) are its own.
+    slot: SlotPlace | None = None
 
     def again(self, attempt: int) -> TrialSpec:
         """The same trial's `attempt`-th launch (0: the first), its logs beside the first's."""

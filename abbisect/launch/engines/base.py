@@ -20,10 +20,25 @@ class LaunchPlan:
 
 class Adapter(Protocol):
     kind: str
+    # The engine's own flag for the share of a GPU's memory a server may take (None: the engine has none; the
+    # `command` engine fills a {gpu_share} placeholder instead). abbisect passes it when the recipe's slots
+    # have a share (abbisect/recipe/gpus.py), and refuses a recipe that passes it too (gpu/preflight.py).
+    share_flag: str | None
 
     def plan(self, recipe: Recipe, python: str, model: str | None, host: str, port: int) -> LaunchPlan: ...
 
     def facts(self, log_text: str) -> dict[str, object]: ...
+
+
+def share_text(share: float) -> str:
+    """A share as the engines' flags take it: 0.22, never 0.22000000000000003."""
+    return f"{share:.4g}"
+
+
+def share_args(recipe: Recipe, flag: str | None) -> tuple[str, ...]:
+    """The engine's share flag and value when the recipe's slot has a share, else nothing (the engine's own
+    default: a server alone on its GPU, as always)."""
+    return () if recipe.gpu_share is None or flag is None else (flag, share_text(recipe.gpu_share))
 
 
 _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})")

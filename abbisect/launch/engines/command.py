@@ -1,17 +1,24 @@
-"""`command`: any OpenAI-compatible server; the recipe gives the argv template and readiness."""
+"""`command`: any OpenAI-compatible server; the recipe gives the argv template and readiness.
+
+`{gpu_share}` in launch.command or launch.flags becomes the slot's share of each GPU's memory (0.22), or 1
+when the slot has the whole GPU: the server is told its budget the way the recipe's author chooses."""
 
 from __future__ import annotations
 
 from abbisect.environment.base import fill
-from abbisect.launch.engines.base import LaunchPlan, vllm_style_facts
+from abbisect.launch.engines.base import LaunchPlan, share_text, vllm_style_facts
 from abbisect.recipe import Recipe
 
 kind = "command"
+share_flag: str | None = None  # a placeholder instead: {gpu_share}
+SHARE_PLACEHOLDER = "{gpu_share}"
 
 
 def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -> LaunchPlan:
-    values = {"python": python, "host": host, "port": str(port), "model": model or ""}
-    argv = tuple(fill(a, values) for a in recipe.launch.command) + tuple(recipe.launch.flags)
+    share = "1" if recipe.gpu_share is None else share_text(recipe.gpu_share)
+    values = {"python": python, "host": host, "port": str(port), "model": model or "", "gpu_share": share}
+    argv = tuple(fill(a, values) for a in recipe.launch.command) + tuple(fill(f, {"gpu_share": share})
+                                                                       for f in recipe.launch.flags)
     ready = recipe.launch.ready
     http = ready.http if ready else "/health"
     return LaunchPlan(argv, {}, http, ready.log if ready else None)

@@ -7,16 +7,17 @@ from __future__ import annotations
 
 import re
 
-from abbisect.launch.engines.base import LaunchPlan
+from abbisect.launch.engines.base import LaunchPlan, share_args
 from abbisect.recipe import Recipe
 
 kind = "sglang"
+share_flag: str | None = "--mem-fraction-static"  # the fraction of the GPU's memory for weights and the KV cache pool
 READY_LINE = r"The server is fired up and ready to roll!"
 
 
 def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -> LaunchPlan:
     argv = (python, "-m", "sglang.launch_server", "--model-path", model or "", "--host", host, "--port", str(port),
-            *recipe.launch.flags)
+            *share_args(recipe, share_flag), *recipe.launch.flags)
     ready = recipe.launch.ready
     return LaunchPlan(argv, {}, ready.http if ready else "/health", ready.log if ready and ready.log else READY_LINE)
 

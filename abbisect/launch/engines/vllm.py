@@ -5,14 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from abbisect.launch.engines.base import LaunchPlan, vllm_style_facts
+from abbisect.launch.engines.base import LaunchPlan, share_args, vllm_style_facts
 from abbisect.recipe import Recipe
 
 kind = "vllm"
+share_flag: str | None = "--gpu-memory-utilization"  # the fraction of the GPU's total memory this instance may use
 
 
 def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -> LaunchPlan:
-    common = ("--host", host, "--port", str(port), *recipe.launch.flags)
+    common = ("--host", host, "--port", str(port), *share_args(recipe, share_flag), *recipe.launch.flags)
     if recipe.launch.entrypoint == "cli":
         argv = (str(Path(python).parent / "vllm"), "serve", model or "", *common)
     else:
