@@ -274,6 +274,18 @@ def run_section(base_url: str, model: str, section: Eval, *, timeout: float, see
                     fewshot=section.fewshot, seed=seed, timeout=timeout, alive=alive)
 
 
+def plan_lines(section: Eval) -> list[str]:
+    """What a dry run says of a recipe's eval: the set and how it is asked, then the power plan (n, the power
+    at eval.min_drop, the smallest drop n detects)."""
+    eval_set = EvalSet.of(section)
+    size = len(eval_set.items)
+    asked = section.items_asked(size)
+    shots = f", {section.fewshot}-shot" if section.fewshot else ""
+    head = (f"eval: {eval_set.name} ({eval_set.sha256[:12]}), {asked:,} of {size:,} items (seed {section.seed}), "
+            f"{section.api} API, max_tokens {section.max_tokens}, {section.concurrency} in flight{shots}")
+    return [head, section.plan(size).describe() if section.power else "power plan: none (eval.power 0)"]
+
+
 # --- pairing and reading back ----------------------------------------------------------------------
 
 
