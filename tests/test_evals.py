@@ -123,6 +123,9 @@ def test_sampling_is_a_seeded_prefix_and_fewshot_never_shows_the_item(builtin):
         shots = builtin.shots(item, 5, seed=1)
         assert len(shots) == 5 and item.id not in {s.id for s in shots}
         assert shots == builtin.shots(item, 5, seed=1)
+    six = EvalSet("six", tuple(_item(id=f"q{i}", answer=str(i)) for i in range(6)), "")
+    for item in six.items:  # 5 examples of 6 items: the other 5, whatever the draw
+        assert {s.id for s in six.shots(item, 5, seed=2)} == {i.id for i in six.items} - {item.id}
     req = build_request(ten[0], builtin.shots(ten[0], 2, seed=1))
     roles = [r for r, _ in req.messages]
     assert roles == ["user", "assistant", "user", "assistant", "user"] and req.messages[-1][1] == ten[0].prompt
