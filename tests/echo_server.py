@@ -3,6 +3,11 @@
 "ECHO: text" answers text; "LONG: n" answers n characters of varied words; "BIG: n" answers n MB.
 "HUGE: n" streams an answer of n MB without holding it (the server stays small); "TRICKLE: n" sends headers
 that promise a large body, then one byte a second for n seconds.
+
+Failures, for the eval tests: "FAIL: n" answers HTTP 500; "SLEEP: s" waits s seconds before answering s
+(past a request timeout); "DROP: x" closes the connection without a response; "ABORT: x" answers 200 with an
+empty text and finish_reason "abort" (a request the engine dropped). "SLOW: s" answers s after s seconds;
+GET /stats says how many chat requests were in flight at most.
 """
 
 import argparse
@@ -32,11 +37,24 @@ def answer(prompt: str) -> str:
     return arg if kind == "ECHO" else prompt
 
 
+FLIGHT = {"now": 0, "peak": 0}
+FLIGHT_LOCK = threading.Lock()
+
+
 class Handler(BaseHTTPRequestHandler):
     def log_message(self, fmt, *args):
         pass
 
+    def _done(self):
+        """Out of flight once the answer is ready: counted before it is written, so a client's next request
+        (on a new connection) never overlaps this thread's last steps."""
+        if getattr(self, "_flying", False):
+            self._flying = False
+            with FLIGHT_LOCK:
+                FLIGHT["now"] -= 1
+
     def _send(self, code, body):
+        self._done()
         data = json.dumps(body).encode()
         self.send_response(code)
         self.send_header("Content-Type", "application/json")
@@ -47,6 +65,8 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         if self.path == "/health":
             self._send(200, {})
+        elif self.path == "/stats":
+            self._send(200, {"peak_in_flight": FLIGHT["peak"]})
         else:
             self._send(200, {"object": "list", "data": [{"id": "echo", "object": "model"}]})
 
@@ -77,9 +97,33 @@ class Handler(BaseHTTPRequestHandler):
         self._stream(bytes_(), 1_000_000)
 
     def do_POST(self):
+        with FLIGHT_LOCK:
+            FLIGHT["now"] += 1
+            FLIGHT["peak"] = max(FLIGHT["peak"], FLIGHT["now"])
+        self._flying = True
+        try:
+            self._post()
+        finally:
+            self._done()
+
+    def _post(self):
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length", 0))) or b"{}")
         prompt = " ".join(m.get("content", "") for m in body.get("messages", []))
         kind, _, arg = prompt.partition(": ")
+        if kind == "FAIL":
+            self._send(500, {"error": "internal error while sampling"})
+            return
+        if kind == "DROP":
+            self.close_connection = True
+            self.connection.shutdown(2)
+            return
+        if kind in ("SLEEP", "SLOW"):
+            time.sleep(float(arg))
+            prompt = f"ECHO: {arg}"
+        if kind == "ABORT":
+            choice = {"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "abort"}
+            self._send(200, {"id": "echo", "object": "chat.completion", "choices": [choice], "usage": {}})
+            return
         if kind in ("HUGE", "TRICKLE"):
             (self._huge if kind == "HUGE" else self._trickle)(int(arg))
             return

@@ -8,11 +8,13 @@ import json
 import time
 
 import pytest
-from conftest import abbisect, toy_recipe, write_recipe
+from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
 
 from abbisect import __version__
 from abbisect.infra import progress
 from abbisect.infra.progress import Final, Reporter, Status
+
+LMEVAL = REPO_ROOT / "tests" / "data" / "lmeval" / "a"
 
 
 def _envelope(stdout: str, command: str) -> dict:
@@ -35,6 +37,8 @@ def test_every_json_output_has_the_envelope(tmp_path, engine_repo, cache_dir):
         "scan": ["scan", str(log), "--json"],
         "env": ["env", "--json"],
         "cache": ["cache", "list", "--json"],
+        # the same lm-eval run on both sides: "same", exit 0
+        "compare": ["compare", str(LMEVAL), str(LMEVAL), "--filter", "flexible-extract", "--json"],
     }
     for command, args in runs.items():
         proc = abbisect(*args, cwd=tmp_path, cache=cache_dir)

@@ -11,6 +11,7 @@ from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect import checkout
 from abbisect.recipe import Recipe, load_recipe
+from abbisect.recipe.eval import BUILTIN_EVALS
 from abbisect.trial.cache import trial_key
 from abbisect.trial.spec import trial_spec
 
@@ -56,6 +57,15 @@ CHANGES = [
     ("repeats.passes", {}, {"repeats": {"passes": 2}}, False),  # what one launch sends
     ("repeats", {}, {"repeats": {"launches": 5, "min_difference": 0.3}}, True),  # how many trials, compared how
     ("verdict.same_failure", {}, {"verdict": {"same_failure": False}}, True),  # how a bisect reads a verdict
+    ("eval", {}, {"eval": {"set": "builtin:arith_facts"}}, False),
+    # the same items from a file of the recipe's folder: keyed by the content (eval.sha256), not the place
+    ("eval.set", {"eval": {"set": "builtin:arith_facts"}}, {"eval": {"set": "arith.jsonl"}}, True),
+    ("eval.concurrency", {"eval": {"set": "builtin:arith_facts"}},
+     {"eval": {"set": "builtin:arith_facts", "concurrency": 4}}, False),
+    ("eval.n", {"eval": {"set": "builtin:arith_facts"}}, {"eval": {"set": "builtin:arith_facts", "n": 399}}, False),
+    # how finished trials are judged against each other, not what a trial produces
+    ("eval.min_drop", {"eval": {"set": "builtin:arith_facts"}},
+     {"eval": {"set": "builtin:arith_facts", "min_drop": 0.05, "alpha": 0.01, "flip_rate": 0.0}}, True),
 ]
 
 
@@ -69,6 +79,8 @@ def _recipe(tmp_path: Path, repo: Path, change: dict) -> Recipe:
         (tmp_path / "prompts.txt").write_text("\n".join(p if isinstance(p, str) else p["prompt"]
                                                         for p in base["prompts"][1:]) + "\n")
         data["prompts"] = base["prompts"][:1]
+    if change.get("eval", {}).get("set") == "arith.jsonl":
+        (tmp_path / "arith.jsonl").write_bytes((BUILTIN_EVALS / "arith_facts.jsonl").read_bytes())
     return load_recipe(write_recipe(tmp_path / "r.yaml", data))[0]
 
 

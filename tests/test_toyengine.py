@@ -25,6 +25,7 @@ import pytest
 
 from abbisect.builtin import history
 from abbisect.builtin.evals import make_arith_facts
+from abbisect.score.answers import extract
 from abbisect.score.degeneration import find_loop
 from abbisect.score.signatures import load_catalogue, scan_text
 
@@ -309,7 +310,7 @@ def _graded(base: str) -> dict[str, list[tuple[dict, str | None]]]:
             body = {"model": "toy-model", "messages": [{"role": "user", "content": item["prompt"]}],
                     "temperature": 0, "max_tokens": 32}
             text = client.post(base + "/v1/chat/completions", json=body).json()["choices"][0]["message"]["content"]
-            out[item["kind"]].append((item, make_arith_facts.read_answer(item["extract"], text)))
+            out[item["kind"]].append((item, extract(item["extract"], text)))
     return out
 
 

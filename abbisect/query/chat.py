@@ -97,11 +97,17 @@ def served_model(client: httpx.Client, base_url: str, fallback: str) -> str:
 
 
 def ask(client: httpx.Client, base_url: str, api: str, model: str, prompt_id: str, prompt: Prompt,
-        sampling: Sampling) -> Completion:
+        sampling: Sampling, messages: list[dict[str, str]] | None = None) -> Completion:
+    """One request, bounded by the client's timeout from connect to last byte and read up to `answer_cap()`.
+
+    `messages` replaces the single user message of a chat request (an eval's few-shot turns); the
+    completions API sends `prompt.prompt` as it is.
+    """
     body: dict = {"model": model, "max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
                   "seed": sampling.seed, "top_p": sampling.top_p}
     if api == "chat":
-        path, body["messages"] = "/v1/chat/completions", [{"role": "user", "content": prompt.prompt}]
+        path = "/v1/chat/completions"
+        body["messages"] = messages if messages is not None else [{"role": "user", "content": prompt.prompt}]
     else:
         path, body["prompt"] = "/v1/completions", prompt.prompt
     t0 = time.monotonic()

@@ -28,6 +28,7 @@ from pydantic_core import ErrorDetails
 
 from abbisect.infra.errors import UserError
 from abbisect.infra.redact import MASK, secret_names
+from abbisect.recipe.eval import MAX_EVAL_FILE_BYTES, Eval, EvalItem, digest, parse_items, set_path
 from abbisect.recipe.gpus import layout_from_lists, layout_from_mapping, slots_share_a_gpu
 from abbisect.recipe.probe import ProbeConfig
 from abbisect.verdict.status import BAD_RULES, DEFAULT_BAD_IF, DEFAULT_SKIP_IF, SKIP_RULES
@@ -470,6 +471,8 @@ class Recipe(_Strict):
     bisect: BisectOptions = BisectOptions()
     ab: ABOptions = ABOptions()
     probe: ProbeConfig | None = None
+    # An eval set asked at concurrency and graded per item (abbisect/recipe/eval.py, abbisect/query/evals.py).
+    eval: Eval | None = None
     hardware: str = ""
 
     @field_validator("prompts", mode="before")
@@ -500,14 +503,28 @@ class Recipe(_Strict):
             return data
         return {**data, **layout.as_recipe()}
 
+    @model_validator(mode="before")
+    @classmethod
+    def _eval_defaults(cls, data: Any) -> Any:
+        """An eval asks through the recipe's api with its max_tokens unless it says otherwise: filled in here,
+        so every reader of the section sees what is sent."""
+        if not isinstance(data, dict) or not isinstance(data.get("eval"), dict):
+            return data
+        section = dict(data["eval"])
+        sampling = data.get("sampling")
+        section.setdefault("api", data.get("api", "chat"))
+        section.setdefault("max_tokens", (sampling.get("max_tokens") if isinstance(sampling, dict) else None)
+                           or Sampling.model_fields["max_tokens"].default)
+        return {**data, "eval": section}
+
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:
         if self.engine.kind == "command" and not self.launch.command and self.probe is None:
             raise ValueError("engine kind 'command' needs launch.command (the server argv)")
         if self.engine.kind in ("sglang", "vllm") and self.model is None and self.probe is None:
             raise ValueError(f"engine kind {self.engine.kind!r} needs a model")
-        if self.probe is None and not self.prompts and not self.prompts_file:
-            raise ValueError("give prompts (a list) or prompts_file")
+        if self.probe is None and not self.prompts and not self.prompts_file and self.eval is None:
+            raise ValueError("give prompts (a list), prompts_file or eval (an eval set)")
         if self.verdict.bad_signatures:
             from abbisect.score.signatures import load_catalogue
 
@@ -548,6 +565,10 @@ class Recipe(_Strict):
         server at least as much, see `abbisect/trial/cache.py`), `verdict.script` (it judges a finished trial
         again and never changes what the trial produced), `verdict.same_failure` and the rest of `repeats` (how
         many trials a commit gets and how they are compared, not what one of them produces).
+        `eval` is in by its content (`eval.sha256`, the set's hash, filled in when the recipe is loaded) and by
+        what is sent (`n`, `seed`, `fewshot`, `api`, `max_tokens`, `concurrency`) and `error_threshold` (it
+        makes a side request_errors); out are `eval.set` (where the file lies) and the knobs that only judge
+        finished trials against each other (`min_drop`, `alpha`, `power`, `expected_accuracy`, `flip_rate`).
         `timeouts` are out: they bound how long abbisect waits, not what a commit does. The statuses that a
         timeout may have caused (`timeout` by `timeouts.ready`, `build_failed` by `timeouts.build`; see
         `Status.bounded_by`) are reused only from a run that waited at least as long; `request_errors`, from a
@@ -557,7 +578,8 @@ class Recipe(_Strict):
                                                      "bisect": True, "ab": True, "public_env": True,
                                                      "secret_env": True, "gpus": True, "gpu_slots": True,
                                                      "gpu_share": True, "verdict": {"script", "same_failure"},
-                                                     "timeouts": True, "query": True, "repeats": True})
+                                                     "timeouts": True, "query": True, "repeats": True,
+                                                     "eval": EVAL_NOT_KEYED})
         data["gpus"] = None if self.gpus is None else len(self.gpus)
         if self.query != QueryOptions():
             data["query"] = self.query.model_dump(mode="json")
@@ -571,6 +593,9 @@ class Recipe(_Strict):
                 elif name in secret:
                     envmap[name] = MASK
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+EVAL_NOT_KEYED = {"set", "min_drop", "alpha", "power", "expected_accuracy", "flip_rate"}
 
 
 def _describe(err: ErrorDetails) -> str:
@@ -725,6 +750,8 @@ def resolve_files(recipe: Recipe, base: Path, source: str) -> Recipe:
             raise UserError(f"{source}: {len(prompts):,} prompts, more than the limit of {MAX_PROMPTS:,}")
         updates["prompts"] = prompts
         updates["prompts_file"] = None
+    if recipe.eval is not None:
+        updates["eval"] = resolve_eval(recipe.eval, base, source)
     install = recipe.install
     wheel = install.wheel if isinstance(install, PrecompiledInstall | WheelInstall | OverlayInstall) else None
     if wheel and not re.match(r"^[a-z+]+://", wheel) and "==" not in wheel:
@@ -739,6 +766,40 @@ def resolve_files(recipe: Recipe, base: Path, source: str) -> Recipe:
             raise UserError(f"{source}: 'bisect.over.repo': no such directory {dp} (give a local checkout or a git URL)")
         updates["bisect"] = recipe.bisect.model_copy(update={"over": over.model_copy(update={"repo": str(dp)})})
     return recipe.model_copy(update=updates) if updates else recipe
+
+
+def eval_items(section: Eval, base: Path, source: str = "recipe") -> tuple[tuple[EvalItem, ...], str]:
+    """The items of the section's set and the set's sha256; a UserError names the problem (and the line)."""
+    what = f"{source}: 'eval.set'"
+    try:
+        path = set_path(section.set, base)
+        text = read_text_file(path, what, MAX_EVAL_FILE_BYTES)
+        sha = digest(text)
+        if section.sha256 is not None and sha != section.sha256:
+            raise ValueError(f"{path.name} changed: its sha256 is {sha[:12]}…, the recipe's eval.sha256 "
+                             f"{section.sha256[:12]}… (remove eval.sha256 to take the file as it is now)")
+        return parse_items(text, path.name), sha
+    except ValueError as exc:
+        raise UserError(f"{what}: {exc}") from None
+
+
+def resolve_eval(section: Eval, base: Path, source: str) -> Eval:
+    """The section with its set's path made absolute (builtin:NAME stays) and hash filled in, after the set
+    is read and checked, and the power plan run: an eval that cannot see its own eval.min_drop is refused
+    here, when the recipe is loaded, so before any engine is built or started."""
+    items, sha = eval_items(section, base, source)
+    size = len(items)
+    if section.n is not None and section.n > size:
+        raise UserError(f"{source}: 'eval.n': {section.n:,} items asked of a set of {size:,}")
+    if section.fewshot >= size:
+        raise UserError(f"{source}: 'eval.fewshot': {section.fewshot} examples need a set of more than "
+                        f"{section.fewshot} items (it has {size})")
+    try:
+        section.check_plan(size)
+    except ValueError as exc:
+        raise UserError(f"{source}: 'eval': {exc}") from None
+    where = section.set if section.set.startswith("builtin:") else str(set_path(section.set, base))
+    return section.model_copy(update={"set": where, "sha256": sha})
 
 
 def _read_prompts(path: Path, source: str) -> list[Prompt]:

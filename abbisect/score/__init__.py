@@ -1,6 +1,7 @@
-"""Scoring: per-output degeneration, log signatures, A/B comparison and known answers."""
+"""Scoring: per-output degeneration, log signatures, A/B comparison, known answers and eval answers (read by
+an item's rule and graded: `extract`, `graded`)."""
 
-from abbisect.score.answers import AnswerCheck, check_answer
+from abbisect.score.answers import AnswerCheck, check_answer, extract, graded
 from abbisect.score.compare import Divergence, Resemblance, divergence, resemblance, similarity
 from abbisect.score.degeneration import (
     LABELS,
@@ -38,8 +39,10 @@ __all__ = [
     "check_answer",
     "diff_signatures",
     "divergence",
+    "extract",
     "find_loop",
     "first_exception",
+    "graded",
     "load_catalogue",
     "prefix_sensibleness",
     "resemblance",

@@ -1,11 +1,12 @@
 """Writes `arith_facts.jsonl`: small sums and simple facts with exact answers, for accuracy A/Bs and bisects.
 
 Each line is {"id", "prompt", "answer", "extract", "kind"}; `extract` says how an output is read
-(`read_answer`): "last_number", the output's last integer (a leading minus kept), is compared with
-`answer`; "regex:P" passes when P matches the output, searched case-insensitively as a prompt's `expect` is
-(P matches only the answer, so its match is the answer). Sums are "What is A + B?", "What is A - B?" (never
-negative) and "What is A times B?"; facts are what the toy engine knows (its FACTS) and a 135M-parameter
-model mostly knows too (capitals, chemical symbols, counts, colours). Seeded: `python -m
+(abbisect/score/answers.py, `extract` and `graded`): "last_number", the output's last number, is compared
+with `answer`; "regex:P" passes when P matches the output, searched case-insensitively as a prompt's `expect`
+is (P matches only the answer, so its match is the answer). Every item is graded right on its own answer
+before it is written, so a rule that cannot read its answer never ships. Sums are "What is A + B?", "What is
+A - B?" (never negative) and "What is A times B?"; facts are what the toy engine knows (its FACTS) and a
+135M-parameter model mostly knows too (capitals, chemical symbols, counts, colours). Seeded: `python -m
 abbisect.builtin.evals.make_arith_facts` writes the same file on every machine; `--check` only compares.
 """
 
@@ -13,9 +14,11 @@ from __future__ import annotations
 
 import json
 import random
-import re
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+
+from abbisect.score.answers import graded
 
 PATH = Path(__file__).with_name("arith_facts.jsonl")
 SEED = 20261201
@@ -76,20 +79,18 @@ def items() -> list[dict[str, str]]:
     return out
 
 
-def read_answer(extract: str, text: str) -> str | None:
-    """What `extract` reads from an output: the last integer (last_number), or the regex's match; None
-    when there is nothing to read."""
-    if extract == "last_number":
-        numbers = re.findall(r"-?\d+", text.replace(",", ""))
-        return str(int(numbers[-1])) if numbers else None
-    if extract.startswith("regex:"):
-        m = re.search(extract[len("regex:"):], text, re.IGNORECASE)
-        return m.group(0).lower() if m else None
-    raise ValueError(f"unknown extract rule {extract!r}")
+def readable(item: dict[str, str]) -> bool:
+    """Whether the item's rule reads its own answer back as right (an output that is just the answer)."""
+    return graded(SimpleNamespace(answer=item["answer"], extract=item["extract"], choices=None),
+                  item["answer"]) is True
 
 
 def render() -> str:
-    return "".join(json.dumps(item) + "\n" for item in items())
+    made = items()
+    unread = [item["id"] for item in made if not readable(item)]
+    if unread:
+        raise ValueError(f"extract rules that do not read their own answers: {', '.join(unread)}")
+    return "".join(json.dumps(item) + "\n" for item in made)
 
 
 def main(argv: list[str]) -> int:
