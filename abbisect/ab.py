@@ -14,6 +14,7 @@ from abbisect import __version__, checkout
 from abbisect.assess import assessor_for
 from abbisect.bisect import history
 from abbisect.infra.cache import Cache
+from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.errors import UserError
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
@@ -48,6 +49,11 @@ class ABResult:
     def name(self) -> str:
         return self.recipe["name"]
 
+    @property
+    def same_commit(self) -> bool:
+        """An A-vs-A: both sides the same commit with the same pins (the noise of the measurement itself)."""
+        return self.a.spec.sha == self.b.spec.sha and self.a.spec.pins == self.b.spec.pins
+
     def trials(self, side: str) -> tuple[TrialResult, ...]:
         return (self.a, *self.more_a) if side == "a" else (self.b, *self.more_b)
 
@@ -62,8 +68,10 @@ class ABResult:
         return self.launch_a == self.launch_b
 
     def to_dict(self) -> dict:
-        """The fields and whether the two launches match (what results.json records)."""
-        return {**dump(self), "same_launch": self.same_launch}
+        """The fields and whether the two launches match (what results.json records, with its schema's name
+        and version, as the --json envelope's)."""
+        return {"schema": f"abbisect/run/v{SCHEMA_VERSION}", **dump(self), "same_launch": self.same_launch,
+                "same_commit": self.same_commit}
 
 
 def neutral_launch(result: TrialResult) -> str:
@@ -120,9 +128,14 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
             for side, rev in zip(("a", "b"), revs)]
     assessor = assessor_for(recipe)
 
+    # An A-vs-A (the same commit and pins on both sides) judged by a rate or a sample: B's launches are
+    # attempts of their own (A takes the even numbers, B the odd), so that B never replays A's observations
+    # from the trial cache. With a rule on one trial the cached verdict is a fact about the commit, shared.
+    same = specs[0].sha == specs[1].sha and specs[0].pins == specs[1].pins and assessor.statistical
+
     def pair(k: int) -> list[TrialResult]:
         """The k-th launch of each side (A's first)."""
-        mine = [spec.again(k) for spec in specs]
+        mine = [spec.again(2 * k + i if same else k) for i, spec in enumerate(specs)]
         if at_once:
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="side") as pool:
                 return [f.result() for f in [pool.submit(runner, sp, say) for sp, say in zip(mine, says)]]

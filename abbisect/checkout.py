@@ -45,11 +45,12 @@ def open_repo(spec: str, cache: Cache | Path, fetch: bool = True) -> Path:
 
         return ensure_demo_repo(cache.demo_engine)
     if spec.startswith(BUILTIN_PREFIX):
-        from abbisect.builtin.realengine import BUILTINS
+        from abbisect.builtin import builtin_repos
 
-        if spec not in BUILTINS:
-            raise UserError(f"unknown builtin repository {spec!r}; known: {DEMO_REPO}, {', '.join(BUILTINS)}")
-        return BUILTINS[spec](cache)
+        known = builtin_repos()
+        if spec not in known:
+            raise UserError(f"unknown builtin repository {spec!r}; known: {DEMO_REPO}, {', '.join(known)}")
+        return known[spec](cache)
     if _URL.match(spec):
         dest = cache.clone(spec)
         with file_lock(cache.lock(dest)):

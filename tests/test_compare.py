@@ -18,7 +18,7 @@ from abbisect.cli import EXIT_CODES
 from abbisect.infra.serial import dump
 from abbisect.query.evals import EvalRun, EvalSet, pair, run_eval
 from abbisect.report.accuracy import accuracy_section, failed_requests, flipped_items, headline
-from abbisect.report.markdown import cell
+from abbisect.report.text import cell
 from abbisect.stats import compare_paired, power_plan
 
 DATA = REPO_ROOT / "tests" / "data" / "lmeval"

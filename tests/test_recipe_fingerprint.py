@@ -57,6 +57,10 @@ CHANGES = [
     ("repeats.passes", {}, {"repeats": {"passes": 2}}, False),  # what one launch sends
     ("repeats", {}, {"repeats": {"launches": 5, "min_difference": 0.3}}, True),  # how many trials, compared how
     ("verdict.same_failure", {}, {"verdict": {"same_failure": False}}, True),  # how a bisect reads a verdict
+    ("perf", {}, {"perf": {}}, False),  # a load is measured: a new trial
+    ("perf.requests", {"perf": {}}, {"perf": {"requests": 64}}, False),  # what a pass sends
+    # which metric decides and how passes are compared judge finished trials
+    ("perf.metric", {"perf": {}}, {"perf": {"metric": "tpot_median", "min_effect": 0.05, "launches": 3}}, True),
     ("eval", {}, {"eval": {"set": "builtin:arith_facts"}}, False),
     # the same items from a file of the recipe's folder: keyed by the content (eval.sha256), not the place
     ("eval.set", {"eval": {"set": "builtin:arith_facts"}}, {"eval": {"set": "arith.jsonl"}}, True),

@@ -12,8 +12,9 @@ from pathlib import Path
 import yaml
 from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
 
-from abbisect.report.markdown import COMMENT_LIMIT, cell, esc, fence
+from abbisect.report.markdown import COMMENT_LIMIT, fence
 from abbisect.report.portable import reproduce_command
+from abbisect.report.text import cell, esc
 
 NASTY = "<think>plan</think> a|b ```code``` <details><summary>x</summary> **bold** [link](http://x) & ~~s~~"
 

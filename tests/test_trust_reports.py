@@ -11,8 +11,9 @@ from pathlib import Path
 from conftest import REPO_ROOT, abbisect, run_ab, toy_recipe, write_recipe
 
 from abbisect.recipe import parse_recipe
-from abbisect.report.markdown import WRAP, _args, cell
+from abbisect.report.markdown import _args
 from abbisect.report.portable import Portable, engine_source
+from abbisect.report.text import WRAP, cell
 from abbisect.verdict.rules import SHOWN, _listed
 
 

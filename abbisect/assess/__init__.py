@@ -1,5 +1,6 @@
 """How a commit is judged from its trials: one trial by the recipe's rules (`rules.py`), or several — a failure
-rate against the ends' (`flaky.py`) — with the statistics of abbisect/stats.
+rate against the ends' (`flaky.py`), a performance metric's passes against the other side's (`perf.py`) —
+with the statistics of abbisect/stats.
 
 A bisect and an A/B ask an `Assessor` (base.py) three things: what one commit's trials say on their own, how
 the two ends compare (which is bad, or run more of both), and which end a candidate's trials resemble (or run
@@ -10,11 +11,14 @@ from __future__ import annotations
 
 from abbisect.assess.base import Assessor
 from abbisect.assess.flaky import Flaky
+from abbisect.assess.perf import Perf
 from abbisect.assess.rules import Rules
 from abbisect.recipe import Recipe
 
 
 def assessor_for(recipe: Recipe) -> Assessor:
-    """How this recipe's commits are judged: by a failure rate over several trials when `repeats` asks for
-    them, else from one trial by the rules."""
+    """How this recipe's commits are judged: by a performance metric's passes (`perf`), by a failure rate over
+    several trials (`repeats`), else from one trial by the rules."""
+    if recipe.perf is not None:
+        return Perf(recipe)
     return Flaky(recipe) if recipe.repeats.flaky else Rules()

@@ -48,7 +48,11 @@ def confirm(oracle: Oracle, run: BisectRun) -> None:
         if not a.statistical or call != "unsure" or len(fresh[found]) >= a.cap:
             break
         oracle.say(f"confirmation: {compared['text']}; {n} more launch(es) of each")
-    seen = {sha: a.alone(trials) for sha, trials in fresh.items()}
+    if a.statistical:  # each judged against the other (a performance sample says nothing alone)
+        pair = a.settle_ends(fresh[parent], fresh[found], names="parent and found")
+        seen = {parent: pair[0], found: pair[1]}
+    else:
+        seen = {sha: a.alone(trials) for sha, trials in fresh.items()}
     if a.statistical:  # the found commit worse than its parent for a regression, better for a fix
         held = call == "different" and compared.get("worse") == ("b" if run.mode is Mode.REGRESSION else "a")
         level = "confirmed" if held else "not sure" if call == "unsure" else "not reproduced"

@@ -81,6 +81,9 @@ class Driver:
         """The answer, its parent (for the decisive A/B) and what the report says about them, gathered now so
         that rendering needs no git."""
         run.result = state.result()
+        tested = {s.sha for s in run.steps}
+        inside = [sha for sha in graph.order if sha in tested and sha not in (run.old.sha, run.new.sha)]
+        run.order = (run.old.sha, *inside, run.new.sha)
         found = run.result.first_new
         if found:
             parents = graph.parents.get(found) or (run.old.sha,)

@@ -140,6 +140,7 @@ class BisectRun:
     failure: str = ""  # how the bad end fails (verdict.same_failure): another failure is skipped, not blamed
     unstable: tuple[str, ...] = ()  # prompts the good end answers differently twice (differs_from_good's noise)
     confirmation: dict = field(default_factory=dict)  # the answer run again, and the revert (abbisect/bisect/confirm.py)
+    order: tuple[str, ...] = ()  # the tested commits in the history's order, oldest first (for the report)
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).
     commits: dict[str, history.CommitInfo] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # commit, compare, PR (and its parent's) links of the answer

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abbisect.infra import git
-from abbisect.infra.cache import sidecar
+from abbisect.infra.cache import Cache, sidecar
 from abbisect.infra.locks import file_lock
 
 TEMPLATE = Path(__file__).parent / "template"
@@ -235,5 +235,25 @@ def ensure_demo_repo(dest: Path) -> Path:
     return dest
 
 
+PERF_DEMO = "builtin:perf-demo"
+PERF_DEMO_SLOW = 27  # the commit of the 40 whose per-token cost is 10 % higher (slow_tokens)
+
+
+def ensure_perf_demo_repo(cache: Cache | Path) -> Path:
+    """The built-in performance demo: 40 toy-engine commits, the per-token cost 10 % higher from commit 27
+    on (only where TOYENGINE_TOKEN_SECONDS paces the tokens); tags v1.0 (the first), v1.1 (the last)."""
+    dest = Cache.at(cache).builtin("perf-demo")
+    with file_lock(sidecar(dest, ".lock")):
+        if not _has_tag(dest, "v1.1"):
+            if dest.exists():
+                shutil.rmtree(dest)
+            shas = planted_history(dest, 40, {PERF_DEMO_SLOW: "slow_tokens"})
+            git.git(dest, "tag", "v1.0", shas[0])
+            git.git(dest, "tag", "v1.1", shas[-1])
+    return dest
+
+
 def _has_tag(repo: Path, tag: str) -> bool:
+    if not (repo / ".git").exists():
+        return False
     return git.succeeds(repo, "rev-parse", "-q", "--verify", f"refs/tags/{tag}")

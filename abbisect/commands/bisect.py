@@ -136,6 +136,8 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
             raise UserError("give both ends: --good REF --bad REF (or --old/--new; a date YYYY-MM-DD also works), "
                             "or --resume DIR")
         rec, opts = _started(req.recipe, req.given, req.flags, req.gpus)
+    if why := rec.perf_conflict():
+        raise UserError(why)
     red = Redactor.from_recipe(rec)
     progress = red.guard(Reporter())
     gpu_check = preflight(rec, bisecting=True)  # before the cache: a GPU this machine lacks is one usage line
@@ -173,7 +175,8 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     trials = TrialCache(cache, machine_key(), enabled=not opts["no_cache"])
     oracle = Oracle(rec, variable, out, trials.fetch, lambda spec: trials.get(spec) is not None, progress,
                     retries=rec.bisect.retries, judge=judge, executor=executor,
-                    prefetch=0 if executor and len(executor.slots) > 1 else rec.bisect.prefetch)
+                    # no background build while a performance trial measures: it would slow some passes
+                    prefetch=0 if (executor and len(executor.slots) > 1) or rec.perf else rec.bisect.prefetch)
     driver = Driver(oracle, progress, judge, red.data)
     driver.save(run)  # before the ends are tested: an interrupt at any moment leaves a resumable folder
     try:

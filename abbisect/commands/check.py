@@ -48,6 +48,7 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     """
     import os
 
+    from abbisect.assess import assessor_for
     from abbisect.bisect.history import bisect_under_way, has_commit
     from abbisect.gpu.preflight import preflight
     from abbisect.infra.proc import is_git_var
@@ -66,6 +67,9 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
 
     # Errors from here on exit as abbisect.cli.EXIT_CODES["check"] says (usage 128, infra 125).
     rec, base = load_recipe(recipe_path(recipe))
+    if rec.perf is not None:
+        raise UserError("check judges one commit alone, and a performance verdict compares two: use abbisect run "
+                        "--a GOOD --b REF (an A/B) or abbisect bisect")
     judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
     red = Redactor.from_recipe(rec)
     gpu_check = preflight(rec)  # before the cache: a GPU this machine lacks is one usage line (128)
@@ -88,14 +92,18 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     folder = Path(output).expanduser().resolve() if output else cache.checks(rec.name)
     spec = trial_spec(rec, repo, rev, "check", cache, folder)
-    result = judging(trials.fetch, judge, run_trial)(spec, lambda m: progress(f"{rev.short}: {m}"))
+    assessor = assessor_for(rec)  # with repeats, several launches judged by their failure rate
+    launched = [judging(trials.fetch, judge, run_trial)(spec.again(k), lambda m: progress(f"{rev.short}: {m}"))
+                for k in range(assessor.first)]
+    result, seen = launched[0], assessor.alone(launched)
     # The verdict kept beside the logs, so `abbisect matrix <cache>/checks` can read it.
     Path(spec.out_dir).mkdir(parents=True, exist_ok=True)
     kept = json.dumps(red.data(dump(result)), indent=1, default=str)
     (Path(spec.out_dir) / "trial.json").write_text(kept)
-    outcome = result.verdict.outcome.inverted() if invert else result.verdict.outcome
+    outcome = seen.outcome.inverted() if invert else seen.outcome
+    said = seen.evidence if len(launched) > 1 else "; ".join(result.verdict.reasons[:2])
     progress(Final(f"{rev.ref} ({rev.short}): {result.verdict.status} → {outcome}"
-                   + (" (cached)" if result.cached else "") + f" — {'; '.join(result.verdict.reasons[:2])}"))
+                   + (" (cached)" if result.cached else "") + f" — {said}"))
     if as_json:
         click.echo(dumps("check", red.data(dump(result))))
     raise SystemExit(exit_code("check", "untestable" if outcome == "skip" else outcome))

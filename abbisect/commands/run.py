@@ -115,6 +115,8 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     check_output_option(output)
     recipe_file = recipe_path(recipe, DEFAULT_RECIPE)
     rec, base = load_recipe(recipe_file)
+    if why := rec.perf_conflict():
+        raise UserError(why)
     pins = _pins(rec, a_pins, b_pins)
     if any(pins) and not rec.sides:  # a dependency A/B: one engine commit (HEAD unless named), two pin sets
         ref_a = ref_a or ref_b or "HEAD"

@@ -226,3 +226,38 @@ def describe(rep: HygieneReport) -> str:
     if not rep.busy:
         return f"idle ({gpus}" + (f"; released after {rep.waited_s:g}s)" if rep.waited_s else ")")
     return f"BUSY: {rep.notice} ({gpus})"
+
+
+def conditions(devices: Sequence[int], nvml: Any | None = None) -> list[dict[str, Any]]:
+    """What can disturb a measurement on these GPUs right now: SM and memory clocks (MHz), temperature (°C),
+    power (W) and memory used (MiB), one dict a GPU; [] when NVML cannot answer (no driver, no GPU)."""
+    n, _ = _open(nvml)
+    if n is None:
+        return []
+    try:
+        idx = map_devices(devices, n.uuids, os.environ.get("CUDA_VISIBLE_DEVICES"))
+        out = []
+        for d, i in zip(devices, idx):
+            row: dict[str, Any] = {"gpu": d, "used_mib": n.used_mib(i)}
+            row.update(_gpu_reads(n.nvml, n.handles[i]))
+            out.append(row)
+        return out
+    except ValueError:
+        return []
+    finally:
+        _close(n)
+
+
+def _gpu_reads(nv: Any, h: Any) -> dict[str, float | None]:
+    """One GPU's clocks, temperature and power; None for a read this GPU or driver does not offer."""
+    reads = {"sm_mhz": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_SM),
+             "mem_mhz": lambda: nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM),
+             "temp_c": lambda: nv.nvmlDeviceGetTemperature(h, nv.NVML_TEMPERATURE_GPU),
+             "power_w": lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000}
+    out: dict[str, float | None] = {}
+    for key, read in reads.items():
+        try:
+            out[key] = round(float(read()), 1)
+        except Exception:  # noqa: BLE001  # NVMLError_NotSupported and kin
+            out[key] = None
+    return out

@@ -111,3 +111,28 @@ def carrying(name: str, value: str, procs: dict[int, Stat] | None = None) -> set
 def in_sessions(sessions: set[int], procs: dict[int, Stat] | None = None) -> set[int]:
     """Live processes of these sessions (a server that called setsid leads its own)."""
     return {s.pid for s in (table() if procs is None else procs).values() if s.session in sessions}
+
+
+def load_average() -> float | None:
+    """The host's 1-minute load average (what else runs here: a measurement's first suspect)."""
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
+def cpu_mhz() -> float | None:
+    """The mean current CPU frequency in MHz where the kernel says it (cpufreq, else /proc/cpuinfo)."""
+    freqs = []
+    for path in Path("/sys/devices/system/cpu").glob("cpu[0-9]*/cpufreq/scaling_cur_freq"):
+        try:
+            freqs.append(int(path.read_text()) / 1000)
+        except (OSError, ValueError):
+            continue
+    if not freqs:
+        try:
+            freqs = [float(line.split(":")[1]) for line in Path("/proc/cpuinfo").read_text().splitlines()
+                     if line.startswith("cpu MHz")]
+        except (OSError, ValueError, IndexError):
+            return None
+    return round(sum(freqs) / len(freqs), 1) if freqs else None

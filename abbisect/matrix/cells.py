@@ -55,6 +55,7 @@ class Evidence:
     parents: tuple[str, ...] = ()
     dependency: str = ""  # what was installed over the engine (a side's pins, a bisect.over candidate)
     replayed: bool = False  # a result served from the trial cache: the trial ran before, in another run
+    perf: str = ""  # a performance trial's metric: "tpot_median 2.43 ms (median of 5 passes)"
 
     @property
     def cell_key(self) -> tuple[str, ...]:
@@ -112,6 +113,7 @@ class Cell:
             "role": e.role,
             "evidence": self.n_evidence,
             "replayed": self.n_replayed,
+            "perf": e.perf,
             "conflicts": "; ".join(f"{c.outcome} ({c.status}) {c.date} {c.report}" for c in self.conflicts),
             "transition": self.transition,
             "transition_from": self.transition_from,
@@ -256,7 +258,21 @@ def evidence_from_trial(
         commit_date=commit_date,
         dependency=dependency_of(spec),
         replayed=bool(trial.get("cached")),
+        perf=perf_of(trial, recipe or spec["recipe"]),
     )
+
+
+def perf_of(trial: Mapping[str, Any], recipe: Mapping[str, Any]) -> str:
+    """The performance verdict's metric of one trial, its median over the trial's passes ("" without perf)."""
+    if isinstance(trial.get("perf"), str):  # bisect.json's trial records carry it already told
+        return trial["perf"]
+    metric = (recipe.get("perf") or {}).get("metric")
+    if not metric:
+        return ""
+    from abbisect.report.perf import told
+
+    passes = ((trial.get("extras") or {}).get("perf") or {}).get("passes") or []
+    return told(metric, [v for p in passes if p.get("completed") and (v := (p.get("values") or {}).get(metric))])
 
 
 def dependency_of(spec: Mapping[str, Any]) -> str:
@@ -309,6 +325,7 @@ def evidence_from_bisect(data: Mapping[str, Any], report: str, date: str) -> lis
                 parents=tuple(t.get("parents") or ()),
                 dependency=dependency,
                 replayed=bool(t.get("cached")),
+                perf=str(t.get("perf") or ""),
             )
         )
     return out

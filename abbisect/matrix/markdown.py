@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from urllib.parse import quote
 
 from abbisect.matrix.cells import Cell, Matrix
-from abbisect.report.markdown import table
+from abbisect.report.text import table
 
 GITHUB_LIMIT = 65_536  # characters in one issue comment
 HEADER = ["engine", "version", "commit", "GPU stack", "status", "outcome", "date", "evidence", "report"]
@@ -54,7 +54,7 @@ def row(c: Cell) -> list[str]:
         text(c.engine_version, 20) or "—",
         _commit(c),
         f"{text(c.stack.gpu_class, 40)} `{c.stack.key or '?'}`",
-        text(c.status, 20),
+        text(c.status, 20) + (f" ({text(c.perf, 60)})" if c.perf else ""),
         _outcome(c),
         c.date[:16].replace("T", " "),
         _evidence(c),

@@ -30,6 +30,7 @@ from abbisect.infra.errors import UserError
 from abbisect.infra.redact import MASK, secret_names
 from abbisect.recipe.eval import MAX_EVAL_FILE_BYTES, Eval, EvalItem, digest, parse_items, set_path
 from abbisect.recipe.gpus import layout_from_lists, layout_from_mapping, slots_share_a_gpu
+from abbisect.recipe.perf import Perf
 from abbisect.recipe.probe import ProbeConfig
 from abbisect.verdict.status import BAD_RULES, DEFAULT_BAD_IF, DEFAULT_SKIP_IF, SKIP_RULES
 
@@ -473,6 +474,8 @@ class Recipe(_Strict):
     probe: ProbeConfig | None = None
     # An eval set asked at concurrency and graded per item (abbisect/recipe/eval.py, abbisect/query/evals.py).
     eval: Eval | None = None
+    # A performance verdict: a pinned load measured in passes, the sides compared (abbisect/recipe/perf.py).
+    perf: Perf | None = None
     hardware: str = ""
 
     @field_validator("prompts", mode="before")
@@ -523,8 +526,12 @@ class Recipe(_Strict):
             raise ValueError("engine kind 'command' needs launch.command (the server argv)")
         if self.engine.kind in ("sglang", "vllm") and self.model is None and self.probe is None:
             raise ValueError(f"engine kind {self.engine.kind!r} needs a model")
-        if self.probe is None and not self.prompts and not self.prompts_file and self.eval is None:
+        synthetic = self.perf is not None and self.perf.input_words is not None
+        if self.probe is None and not self.prompts and not self.prompts_file and self.eval is None and not synthetic:
             raise ValueError("give prompts (a list), prompts_file or eval (an eval set)")
+        if self.perf is not None and (self.eval is not None or self.repeats.flaky):
+            raise ValueError("perf is a verdict of its own: drop eval or repeats (perf.launches and perf.passes "
+                             "say how often a commit is measured)")
         if self.verdict.bad_signatures:
             from abbisect.score.signatures import load_catalogue
 
@@ -540,6 +547,23 @@ class Recipe(_Strict):
         """Two of the recipe's slots run trials on one GPU at the same time (`gpus: {per_gpu: N}`, `--gpus 0x4`):
         co-runners change timing, so a performance verdict refuses such slots (recipe/gpus.slots_share_a_gpu)."""
         return slots_share_a_gpu(self.gpu_slots)
+
+    def perf_conflict(self) -> str | None:
+        """Why this performance recipe cannot be measured as placed (None: it can): trials that run at the same
+        time on one machine's CPU, or on one GPU, slow each other down, and the slowdown would be blamed on a
+        commit. Slots on GPUs of their own are fine (each measures on its own GPU)."""
+        if self.perf is None:
+            return None
+        if self.shares_gpus:
+            return ("a performance verdict cannot share a GPU between slots (gpus per_gpu > 1): co-running "
+                    "servers change each other's timing; give each slot a GPU of its own, or one slot")
+        at_once = self.bisect.slots > 1 or self.ab.parallel
+        if at_once and self.gpus is None:
+            return ("a performance verdict measures one trial at a time on a CPU machine: bisect.slots > 1 and "
+                    "ab.parallel run servers at once on the same cores; drop --slots / ab.parallel")
+        if self.ab.parallel and len(self.gpu_slots) < 2:
+            return "ab.parallel with a performance verdict needs two GPU slots, one a side"
+        return None
 
     def fingerprint(self, key: bytes | None = None) -> str:
         """Hash of everything that can change a trial's result; it keys cached trials (abbisect/trialcache.py).
@@ -565,7 +589,8 @@ class Recipe(_Strict):
         server at least as much, see `abbisect/trial/cache.py`), `verdict.script` (it judges a finished trial
         again and never changes what the trial produced), `verdict.same_failure` and the rest of `repeats` (how
         many trials a commit gets and how they are compared, not what one of them produces).
-        `eval` is in by its content (`eval.sha256`, the set's hash, filled in when the recipe is loaded) and by
+        `perf` is in by the load a pass sends (out: `metric`, `launches`, `max_passes`, `min_effect`, `alpha`,
+        which judge finished passes). `eval` is in by its content (`eval.sha256`, the set's hash, filled in when the recipe is loaded) and by
         what is sent (`n`, `seed`, `fewshot`, `api`, `max_tokens`, `concurrency`) and `error_threshold` (it
         makes a side request_errors); out are `eval.set` (where the file lies) and the knobs that only judge
         finished trials against each other (`min_drop`, `alpha`, `power`, `expected_accuracy`, `flip_rate`).
@@ -579,8 +604,11 @@ class Recipe(_Strict):
                                                      "secret_env": True, "gpus": True, "gpu_slots": True,
                                                      "gpu_share": True, "verdict": {"script", "same_failure"},
                                                      "timeouts": True, "query": True, "repeats": True,
-                                                     "eval": EVAL_NOT_KEYED})
+                                                     "eval": EVAL_NOT_KEYED, "perf": PERF_NOT_KEYED})
         data["gpus"] = None if self.gpus is None else len(self.gpus)
+        for section in ("eval", "perf"):  # absent: a recipe without them keeps the key it had before them
+            if data[section] is None:
+                del data[section]
         if self.query != QueryOptions():
             data["query"] = self.query.model_dump(mode="json")
         if self.repeats.passes != 1:
@@ -595,6 +623,9 @@ class Recipe(_Strict):
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
+# How finished perf trials are judged, not what a pass measures (perf trials are never replayed from the trial
+# cache, abbisect/trial/cache.py, but their key is still what they measured).
+PERF_NOT_KEYED = {"metric", "launches", "max_passes", "min_effect", "alpha"}
 EVAL_NOT_KEYED = {"set", "min_drop", "alpha", "power", "expected_accuracy", "flip_rate"}
 
 

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from abbisect.query.evals import EvalRun, ItemResult, Pairing
-from abbisect.report.markdown import cell, heading, table
+from abbisect.report.markdown import heading
+from abbisect.report.text import cell, table
 from abbisect.stats import PairedComparison, PowerPlan
 from abbisect.stats.decide import p_text
 

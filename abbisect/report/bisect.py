@@ -13,25 +13,25 @@ from pathlib import Path
 
 from abbisect import __version__
 from abbisect.ab import ABResult, compare
+from abbisect.assess.perf import metric_values
 from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
+from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
 from abbisect.report.markdown import (
     BUDGETS,
     OUTPUTS_FILE,
     Budget,
     _elide,
-    cell,
-    code,
-    details,
     fit,
     outputs_document,
     recipe_block,
     render_ab,
     reproduce_block,
-    table,
 )
+from abbisect.report.perf import along_bisect, metric_table, told
 from abbisect.report.portable import Portable
+from abbisect.report.text import cell, code, details, table
 from abbisect.trial.spec import TrialResult
 
 
@@ -196,6 +196,27 @@ def how_sure_block(run: BisectRun) -> list[str]:
     return lines
 
 
+def perf_block(run: BisectRun) -> list[str]:
+    """A performance bisect: the found commit against its parent metric by metric (every launch of each), and
+    the metric along the tested commits in the history's order."""
+    perf = run.recipe.perf
+    if perf is None:
+        return []
+    lines = ["### Performance", ""]
+    by_sha = {s.sha: s for s in run.steps}
+    found = run.result.first_new if run.result else None
+    if found in by_sha and run.found_parent in by_sha:
+        lines += ["Parent (A) vs the found commit (B), every launch of the search:", "",
+                  metric_table(perf, by_sha[run.found_parent].trials, by_sha[found].trials), ""]
+    order = {sha: n for n, sha in enumerate(run.order)}
+    steps = sorted((s for s in run.steps if s.result is not None), key=lambda s: order.get(s.sha, len(order)))
+    chart = along_bisect(perf, [(str(s.role).replace(" end", ""), s.sha, str(s.outcome), s.trials) for s in steps])
+    if chart:
+        lines += [f"{perf.metric} along the tested commits, oldest first (the median of each commit's passes):",
+                  "", "```text", chart, "```", ""]
+    return lines
+
+
 def failures_block(run: BisectRun) -> list[str]:
     """How the bad end fails, and the candidates that failed another way (a second bug in the range)."""
     others = [s for s in run.steps if another_failure(s)]
@@ -299,6 +320,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
                   *([("One launch of each, one that shows its verdict; every launch is counted in the trail and "
                      "under How sure."), ""] if several else []),
                   render_ab(ab, budget, level=4, embedded=True), ""]
+    lines += perf_block(run)
     lines += ["### Trail", "", trail(run, budget), ""]
     if run.unstable:
         lines += [(f"The good end answered {len(run.unstable)} prompt(s) differently when run twice "
@@ -356,7 +378,8 @@ def bisect_files(run: BisectRun, reproduce: list[str], portable: Portable, doc: 
 
 def bisect_json(run: BisectRun) -> dict:
     res = run.result
-    return {"recipe": run.recipe.model_dump(mode="json"), "mode": run.mode, "message": run.message,
+    return {"schema": f"abbisect/bisect/v{SCHEMA_VERSION}", "recipe": run.recipe.model_dump(mode="json"),
+            "mode": run.mode, "message": run.message, "order": list(run.order),
             "good": run.good.ref, "bad": run.bad.ref, "old": run.old.sha, "new": run.new.sha,
             "outcome": res.outcome if res else None, "first_new": res.first_new if res else None,
             "candidates": list(res.candidates) if res else [], "found_parent": run.found_parent,
@@ -387,4 +410,6 @@ def trial_record(run: BisectRun, step: Step) -> dict:
             "version": r.launch.facts.get("version") if r.launch else None,
             "fingerprint": r.extras.get("fingerprint"), "timings": r.timings, "cached": r.cached,
             "placement": r.extras.get("placement"),
-            "gpu": {w: r.extras[f"gpu_{w}"] for w in ("before", "after") if f"gpu_{w}" in r.extras} or None}
+            "gpu": {w: r.extras[f"gpu_{w}"] for w in ("before", "after") if f"gpu_{w}" in r.extras} or None,
+            "perf": told(run.recipe.perf.metric, metric_values(step.trials, run.recipe.perf.metric))
+            if run.recipe.perf else ""}

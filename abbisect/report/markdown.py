@@ -18,11 +18,11 @@ import yaml
 from abbisect.infra.serial import load
 from abbisect.query.chat import tag
 from abbisect.report.packages import render_packages, side_variable
+from abbisect.report.text import CELL, cell, details, esc, table
 from abbisect.trial.spec import TrialResult
 
 COMMENT_LIMIT = 65_536  # GitHub's limit for an issue comment, in characters
 MARGIN = 1_536  # room for what a person adds when pasting
-CELL = 90
 SIGNAL_ROWS = ("signatures", "degenerate", "late loops", "answers", "verdict")  # timings always differ a little
 OUTPUTS_FILE = "outputs.md"
 OUTPUT_CAP = 1_000_000  # characters of one output kept in the side file
@@ -41,45 +41,6 @@ class Budget:
 
 BUDGETS = (Budget(), Budget(cell=90, output=1500, rows=60), Budget(cell=60, output=400, rows=40, log_lines=20),
            Budget(cell=40, output=None, rows=20, log_lines=10), Budget(cell=30, output=None, rows=8, log_lines=5))
-
-_MD_PUNCT = re.compile(r"([\\*_\[\]~|])")
-
-
-def esc(text: str | None) -> str:
-    """Untrusted text as literal inline markdown: HTML entities for <, >, & and `, backslashes for the
-    markdown punctuation that would start emphasis, links, strike-through or a table column."""
-    t = (text or "").replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("`", "&#96;")
-    return _MD_PUNCT.sub(r"\\\1", t)
-
-
-_UNBROKEN = re.compile(r"\S{24}")
-WRAP = "\u200b"  # a zero-width space: lets a table column wrap inside a long unbroken run of text
-
-
-def cell(text: str | None, limit: int = CELL) -> str:
-    """One table cell (or one line of prose) of untrusted text: one line, shortened, escaped; a long unbroken
-    run (a looping output: "CementCementCement…") may wrap, so it cannot push the next column off-screen."""
-    t = (text or "").replace("\r", "").replace("\n", " ⏎ ")
-    t = t if len(t) <= limit else t[: limit - 1] + "…"
-    return esc(_UNBROKEN.sub(lambda m: m.group(0) + WRAP, t))
-
-
-def code(text: str | None, limit: int = CELL) -> str:
-    """Untrusted text as one inline code span of prose (not of a table: a `|` there would end the column):
-    one line, shortened; a backtick, which would end the span, becomes a quote."""
-    t = (text or "").replace("\r", "").replace("\n", " ⏎ ").replace("`", "'")
-    return "`" + (t if len(t) <= limit else t[: limit - 1] + "…") + "`"
-
-
-def table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines)
-
-
-def details(summary: str, body: str) -> str:
-    return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
-
 
 def fence(text: str, lang: str = "text") -> str:
     """A code block that no content can close early: one backtick more than the longest run inside."""
@@ -158,17 +119,27 @@ def repeated_verdict_line(ab) -> str:
     """The answer first, over every launch of each side: each side's outcome and the comparison."""
     s = ab.assessment
     n = s["launches"]
-    said = "; ".join(f"{side.upper()}: {cell(s[side]['evidence'], 200)}" for side in ("a", "b"))
+    said = "; ".join(f"{side.upper()}: {cell(s[side]['evidence'].split('; ')[0], 200)}" for side in ("a", "b"))
     return (f"**Verdict over {n} launch(es) a side: A `{r_ref(ab.a)}` is {s['a']['outcome']}, B `{r_ref(ab.b)}` is "
             f"{s['b']['outcome']}** — {cell(s['comparison'].get('text', ''), 300)}. {said}.")
 
 
 def launches_block(ab) -> str:
     """One row per launch of each side, in the order they ran (A, B, A, B …)."""
+    metric = (ab.recipe.get("perf") or {}).get("metric")
+
+    def shown(t: TrialResult) -> str:
+        said = f"{t.verdict.status} → {t.verdict.outcome}"
+        if metric:  # a performance verdict: the launch's median of the metric
+            from abbisect.assess.perf import fmt, metric_values
+
+            values = sorted(metric_values([t], metric))
+            said += f"; {fmt(values[len(values) // 2], metric)}" if values else "; not measured"
+        return said
+
     rows = []
     for k, (ta, tb) in enumerate(zip(ab.trials("a"), ab.trials("b"))):
-        rows.append([str(k + 1), f"{ta.verdict.status} → {ta.verdict.outcome}", (f"{tb.verdict.status} → "
-                     f"{tb.verdict.outcome}"), "cached" if ta.cached and tb.cached else "fresh"])
+        rows.append([str(k + 1), shown(ta), shown(tb), "cached" if ta.cached and tb.cached else "fresh"])
     return table(["launch", f"A `{r_ref(ab.a)}`", f"B `{r_ref(ab.b)}`", "result"], rows)
 
 
@@ -371,6 +342,12 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     sampling = ab.recipe["sampling"]
     lines += ["", (f"Sampling: temperature {sampling['temperature']}, max_tokens {sampling['max_tokens']}, "
                   f"seed {sampling['seed']}, API `{ab.recipe['api']}`."), ""]
+    if ab.recipe.get("perf") and not embedded:
+        from abbisect.recipe.perf import Perf
+        from abbisect.report.perf import perf_section
+
+        lines += perf_section(Perf.model_validate(ab.recipe["perf"]), ab.trials("a"), ab.trials("b"),
+                              ab.same_commit, heading(h2, "Performance"))
     if ab.assessment and not embedded:
         lines += [heading(h2, "Every launch"), "", launches_block(ab), ""]
     lines += [heading(h2, "Summary" + (" of each side's first launch" if ab.assessment else "")), "",
@@ -404,7 +381,7 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     if fp:
         lines += [fp, ""]
     timing = table(["stage", "A", "B"], [[k, _secs(a.timings.get(k)), _secs(b.timings.get(k))]
-                                         for k in ("checkout", "build", "ready", "query", "probe", "teardown", "score",
+                                         for k in ("checkout", "build", "ready", "query", "perf", "probe", "teardown", "score",
                                                    "overhead", "total")])
     lines += [details("Timings", timing + "\n\n" + TIMINGS_NOTE), ""]
     if not embedded:

@@ -7,6 +7,7 @@ from pathlib import Path
 from abbisect.infra.cache import Cache
 from abbisect.recipe import PackagedModel, Recipe
 from abbisect.report.markdown import OUTPUTS_FILE, fit, outputs_document, render_ab
+from abbisect.report.perf import svg
 from abbisect.report.portable import Portable, portable_recipe
 
 
@@ -32,4 +33,6 @@ def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_
     files = {"report.md": report}
     if ab.a.outputs or ab.b.outputs:
         files[OUTPUTS_FILE] = portable.text(outputs_document(f"abbisect A/B `{ab.name}`", [("A", ab.a), ("B", ab.b)]))
+    if recipe.perf is not None and (picture := svg(recipe.perf, ab.trials("a"), ab.trials("b"))):
+        files["perf.svg"] = picture
     return files

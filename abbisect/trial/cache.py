@@ -117,7 +117,9 @@ class TrialCache:
     def fetch(self, spec: TrialSpec, progress: Progress, run: Runner = run_trial) -> TrialResult:
         """The cached result (marked `cached`, its logs copied into this run's folder), else run the trial and
         keep its result. Either way the result and its logs carry no secret of the recipe."""
-        hit = self.get(spec, progress)
+        # A measurement of speed belongs to the moment and the machine's load it was taken under: a
+        # performance trial is always run now, never replayed (Pinpoint never reuses one either).
+        hit = self.get(spec, progress) if spec.recipe.perf is None else None
         if hit is not None:
             copied = self._copy_logs(spec)
             when = hit.extras["cache"]["stored"]
@@ -127,7 +129,8 @@ class TrialCache:
         redactor = Redactor.from_recipe(spec.recipe)
         result = run(spec, redactor.guard(progress))  # its logs were masked as they were written
         clean = load(TrialResult, redactor.data(dump(result))) if redactor else result
-        self.put(clean, spec)
+        if spec.recipe.perf is None:
+            self.put(clean, spec)
         return clean
 
     def put(self, result: TrialResult, spec: TrialSpec | None = None) -> None:

@@ -30,6 +30,7 @@ from abbisect.infra.serial import dump, load
 from abbisect.launch import server as launch
 from abbisect.launch.engines import adapter
 from abbisect.query.chat import Completion, label, ordered, query_all, tag
+from abbisect.query.measure import measure
 from abbisect.recipe import Prompt, Recipe
 from abbisect.score import (
     AnswerCheck,
@@ -77,7 +78,7 @@ class TrialRecord:
             raise RuntimeError(f"trial {self.spec.sha[:10]} ended without a verdict")
         timings = dict(self.timings)
         timings["total"] = round(time.monotonic() - self.t0, 3)
-        spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "teardown", "probe"))
+        spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "perf", "teardown", "probe"))
         timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
         return TrialResult(self.spec, self.env, self.launch, self.outputs, self.analyses, self.answers,
                            self.signatures, self.first_exception, self.verdict, timings, self.extras)
@@ -185,7 +186,7 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> Env
     rec.described = threading.Thread(target=lambda: rec.extras.update(
         fingerprint=_fingerprint(env.python, recipe, spec), packages=installed_packages(env.python)), daemon=True)
     rec.described.start()
-    if recipe.probe is not None or recipe.gpus is not None:
+    if recipe.probe is not None or recipe.gpus is not None or recipe.perf is not None:  # nothing else running
         rec.wait_described()
     return env
 
@@ -235,6 +236,15 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
             tq = time.monotonic()
             crash = _query(rec, recipe, server, prompts, model or recipe.name, say)
             timings["query"] = round(time.monotonic() - tq, 3)
+            if recipe.perf is not None and not crash:  # the pinned load, timed (abbisect/query/measure.py)
+                tp = time.monotonic()
+                extras["perf"] = measure(server.base_url, model or recipe.name, recipe.perf, recipe.api,
+                                         [p.prompt for _, p in prompts], recipe.timeouts.request, recipe.gpus, say,
+                                         server.alive)
+                timings["perf"] = round(time.monotonic() - tp, 3)
+                if not server.alive():
+                    crash = {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode,
+                             "crash_prompt": None, "crash_after": None}
     finally:
         # Interrupted (Ctrl-C, SIGTERM): nobody waits for this server's answers, so it gets a short grace (an
         # engine that is still importing may ignore SIGTERM for the whole timeouts.teardown), and says so.

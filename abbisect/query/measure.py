@@ -1,0 +1,76 @@
+"""A launch's performance passes: the recipe's pinned load (abbisect/recipe/perf.py) run `perf.passes` times
+against the ready server by abbisect's own load generator (load.py), each pass reduced to one value of every
+metric and recorded with what could have disturbed it (the host's load and CPU frequency, the GPUs' clocks,
+temperature, power and memory).
+
+Pass k of every launch of every commit sends the same prompts (seed + k), so pass k of A and pass k of B
+are the same work; the passes of one launch differ, so a prefix cache cannot answer a pass from the one
+before it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from typing import Any
+
+from abbisect.infra import procfs
+from abbisect.query.load import PassResult, Summary, Workload, run_pass
+from abbisect.recipe.perf import Perf
+
+MS = 1000.0
+
+
+def workload(perf: Perf, api: str, prompts: Sequence[str], k: int = 0) -> Workload:
+    """The load of pass k."""
+    synthetic = perf.input_words is not None
+    return Workload(requests=perf.requests, prompts=() if synthetic else tuple(prompts),
+                    input_words=perf.input_words, max_concurrency=perf.max_concurrency,
+                    request_rate=perf.request_rate, warmup=perf.warmup, max_tokens=perf.max_tokens,
+                    ignore_eos=perf.ignore_eos, api=api, seed=perf.seed + k)  # type: ignore[arg-type]
+
+
+def values(p: PassResult) -> dict[str, float | None]:
+    """One value of every metric of abbisect/recipe/perf.py METRICS for the pass (latencies in ms)."""
+    def ms(s: Summary, which: str) -> float | None:
+        v = getattr(s, which)
+        return None if v is None else round(v * MS, 4)
+
+    return {"output_throughput": round(p.output_throughput, 4) if p.completed else None,
+            "request_throughput": round(p.request_throughput, 4) if p.completed else None,
+            "ttft_median": ms(p.ttft, "median"), "ttft_p90": ms(p.ttft, "p90"), "ttft_p99": ms(p.ttft, "p99"),
+            "tpot_median": ms(p.tpot, "median"), "itl_median": ms(p.itl, "median"),
+            "e2e_median": ms(p.e2e, "median"), "e2e_p90": ms(p.e2e, "p90"), "e2e_p99": ms(p.e2e, "p99")}
+
+
+def conditions(gpus: Sequence[int] | None) -> dict[str, Any]:
+    """What could disturb a pass, read just before it."""
+    found: dict[str, Any] = {"load1": procfs.load_average(), "cpu_mhz": procfs.cpu_mhz()}
+    if gpus:
+        from abbisect.gpu.hygiene import conditions as gpu_conditions
+
+        found["gpus"] = gpu_conditions(list(gpus))
+    return found
+
+
+def measure(base_url: str, model: str, perf: Perf, api: str, prompts: Sequence[str], timeout: float,
+            gpus: Sequence[int] | None, say: Callable[[str], None], alive: Callable[[], bool]) -> dict[str, Any]:
+    """Every pass of one launch: {"workload": pass 0's load, "passes": [{"values", "completed", "errors",
+    "warmup_errors", "wall_s", "output_tokens", "conditions", "first_error"}]}; passes stop when the server
+    dies (the trial's status says so)."""
+    passes = []
+    for k in range(perf.passes):
+        load = workload(perf, api, prompts, k)
+        before = conditions(gpus)
+        result = run_pass(base_url, model, load, timeout)
+        got = values(result)
+        first_error = next((r.error for r in result.records if r.error), None)
+        passes.append({"values": got, "completed": result.completed, "errors": result.errors,
+                       "warmup_errors": result.warmup_errors, "wall_s": round(result.wall_s, 4),
+                       "output_tokens": result.output_tokens, "conditions": before, "first_error": first_error})
+        shown = got[perf.metric]
+        say(f"perf pass {k + 1}/{perf.passes}: {perf.metric} "
+            + (f"{shown:,.4g}" if shown is not None else "—") + (f", {result.errors} error(s)" if result.errors else ""))
+        if not alive():
+            break
+    return {"workload": asdict(workload(perf, api, prompts)), "metric": perf.metric, "passes": passes}

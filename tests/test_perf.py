@@ -1,0 +1,151 @@
+"""A performance verdict through the CLI on real toy-engine processes (issue 22): an A/B of a planted +10 % per-token
+cost, an A-vs-A that comes out same with its noise floor, a bisect that names the slowing commit (and resumes
+without measuring a finished commit again), and the placements and commands a performance verdict refuses."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+import yaml
+from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
+
+from abbisect.builtin.history import PERF_DEMO_SLOW, planted_history
+
+DEMO = REPO_ROOT / "recipes" / "perf-demo.yaml"
+
+
+def _run(tmp_path, cache_dir, recipe, *args: str, name: str = "out"):
+    out = tmp_path / name
+    proc = abbisect("run", str(recipe), "-o", str(out), "--json", *args, cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["data"], out
+
+
+def _passes(trial: dict) -> list[dict]:
+    return trial["extras"]["perf"]["passes"]
+
+
+def test_a_performance_ab_finds_the_planted_slowdown(tmp_path, cache_dir):
+    data, out = _run(tmp_path, cache_dir, DEMO)
+    s = data["assessment"]
+    assert s["kind"] == "perf" and s["a"]["outcome"] == "good" and s["b"]["outcome"] == "bad", s
+    cmp = s["comparison"]["comparison"]
+    assert cmp["call"] == "different" and 0.05 < cmp["change"] < 0.2, cmp  # tpot_median: +10 % planted
+    assert data["schema"] == "abbisect/run/v1" and not data["same_commit"]
+    # every launch measured its passes under the same pinned load, alternating sides
+    a, b = [data["a"], *data["more_a"]], [data["b"], *data["more_b"]]
+    assert len(a) == len(b) >= 2 and all(len(_passes(t)) == 5 for t in a + b)
+    assert a[0]["extras"]["perf"]["workload"] == b[0]["extras"]["perf"]["workload"]
+    assert all(p["errors"] == 0 and p["completed"] == 24 for t in a + b for p in _passes(t))
+    assert all("load1" in p["conditions"] and "cpu_mhz" in p["conditions"] for p in _passes(a[0]))
+    starts = sorted((t["extras"]["server_times"]["launched"], side) for side, ts in (("a", a), ("b", b)) for t in ts)
+    assert [side for _, side in starts][:4] == ["a", "b", "a", "b"]
+    md = (out / "report.md").read_text()
+    assert "### Performance" in md and "| **tpot_median** (lower is better) |" in md and "**different**" in md
+    assert (out / "perf.svg").read_text().startswith("<svg") and "Every pass of tpot_median" in md
+
+
+def test_a_vs_a_comes_out_same_and_says_the_noise_floor(tmp_path, cache_dir):
+    data, out = _run(tmp_path, cache_dir, DEMO, "--a", "v1.0", "--b", "v1.0")
+    assert data["same_commit"]
+    cmp = data["assessment"]["comparison"]["comparison"]
+    assert cmp["call"] == "same", cmp
+    assert {data["assessment"][s]["outcome"] for s in "ab"} == {"good"}
+    md = (out / "report.md").read_text()
+    assert "A-vs-A noise floor of tpot_median" in md and "Smallest change these settings find" in md
+    # B's launches are its own: none of them is a replay of A's
+    assert not any(t["cached"] for t in (data["b"], *data["more_b"]))
+
+
+@pytest.fixture(scope="module")
+def slow_history(tmp_path_factory):
+    repo = tmp_path_factory.mktemp("slow") / "engine"
+    return repo, planted_history(repo, 10, {6: "slow_tokens"})
+
+
+def _perf_recipe(tmp_path, repo):
+    demo = yaml.safe_load(DEMO.read_text())
+    recipe = toy_recipe(repo, env=demo["env"], public_env=demo["public_env"], perf=demo["perf"],
+                        prompts=demo["prompts"])
+    return write_recipe(tmp_path / "perf.yaml", recipe)
+
+
+def test_a_performance_bisect_names_the_slowing_commit(tmp_path, cache_dir, slow_history):
+    repo, shas = slow_history
+    path = _perf_recipe(tmp_path, repo)
+    out = tmp_path / "bis"
+    proc = abbisect("bisect", str(path), "--good", shas[0], "--bad", shas[-1], "-o", str(out), "--json",
+                    cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)["data"]
+    assert data["first_new"] == shas[6], [(s["sha"][:8], s["outcome"], s["evidence"][:80]) for s in data["steps"]]
+    c = data["confirmation"]
+    assert c["level"] == "confirmed" and c["compared"]["comparison"]["call"] == "different", c
+    assert all(t["perf"].startswith("tpot_median ") for t in data["trials"])
+    md = (out / "bisect.md").read_text()
+    assert "### Performance" in md and "tpot_median along the tested commits" in md and "**Confirmed**" in md
+    state = json.loads((out / "state.json").read_text())
+    assert all(s["result"]["extras"]["perf"]["passes"] for s in state["steps"])  # the samples are saved
+
+
+def test_a_resumed_performance_bisect_never_measures_a_finished_commit_again(tmp_path, cache_dir, slow_history):
+    repo, shas = slow_history
+    path = _perf_recipe(tmp_path, repo)
+    out = tmp_path / "bis"
+    proc = subprocess.Popen([sys.executable, "-m", "abbisect", "bisect", str(path), "--good", shas[0], "--bad",
+                             shas[-1], "-o", str(out)], cwd=tmp_path, start_new_session=True,
+                            env={**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline:  # the ends are settled and a candidate has been measured
+            if (out / "state.json").exists() and len(json.loads((out / "state.json").read_text())["steps"]) >= 3:
+                break
+            time.sleep(0.5)
+        os.killpg(proc.pid, signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    before = json.loads((out / "state.json").read_text())["steps"]
+    assert len(before) >= 3
+    again = abbisect("bisect", "--resume", str(out), "--json", cwd=tmp_path, cache=cache_dir)
+    assert again.returncode == 0, again.stderr
+    data = json.loads(again.stdout)["data"]
+    assert data["first_new"] == shas[6]
+    done = {s["sha"] for s in before}
+    replayed = [s for s in data["steps"] if s["sha"] in done]
+    assert replayed and all(s["replayed"] for s in replayed)
+    # a finished commit's passes are the ones measured before the interruption, not new ones
+    after = {s["sha"]: s for s in json.loads((out / "state.json").read_text())["steps"]}
+    for step in before:
+        assert _passes(after[step["sha"]]["result"]) == _passes(step["result"])
+
+
+def test_a_performance_verdict_refuses_trials_that_would_share_the_machine(tmp_path, cache_dir, slow_history):
+    repo, shas = slow_history
+    path = _perf_recipe(tmp_path, repo)
+    proc = abbisect("bisect", str(path), "--good", shas[0], "--bad", shas[-1], "--slots", "2", cwd=tmp_path,
+                    cache=cache_dir)
+    assert proc.returncode == 2 and "measures one trial at a time on a CPU machine" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+    shared = abbisect("bisect", str(path), "--good", shas[0], "--bad", shas[-1], "--gpus", "0x2", cwd=tmp_path,
+                      cache=cache_dir, env={"ABBISECT_GPU_COUNT": "1"})
+    assert shared.returncode == 2 and "cannot share a GPU between slots" in shared.stderr, shared.stderr
+    check = abbisect("check", str(path), shas[0], cwd=tmp_path, cache=cache_dir)
+    assert check.returncode == 128 and "a performance verdict compares two" in check.stderr, check.stderr
+
+
+def test_the_demo_history_slows_at_its_documented_commit(tmp_path, cache_dir):
+    from abbisect.builtin.history import ensure_perf_demo_repo
+
+    repo = ensure_perf_demo_repo(cache_dir)
+    log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", "--reverse"], check=True,
+                         capture_output=True, text=True).stdout.splitlines()
+    assert len(log) == 40 and "sampler" in log[PERF_DEMO_SLOW].lower()
