@@ -135,7 +135,7 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
 
     def pair(k: int) -> list[TrialResult]:
         """The k-th launch of each side (A's first)."""
-        mine = [spec.again(2 * k + i if same else k) for i, spec in enumerate(specs)]
+        mine = [spec.again(2 * k + i if same else k, chunk=k) for i, spec in enumerate(specs)]
         if at_once:
             with ThreadPoolExecutor(max_workers=2, thread_name_prefix="side") as pool:
                 return [f.result() for f in [pool.submit(runner, sp, say) for sp, say in zip(mine, says)]]

@@ -24,7 +24,7 @@ from test_toyengine import ARITH_WRONG_UNDER_DRIFT, server
 from abbisect.builtin import history
 from abbisect.infra.errors import UserError
 from abbisect.infra.serial import dump, load
-from abbisect.query.evals import EvalRun, EvalSet, build_request, pair, plan_lines, run_eval, run_section
+from abbisect.query.evals import EvalRun, EvalSet, ask_eval, build_request, pair, plan_lines, run_eval
 from abbisect.recipe import load_recipe
 from abbisect.recipe.eval import Eval, EvalItem
 from abbisect.score.answers import extract, graded, reference
@@ -153,8 +153,8 @@ def test_arith_drift_flips_thirty_of_the_340_sums_and_the_paired_test_sees_it(to
         "sampling": {"max_tokens": 32}, "eval": {"set": "builtin:arith_facts", "concurrency": 8}}))[0].eval
     assert section is not None
     with server(toy["healthy"]) as good, server(toy["arith_drift"]) as bad:
-        a = run_section(good, "toy-model", section, timeout=20)
-        b = run_section(bad, "toy-model", section, timeout=20)
+        a = ask_eval(good, "toy-model", section, timeout=20)
+        b = ask_eval(bad, "toy-model", section, timeout=20)
     paired = pair(a, b)
     assert paired.n == 400 and not paired.gained and not (paired.only_a or paired.errors_b)
     assert len(paired.lost) == ARITH_WRONG_UNDER_DRIFT and all(i.startswith("arith-") for i in paired.lost)

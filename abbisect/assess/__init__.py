@@ -1,5 +1,6 @@
 """How a commit is judged from its trials: one trial by the recipe's rules (`rules.py`), or several — a failure
-rate against the ends' (`flaky.py`), a performance metric's passes against the other side's (`perf.py`) —
+rate against the ends' (`flaky.py`), a performance metric's passes against the other side's (`perf.py`), paired
+answers to an eval set (`accuracy.py`) —
 with the statistics of abbisect/stats.
 
 A bisect and an A/B ask an `Assessor` (base.py) three things: what one commit's trials say on their own, how
@@ -9,6 +10,7 @@ more). `failure.py` names how a trial fails, so a bisect can tell its bug from a
 
 from __future__ import annotations
 
+from abbisect.assess.accuracy import Accuracy
 from abbisect.assess.base import Assessor
 from abbisect.assess.flaky import Flaky
 from abbisect.assess.perf import Perf
@@ -17,8 +19,10 @@ from abbisect.recipe import Recipe
 
 
 def assessor_for(recipe: Recipe) -> Assessor:
-    """How this recipe's commits are judged: by a performance metric's passes (`perf`), by a failure rate over
-    several trials (`repeats`), else from one trial by the rules."""
+    """How this recipe's commits are judged: by a performance metric's passes (`perf`), by paired accuracy on an
+    eval set (`eval`), by a failure rate over several trials (`repeats`), else from one trial by the rules."""
     if recipe.perf is not None:
         return Perf(recipe)
+    if recipe.eval is not None:
+        return Accuracy(recipe)
     return Flaky(recipe) if recipe.repeats.flaky else Rules()

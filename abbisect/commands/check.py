@@ -67,8 +67,9 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
 
     # Errors from here on exit as abbisect.cli.EXIT_CODES["check"] says (usage 128, infra 125).
     rec, base = load_recipe(recipe_path(recipe))
-    if rec.perf is not None:
-        raise UserError("check judges one commit alone, and a performance verdict compares two: use abbisect run "
+    if rec.perf is not None or rec.eval is not None:
+        what = "a performance" if rec.perf is not None else "an accuracy"
+        raise UserError(f"check judges one commit alone, and {what} verdict compares two: use abbisect run "
                         "--a GOOD --b REF (an A/B) or abbisect bisect")
     judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
     red = Redactor.from_recipe(rec)

@@ -263,12 +263,15 @@ def run_eval(base_url: str, model: str, eval_set: EvalSet, items: Sequence[EvalI
                    fewshot, seed, round(time.monotonic() - t0, 3), flight.peak)
 
 
-def run_section(base_url: str, model: str, section: Eval, *, timeout: float, seed: int = 0, n: int | None = None,
-                alive: Callable[[], bool] | None = None) -> EvalRun:
-    """A recipe's eval (its section as load_recipe resolved it) on one server; `n` overrides eval.n (a bisect
-    asking more items of a comparison that is not sure yet)."""
+def ask_eval(base_url: str, model: str, section: Eval, part: int = 0, *, timeout: float, seed: int = 0,
+             alive: Callable[[], bool] | None = None) -> EvalRun:
+    """Part `part` of a recipe's eval (its section as load_recipe resolved it) on one server: items
+    part·n … (part+1)·n − 1 of the seeded sample (n = eval.n, else the whole set), so a bisect that is not sure
+    asks further items, never the same ones again; past the set's end, no item."""
     eval_set = EvalSet.of(section)
-    items = eval_set.sample(n if n is not None else section.n, section.seed)
+    size = len(eval_set.items)
+    n = section.items_asked(size)
+    items = eval_set.sample(min(n * (part + 1), size), section.seed)[n * part:]
     return run_eval(base_url, model, eval_set, items, api=section.api or "chat",
                     max_tokens=section.max_tokens or Sampling().max_tokens, concurrency=section.concurrency,
                     fewshot=section.fewshot, seed=seed, timeout=timeout, alive=alive)

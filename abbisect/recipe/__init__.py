@@ -532,6 +532,9 @@ class Recipe(_Strict):
         if self.perf is not None and (self.eval is not None or self.repeats.flaky):
             raise ValueError("perf is a verdict of its own: drop eval or repeats (perf.launches and perf.passes "
                              "say how often a commit is measured)")
+        if self.eval is not None and self.repeats.flaky:
+            raise ValueError("eval is a verdict of its own: drop repeats (a commit that is not sure is asked "
+                             "further items of the set, eval.n at a time)")
         if self.verdict.bad_signatures:
             from abbisect.score.signatures import load_catalogue
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from abbisect.query.evals import EvalRun, ItemResult, Pairing
-from abbisect.report.markdown import heading
-from abbisect.report.text import cell, table
-from abbisect.stats import PairedComparison, PowerPlan
+from abbisect.query.evals import EvalRun, ItemResult, Pairing, pair
+from abbisect.recipe.eval import Eval
+from abbisect.report.text import cell, heading, table
+from abbisect.stats import PairedComparison, PowerPlan, compare_paired
 from abbisect.stats.decide import p_text
 
 MINUS = "\u2212"
@@ -145,3 +145,33 @@ def failed_requests(runs: Sequence[tuple[str, EvalRun]], limit: int = 2000, leve
     rows = [[name, cell(i.id, 60), cell(i.error, limit)] for name, run in runs for i in run.errors()]
     out = [heading(level + 1, f"Failed requests, not scored ({len(rows):,})"), ""]
     return "\n".join(out + ([table(["side", "item", "error"], rows)] if rows else ["none"]))
+
+
+def ab_accuracy(section: Eval, a: EvalRun, b: EvalRun, same_commit: bool, level: int = 3) -> str:
+    """An A/B's accuracy section, from every item each side answered: the paired comparison, the power plan
+    at the observed accuracy, and for an A-vs-A the items that flipped between two runs of one commit."""
+    p = pair(a, b)
+    if not p.n:
+        return f"{heading(level, 'Accuracy')}\n\nNo item was answered on both sides."
+    cmp = compare_paired(p.a, p.b, min_change=section.min_drop, alpha=section.alpha,
+                         baseline_flip_rate=section.flip_rate)
+    plan = None
+    if section.power:  # the plan at A's observed accuracy (within what a flip rate allows: at 100 % none is lost)
+        try:
+            plan = section.plan(a.size or p.n, accuracy=min(max(cmp.accuracy_a, section.min_drop + section.flip_rate),
+                                                            1 - section.flip_rate / 2))
+        except ValueError:
+            plan = None
+    text = accuracy_section(cmp, p, plan, level=level)
+    if same_commit:
+        flips = len(p.lost) + len(p.gained)
+        text += (f"\n- A-vs-A: {flips} of {p.n:,} items flipped between two runs of the same commit "
+                 f"({flips / p.n:.1%}; the recipe allows for eval.flip_rate {section.flip_rate:.1%})")
+    return text
+
+
+def accuracy_along(rows: Sequence[tuple[str, str, str, EvalRun]]) -> str:
+    """Accuracy per tested commit of a bisect, oldest first: (label, sha, verdict, its answers) each."""
+    lines = [[f"`{sha[:10]}`", label, f"**{verdict}**", _pct(run.accuracy) if run.accuracy is not None else "—",
+              f"{run.n_correct:,}/{run.n_graded:,}", f"{run.n_errors:,}"] for label, sha, verdict, run in rows]
+    return table(["commit", "role", "verdict", "accuracy", "right", "failed requests"], lines)

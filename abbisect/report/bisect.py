@@ -13,11 +13,13 @@ from pathlib import Path
 
 from abbisect import __version__
 from abbisect.ab import ABResult, compare
+from abbisect.assess.accuracy import eval_run
 from abbisect.assess.perf import metric_values
 from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
+from abbisect.report.accuracy import ab_accuracy, accuracy_along
 from abbisect.report.markdown import (
     BUDGETS,
     OUTPUTS_FILE,
@@ -217,6 +219,29 @@ def perf_block(run: BisectRun) -> list[str]:
     return lines
 
 
+def accuracy_block(run: BisectRun) -> list[str]:
+    """An accuracy bisect: the found commit against its parent on the items both answered, and the accuracy of
+    every tested commit in the history's order."""
+    section = run.recipe.eval
+    if section is None:
+        return []
+    by_sha = {s.sha: s for s in run.steps}
+    lines = []
+    found = run.result.first_new if run.result else None
+    if found in by_sha and run.found_parent in by_sha:
+        a, b = eval_run(by_sha[run.found_parent].trials), eval_run(by_sha[found].trials)
+        if a is not None and b is not None:
+            lines += [ab_accuracy(section, a, b, False, level=3).replace("### Accuracy", "### Accuracy: parent (A) "
+                                                                          "vs the found commit (B)", 1), ""]
+    order = {sha: n for n, sha in enumerate(run.order)}
+    rows = [(str(s.role).replace(" end", ""), s.sha, str(s.outcome), r)
+            for s in sorted(run.steps, key=lambda s: order.get(s.sha, len(order))) if (r := eval_run(s.trials))]
+    if rows:
+        lines += ["Accuracy of the tested commits, oldest first (every item each answered):", "",
+                  accuracy_along(rows), ""]
+    return lines
+
+
 def failures_block(run: BisectRun) -> list[str]:
     """How the bad end fails, and the candidates that failed another way (a second bug in the range)."""
     others = [s for s in run.steps if another_failure(s)]
@@ -321,6 +346,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
                      "under How sure."), ""] if several else []),
                   render_ab(ab, budget, level=4, embedded=True), ""]
     lines += perf_block(run)
+    lines += accuracy_block(run)
     lines += ["### Trail", "", trail(run, budget), ""]
     if run.unstable:
         lines += [(f"The good end answered {len(run.unstable)} prompt(s) differently when run twice "

@@ -18,7 +18,7 @@ import yaml
 from abbisect.infra.serial import load
 from abbisect.query.chat import tag
 from abbisect.report.packages import render_packages, side_variable
-from abbisect.report.text import CELL, cell, details, esc, table
+from abbisect.report.text import CELL, cell, details, esc, heading, table
 from abbisect.trial.spec import TrialResult
 
 COMMENT_LIMIT = 65_536  # GitHub's limit for an issue comment, in characters
@@ -54,10 +54,6 @@ def clip(text: str, limit: int | None, where: str = OUTPUTS_FILE) -> str:
     if limit is None or len(text) <= limit:
         return text
     return text[:limit] + f"\n… [{len(text) - limit:,} more characters; the full text is in {where}]"
-
-
-def heading(level: int, text: str) -> str:
-    return f"{'#' * min(level, 6)} {text}"
 
 
 def _secs(v: float | None) -> str:
@@ -135,6 +131,11 @@ def launches_block(ab) -> str:
 
             values = sorted(metric_values([t], metric))
             said += f"; {fmt(values[len(values) // 2], metric)}" if values else "; not measured"
+        if ab.recipe.get("eval"):  # an accuracy verdict: the items this launch answered
+            from abbisect.assess.accuracy import accuracy_text, eval_run
+
+            run = eval_run([t])
+            said += f"; {accuracy_text(run)}" if run is not None else "; no item answered"
         return said
 
     rows = []
@@ -348,6 +349,14 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
 
         lines += perf_section(Perf.model_validate(ab.recipe["perf"]), ab.trials("a"), ab.trials("b"),
                               ab.same_commit, heading(h2, "Performance"))
+    if ab.recipe.get("eval") and not embedded:
+        from abbisect.assess.accuracy import eval_run
+        from abbisect.recipe.eval import Eval
+        from abbisect.report.accuracy import ab_accuracy
+
+        runs = eval_run(ab.trials("a")), eval_run(ab.trials("b"))
+        if runs[0] is not None and runs[1] is not None:
+            lines += [ab_accuracy(Eval.model_validate(ab.recipe["eval"]), runs[0], runs[1], ab.same_commit, h2), ""]
     if ab.assessment and not embedded:
         lines += [heading(h2, "Every launch"), "", launches_block(ab), ""]
     lines += [heading(h2, "Summary" + (" of each side's first launch" if ab.assessment else "")), "",

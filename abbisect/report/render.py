@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from abbisect.assess.accuracy import eval_run
 from abbisect.infra.cache import Cache
+from abbisect.query.evals import pair
 from abbisect.recipe import PackagedModel, Recipe
+from abbisect.report.accuracy import flipped_items
 from abbisect.report.markdown import OUTPUTS_FILE, fit, outputs_document, render_ab
 from abbisect.report.perf import svg
 from abbisect.report.portable import Portable, portable_recipe
@@ -33,6 +36,11 @@ def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_
     files = {"report.md": report}
     if ab.a.outputs or ab.b.outputs:
         files[OUTPUTS_FILE] = portable.text(outputs_document(f"abbisect A/B `{ab.name}`", [("A", ab.a), ("B", ab.b)]))
+    runs = (eval_run(ab.trials("a")), eval_run(ab.trials("b"))) if recipe.eval is not None else (None, None)
+    if runs[0] is not None and runs[1] is not None:
+        flipped = flipped_items(runs[0], runs[1], pair(runs[0], runs[1]))
+        files[OUTPUTS_FILE] = portable.text((files.get(OUTPUTS_FILE, f"# abbisect A/B `{ab.name}`") + "\n\n"
+                                             + flipped).strip() + "\n")
     if recipe.perf is not None and (picture := svg(recipe.perf, ab.trials("a"), ab.trials("b"))):
         files["perf.svg"] = picture
     return files

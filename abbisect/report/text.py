@@ -45,3 +45,7 @@ def table(header: list[str], rows: list[list[str]]) -> str:
 
 def details(summary: str, body: str) -> str:
     return f"<details><summary>{summary}</summary>\n\n{body}\n\n</details>"
+
+
+def heading(level: int, text: str) -> str:
+    return f"{'#' * min(level, 6)} {text}"

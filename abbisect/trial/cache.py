@@ -63,6 +63,8 @@ def trial_key(spec: TrialSpec, machine: str) -> str:
     parts: list[object] = [spec.sha, recipe.fingerprint(secret), planned_env_key(spec), machine]
     if spec.attempt:  # a further launch of the same commit (repeats) is a trial of its own
         parts.append(spec.attempt)
+    if spec.chunk != spec.attempt:  # another part of the eval set than the attempt's own (an A-vs-A's B)
+        parts.append(f"chunk {spec.chunk}")
     blob = json.dumps(parts)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

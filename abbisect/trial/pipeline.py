@@ -30,6 +30,7 @@ from abbisect.infra.serial import dump, load
 from abbisect.launch import server as launch
 from abbisect.launch.engines import adapter
 from abbisect.query.chat import Completion, label, ordered, query_all, tag
+from abbisect.query.evals import EvalRun, ask_eval
 from abbisect.query.measure import measure
 from abbisect.recipe import Prompt, Recipe
 from abbisect.score import (
@@ -78,7 +79,7 @@ class TrialRecord:
             raise RuntimeError(f"trial {self.spec.sha[:10]} ended without a verdict")
         timings = dict(self.timings)
         timings["total"] = round(time.monotonic() - self.t0, 3)
-        spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "perf", "teardown", "probe"))
+        spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "eval", "perf", "teardown", "probe"))
         timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
         return TrialResult(self.spec, self.env, self.launch, self.outputs, self.analyses, self.answers,
                            self.signatures, self.first_exception, self.verdict, timings, self.extras)
@@ -236,6 +237,17 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
             tq = time.monotonic()
             crash = _query(rec, recipe, server, prompts, model or recipe.name, say)
             timings["query"] = round(time.monotonic() - tq, 3)
+            if recipe.eval is not None and not crash:  # the eval set's part this launch asks (query/evals.py)
+                te = time.monotonic()
+                run = ask_eval(server.base_url, model or recipe.name, recipe.eval, spec.chunk,
+                               timeout=recipe.timeouts.request, seed=recipe.sampling.seed, alive=server.alive)
+                extras["eval"] = dump(run)
+                timings["eval"] = round(time.monotonic() - te, 3)
+                say(f"eval: {run.n_correct}/{run.n_graded} right" + (f", {run.n_errors} failed request(s)"
+                                                                     if run.n_errors else ""))
+                if not server.alive():
+                    crash = {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode,
+                             "crash_prompt": None, "crash_after": None}
             if recipe.perf is not None and not crash:  # the pinned load, timed (abbisect/query/measure.py)
                 tp = time.monotonic()
                 extras["perf"] = measure(server.base_url, model or recipe.name, recipe.perf, recipe.api,
@@ -360,7 +372,8 @@ def _evidence(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) ->
         exit_code=info.crash_exit_code if info else None,
         crash_prompt=info.crash_prompt if info else None,
         crash_after=info.crash_after if info else None,
-        request_errors=tuple(f"{tag(o)}: {o.error[:200]}" for o in outputs if o.error and not crashed),
+        request_errors=tuple(f"{tag(o)}: {o.error[:200]}" for o in outputs if o.error and not crashed)
+        + _eval_errors(recipe, rec),
         degenerate=tuple(f"{tag(o)}: {a.reason}" for o, a in zip(outputs, analyses)
                          if a.label == "degenerate" and not o.error),
         late_loops=tuple(f"{tag(o)}: {a.reason}" for o, a in zip(outputs, analyses) if a.label == "late_loop"),
@@ -371,6 +384,18 @@ def _evidence(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) ->
         bad_signatures=tuple(f"{s.id} (line {s.line_no})" for s in signatures if s.id in named),
         batch_variant=batch_variant(outputs),
     )
+
+
+def _eval_errors(recipe: Recipe, rec: TrialRecord) -> tuple[str, ...]:
+    """The eval's failed requests when they are more than eval.error_threshold of its items (the side failed as
+    a side); below it they are counted apart by the accuracy verdict and are no evidence here."""
+    data = rec.extras.get("eval")
+    if recipe.eval is None or not data:
+        return ()
+    run = load(EvalRun, data)
+    if not run.request_errors(recipe.eval.error_threshold):
+        return ()
+    return tuple(f"eval item {i.id}: {(i.error or '')[:200]}" for i in run.errors())
 
 
 def batch_variant(outputs: list[Completion]) -> tuple[str, ...]:

@@ -44,10 +44,15 @@ class TrialSpec:
     # (abbisect/gpu/sharing.py). None: the trial's GPUs (recipe.gpus) are its own.
     slot: SlotPlace | None = None
 
-    def again(self, attempt: int) -> TrialSpec:
+    # Which part of an eval set this launch asks (an accuracy verdict asks more items while not sure: part k
+    # is items k·n … (k+1)·n − 1 of the seeded sample); it follows the attempt but in an A-vs-A, where both
+    # sides ask the same part in launches of their own.
+    chunk: int = 0
+
+    def again(self, attempt: int, chunk: int | None = None) -> TrialSpec:
         """The same trial's `attempt`-th launch (0: the first), its logs beside the first's."""
         out = self.out_dir if attempt == 0 else f"{self.out_dir}-{attempt + 1}"
-        return replace(self, attempt=attempt, out_dir=out)
+        return replace(self, attempt=attempt, out_dir=out, chunk=attempt if chunk is None else chunk)
 
 
 @dataclass(frozen=True)

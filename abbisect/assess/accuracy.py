@@ -1,0 +1,126 @@
+"""An accuracy verdict: each commit answers the recipe's eval set (abbisect/query/evals.py), items are paired
+across commits by id, and two commits are compared as lm-evaluation-harness's paired comparison does
+(abbisect/stats/proportions.py): exact McNemar on the items that changed answer, Wilson intervals, a paired
+bootstrap interval of the difference, a minimum drop, and the A-vs-A's flips allowed for (`eval.flip_rate`).
+
+Not sure → more items: a further launch asks the next part of the seeded sample (eval.n items), up to the set's
+size; at temperature 0 the same items asked again would mostly answer the same, so more launches of the same
+items would not help. A failed request is no answer: its item is left out, never scored wrong; a side whose
+failed requests pass `eval.error_threshold`, or that does not serve, is untestable.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+from abbisect.assess.base import Assessment, Sample
+from abbisect.infra.serial import dump, load
+from abbisect.query.evals import EvalRun, EvalSet, Pairing, pair
+from abbisect.recipe import Recipe
+from abbisect.stats import PairedComparison, classify_paired, compare_paired
+from abbisect.stats.decide import Call, Side
+from abbisect.verdict.status import Outcome, Status
+
+# A trial of one of these statuses answered no item an accuracy can be told from.
+_NO_ANSWERS = {Status.BUILD_FAILED, Status.FLAG_REJECTED, Status.CRASHED_AT_STARTUP, Status.TIMEOUT,
+               Status.CRASHED_WHILE_SERVING, Status.INFRA_ERROR, Status.REQUEST_ERRORS}
+
+
+def eval_run(sample: Sample) -> EvalRun | None:
+    """Every item the commit's trials answered, the parts of its sample in the order they were asked."""
+    runs = [load(EvalRun, t.extras["eval"]) for t in sample
+            if t.extras.get("eval") and t.verdict.status not in _NO_ANSWERS]
+    if not runs:
+        return None
+    return replace(runs[0], items=tuple(i for r in runs for i in r.items))
+
+
+def accuracy_text(run: EvalRun) -> str:
+    acc = run.accuracy
+    errors = f", {run.n_errors} failed request(s) left out" if run.n_errors else ""
+    return (f"accuracy {acc:.3f} ({run.n_correct}/{run.n_graded}{errors})" if acc is not None
+            else f"no item answered ({run.n_errors} failed request(s))")
+
+
+class Accuracy:
+    kind = "accuracy"
+    relative = True
+    statistical = True
+    first = 1
+
+    def __init__(self, recipe: Recipe) -> None:
+        assert recipe.eval is not None  # chosen by assessor_for only for a recipe with an eval
+        self.section = recipe.eval
+        size = len(EvalSet.of(recipe.eval).items)
+        self.cap = max(1, math.ceil(size / self.section.items_asked(size)))  # parts of the sample
+
+    def _compare(self, p: Pairing) -> PairedComparison:
+        return compare_paired(p.a, p.b, min_change=self.section.min_drop, alpha=self.section.alpha,
+                              baseline_flip_rate=self.section.flip_rate)
+
+    def _more(self, parts: int) -> int:
+        return 1 if parts < self.cap else 0
+
+    def alone(self, sample: Sample) -> Assessment:
+        run = eval_run(sample)
+        if run is None or not run.n_graded:
+            why = "; ".join(sample[0].verdict.reasons[:1]) if sample else "no trial"
+            return Assessment(Outcome.SKIP, f"untestable: no eval item answered ({why})")
+        return Assessment(Outcome.GOOD, accuracy_text(run), {"runs": run.n_graded, "accuracy": run.accuracy})
+
+    def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
+        a, b = self.alone(old), self.alone(new)
+        ra, rb = eval_run(old), eval_run(new)
+        if Outcome.SKIP in (a.outcome, b.outcome) or ra is None or rb is None:
+            return a, b
+        p = pair(ra, rb)
+        if not p.n:
+            return (Assessment(Outcome.SKIP, f"{a.evidence}: no item answered on both sides"),
+                    Assessment(Outcome.SKIP, f"{b.evidence}: no item answered on both sides"))
+        cmp = self._compare(p)
+        stats = {"ends": dump(cmp), "runs": p.n}
+        said = f"{names}: {cmp.describe()}"
+        if cmp.call is Call.DIFFERENT:
+            oa, ob = (Outcome.BAD, Outcome.GOOD) if cmp.difference > 0 else (Outcome.GOOD, Outcome.BAD)
+            return (Assessment(oa, f"{accuracy_text(ra)}; {said}", stats),
+                    Assessment(ob, f"{accuracy_text(rb)}; {said}", stats))
+        more = 0 if cmp.call is Call.SAME else self._more(min(len(old), len(new)))
+        why = f"{names} answer alike" if cmp.call is Call.SAME else f"not sure {names} differ"
+        return (Assessment(Outcome.GOOD, f"{accuracy_text(ra)}; {why}: {cmp.describe()}", stats, more),
+                Assessment(Outcome.GOOD, f"{accuracy_text(rb)}; {why}: {cmp.describe()}", stats, more))
+
+    def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
+        mine, g, b = eval_run(sample), eval_run(good), eval_run(bad)
+        if mine is None or g is None or b is None or not mine.n_graded:
+            return self.alone(sample)
+        # the items every one of the three answered, in the candidate's order
+        gi, bi = g.by_id(), b.by_id()
+        ids = [i.id for i in mine.items if i.correct is not None and gi.get(i.id) and bi.get(i.id)
+               and gi[i.id].correct is not None and bi[i.id].correct is not None]
+        if not ids:
+            return Assessment(Outcome.SKIP, f"{accuracy_text(mine)}: no item answered by it and both ends")
+        mi = mine.by_id()
+        found = classify_paired([bool(mi[i].correct) for i in ids], good=[bool(gi[i].correct) for i in ids],
+                                bad=[bool(bi[i].correct) for i in ids], min_change=self.section.min_drop,
+                                alpha=self.section.alpha, baseline_flip_rate=self.section.flip_rate)
+        stats = {"runs": len(ids), "side": str(found.side), "vs_good": dump(found.vs_good),
+                 "vs_bad": dump(found.vs_bad)}
+        said = f"{accuracy_text(mine)} on {len(ids)} items"
+        if found.side is Side.LIKE_BAD:
+            return Assessment(Outcome.BAD, f"{said}: like the bad end ({found.evidence})", stats)
+        if found.side is Side.LIKE_GOOD:
+            return Assessment(Outcome.GOOD, f"{said}: like the good end ({found.evidence})", stats)
+        more = self._more(len(sample))
+        if more:
+            return Assessment(Outcome.SKIP, f"{said}: not sure yet ({found.evidence})", stats, more)
+        return Assessment(Outcome.SKIP, f"not sure with every item of the set: {said} ({found.evidence})", stats)
+
+    def compare(self, a: Sample, b: Sample) -> dict:
+        ra, rb = eval_run(a), eval_run(b)
+        if ra is None or rb is None or not (p := pair(ra, rb)).n:
+            return {"kind": self.kind, "text": "no item answered on both sides", "worse": None}
+        cmp = self._compare(p)
+        worse = ("b" if cmp.difference < 0 else "a") if cmp.call is Call.DIFFERENT else None
+        return {"kind": self.kind, "comparison": dump(cmp), "text": cmp.describe(), "worse": worse,
+                "flips": {"lost": list(p.lost), "gained": list(p.gained), "n": p.n}}
