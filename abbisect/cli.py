@@ -25,7 +25,7 @@ from abbisect.commands.options import verbosity_options
 from abbisect.infra.errors import describe_os_error, kind_of
 
 # The commands, each in abbisect/commands/<name>.py as a click command of that name; imported when used.
-COMMANDS = ("bisect", "cache", "check", "compare", "env", "matrix", "run", "scan", "schema")
+COMMANDS = ("bisect", "cache", "check", "compare", "env", "matrix", "narrow", "run", "scan", "schema")
 
 # Every way each command ends → its exit code. "usage": bad input (UserError, a bad option); "infra":
 # abbisect's own side failed (InfraError: download, disk, checkout, port, lock; a full or read-only disk);
@@ -42,6 +42,10 @@ EXIT_CODES: dict[str, dict[str, int]] = {
     "scan": {"clean": 0, "matched": 1, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS},
     # compare's code is its call, as `check`'s is its verdict: a CI step gates on it with no parsing.
     "compare": {"same": 0, "different": 1, "usage": 2, "infra": 2, "not-sure": 3, "internal": 70, **_SIGNALS},
+    # narrow: found = a workaround switch or a smallest failing difference; none-passed = nothing tried made
+    # the failure go away; not-failing = the recipe's launch does not fail at the commit (nothing to narrow).
+    "narrow": {"found": 0, "none-passed": 1, "usage": 2, "infra": 2, "not-failing": 3, "internal": 70,
+               **_SIGNALS},
     **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema")},
 }
 

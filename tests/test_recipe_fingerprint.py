@@ -50,6 +50,8 @@ CHANGES = [
     ("verdict", {}, {"verdict": {"degenerate_fraction": 0.25}}, False),
     ("verdict.script", {}, {"verdict": {"script": "python3 judge.py"}}, True),
     ("bisect", {}, {"bisect": {"retries": 2, "prefetch": 0}}, True),
+    # what abbisect narrow tries; each probe's own launch is in its key
+    ("narrow", {}, {"narrow": {"passing": {"flags": []}, "catalogue": False}}, True),
     ("ab", {}, {"ab": {"parallel": True}}, True),
     ("probe", {}, {"probe": PROBE}, False),
     ("hardware", {}, {"hardware": "one H200"}, True),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Self
 from abbisect import checkout
 from abbisect.bisect import history
 from abbisect.bisect.search import SearchResult
+from abbisect.narrow.model import NarrowRun
 from abbisect.recipe import Recipe
 from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome
@@ -141,6 +142,7 @@ class BisectRun:
     unstable: tuple[str, ...] = ()  # prompts the good end answers differently twice (differs_from_good's noise)
     confirmation: dict = field(default_factory=dict)  # the answer run again, and the revert (abbisect/bisect/confirm.py)
     order: tuple[str, ...] = ()  # the tested commits in the history's order, oldest first (for the report)
+    narrowing: NarrowRun | None = field(default=None, repr=False)  # bisect.narrow: abbisect narrow at the answer
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).
     commits: dict[str, history.CommitInfo] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # commit, compare, PR (and its parent's) links of the answer

@@ -56,6 +56,9 @@ CHANGES: dict[str, tuple[str, str, str]] = {
 # The fixtures of load tests, performance and accuracy bisects. Each `fix_X` reverts `X` exactly: it removes
 # the lines X inserted after its anchor (so it applies with other insertions there), or restores the text.
 _STARTUP = "    # abbisect-demo: startup\n"
+_FEATURES = "    # abbisect-demo: features\n"
+_ARGS = ('    p.add_argument("--max-model-len", type=int, default=DEFAULTS["max_model_len"])\n'
+         "    return p.parse_args(argv)\n")
 _DECODE = ("        # abbisect-demo: batch\n"
            "        for piece, finish in steps:\n"
            "            pause(token_s * (2 if finish == \"stop\" else 1))  # a stop costs its EOS token's step too\n"
@@ -98,6 +101,25 @@ _PLANTED: dict[str, tuple[str, str, str]] = {
         '    raise type("OutOfMemoryError", (RuntimeError,), {"__module__": "torch"})(\n'
         '        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79.19 GiB of which "\n'
         '        "1.06 GiB is free.")\n')),
+    # Feature flags (no bug yet), and then a bug that needs two of them together: with prefix caching and
+    # chunked prefill on, the fused ("flash") attention path repeats itself after three tokens;
+    # --attention-backend naive or --enforce-eager (no fused path) serve correctly. For abbisect narrow.
+    "feature_flags": ("toyengine/server.py", _ARGS, _ARGS.replace("    return p.parse_args(argv)\n", (
+        '    p.add_argument("--enable-prefix-caching", action="store_true")\n'
+        '    p.add_argument("--enable-chunked-prefill", action="store_true")\n'
+        '    p.add_argument("--attention-backend", default="flash", choices=["flash", "naive"])\n'
+        '    p.add_argument("--enforce-eager", action="store_true")\n'
+        "    args = p.parse_args(argv)\n"
+        + _FEATURES + "    return args\n"))),
+    "feature_bug": ("toyengine/server.py", _FEATURES, _FEATURES + (
+        "    if (args.enable_prefix_caching and args.enable_chunked_prefill and args.attention_backend == \"flash\"\n"
+        "            and not args.enforce_eager):\n"
+        "        global paced\n"
+        "        healthy = paced\n"
+        "\n"
+        "        def paced(model, prompt, max_tokens, *rest):  # a cached prefix read in chunks: the same token again\n"
+        "            for n, (piece, finish) in enumerate(healthy(model, prompt, max_tokens, *rest)):\n"
+        '                yield (piece if n < 3 else " again"), finish\n')),
     # 8 % of the sums (by a hash of the question) come out one too high: no loop, no log line.
     "arith_drift": ("toyengine/model.py", "    # abbisect-demo: arith\n", (
         "    # abbisect-demo: arith\n"
@@ -190,6 +212,10 @@ MESSAGES = {
     "flaky_crash": "Overlap weight loading with the CUDA graph capture (#60)",
     "fix_flaky_crash": "Synchronise the loader stream before the capture (#63)",
     "arith_drift": "Faster integer path in the sampler (#70)",
+    "feature_flags": "Add prefix caching, chunked prefill, attention backends and eager mode (#78)",
+    "fix_feature_flags": "Drop the feature flags (#79)",
+    "feature_bug": "Read cached prefixes in chunks in the flash attention path (#80)",
+    "fix_feature_bug": "Take the chunked prefix read out of the fused path (#83)",
     "fix_arith_drift": "Revert the faster integer path (#72)",
     "break_scale": "Refactor quantisation dispatch to linear layers only (#17)",
     "fix_scale": "Route lm_head through the quantised method so its weight_scale loads (#23)",

@@ -91,10 +91,14 @@ def bisect_ending(run: BisectRun) -> str:
                    "verdict is statistical (repeats), always, never")
 @click.option("--confirm-revert", is_flag=True, default=None,
               help="also build the far end with the found commit reverted (git revert in a worktree) and test it")
+@click.option("--narrow", is_flag=True, default=None,
+              help="at the found commit, run abbisect narrow: which feature switch makes the failure go away "
+                   "(and, with narrow.passing, the smallest failing difference); the table goes into bisect.md")
 @click.argument("pathspec", nargs=-1)
 @verbosity_options
 def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interactive, resume, output, cache_dir,
-           as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert, pathspec) -> None:
+           as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert, narrow,
+           pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
 
     Both ends are tested first and the direction is observed, not assumed (--ends lazy: the search starts
@@ -108,7 +112,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
         recipe, good, bad, Path(resume) if resume else None, output, cache_dir, as_json, dry_run, gpus,
         given={"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None, "slots": slots,
                "executor": executor, "ray_address": ray_address, "ends": ends, "confirm": confirm,
-               "revert": confirm_revert},
+               "revert": confirm_revert, "narrow": narrow},
         flags={"no_cache": no_cache, "script": script, "interactive": interactive})
     run = run_bisect(request)
     if run is not None and (ending := bisect_ending(run)) != "found":
@@ -184,6 +188,8 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     except (KeyboardInterrupt, SystemExit):
         oracle.shutdown(wait=False)
         raise
+    if rec.bisect.narrow and run.result and run.result.first_new:
+        run.narrowing = _narrow_at_answer(run, cache, out, trials.fetch, progress)
     _write(run, opts, cache, out, red, progress)
     if req.as_json:
         from abbisect.infra.envelope import dumps
@@ -191,6 +197,21 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
 
         click.echo(dumps("bisect", red.data(bisect_json(run))))
     return run
+
+
+def _narrow_at_answer(run: BisectRun, cache, out: Path, fetch, progress):
+    """abbisect narrow at the found commit (a fix: at its parent, the last commit that fails)."""
+    from abbisect.bisect.model import Mode
+    from abbisect.checkout import Revision
+    from abbisect.narrow.driver import Narrower
+    from abbisect.trial.executors import from_recipe
+
+    assert run.result is not None and run.result.first_new is not None  # checked by the caller
+    sha = run.found_parent if run.mode is Mode.FIX and run.found_parent else run.result.first_new
+    rev = Revision(sha[:10], sha, run.subject(sha))
+    progress(f"narrowing the failure at {rev.short} ({'the last broken commit' if run.mode is Mode.FIX else 'the found commit'})")
+    narrower = Narrower(run.recipe, run.repo, rev, cache.root, out / "narrow", fetch, progress, from_recipe(run.recipe))
+    return narrower.narrow()
 
 
 def _write(run: BisectRun, opts: dict, cache, out: Path, red: Redactor, say: Callable[[str], None]) -> None:

@@ -31,7 +31,8 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Engine = Literal["vllm", "sglang"]
+# "command": a recipe's own switches for an engine abbisect has no adapter for (recipe narrow.switches)
+Engine = Literal["vllm", "sglang", "command"]
 
 # An option token: "-x", "--name", "--name=value"; not a negative number ("-1" is a value).
 _OPTION = re.compile(r"^--?[A-Za-z]")
@@ -56,7 +57,7 @@ class Mark(_Frozen):
 
 
 class Switch(_Frozen):
-    id: str = Field(pattern=r"^(vllm|sglang)\.[A-Za-z0-9][A-Za-z0-9-]*$")
+    id: str = Field(pattern=r"^(vllm|sglang|command)\.[A-Za-z0-9][A-Za-z0-9-]*$")
     engine: Engine
     feature: str = Field(min_length=3)
     flag: tuple[str, ...] = ()
@@ -66,7 +67,11 @@ class Switch(_Frozen):
     help_mentions: tuple[str, ...] = ()
     since: Mark | None = None
     until: Mark | None = None
-    source: str
+    source: str = ""
+    # How much of the engine the switch turns off: 1 one kernel or backend swapped, 2 one feature off, 3 a
+    # whole mode (compilation, CUDA graphs, the engine generation). The narrowest passing switch is the
+    # workaround that costs the least.
+    breadth: Literal[1, 2, 3] = 2
     accepted_by: tuple[str, ...] = ()
     cpu: str | None = None
     note: str | None = None
@@ -108,7 +113,7 @@ class Switch(_Frozen):
 
     def option_names(self) -> tuple[str, ...]:
         """The option names in `flag`, without values ("--x=1" gives "--x")."""
-        return tuple(_name(t) for t in self.flag if _OPTION.match(t))
+        return tuple(option_name(t) for t in self.flag if _OPTION.match(t))
 
 
 class Catalogue(_Frozen):
@@ -152,7 +157,7 @@ def load() -> Catalogue:
     return parse(resources.files("abbisect.builtin").joinpath("switches.yaml").read_text(encoding="utf-8"))
 
 
-def _name(token: str) -> str:
+def option_name(token: str) -> str:
     """An option token's name: no "=value", underscores as dashes (vLLM accepts both spellings)."""
     name = token.split("=", 1)[0]
     dashes = len(name) - len(name.lstrip("-"))
@@ -171,7 +176,7 @@ def help_options(help_text: str) -> frozenset[str]:
         for part in invocation.split(", "):
             token = part.strip().split(" ", 1)[0]
             if _OPTION.match(token):
-                names.add(_name(token))
+                names.add(option_name(token))
     return frozenset(names)
 
 
@@ -179,12 +184,12 @@ def is_accepted(switch: Switch, help_text: str, declared: frozenset[str] | None 
     """Whether `help_text` shows the switch's spelling. Environment-only switches are never shown there."""
     declared = help_options(help_text) if declared is None else declared
     if switch.help_names:
-        ok = any(_name(n) in declared for n in switch.help_names if _OPTION.match(n))
+        ok = any(option_name(n) in declared for n in switch.help_names if _OPTION.match(n))
     elif switch.flag:
         ok = all(n in declared for n in switch.option_names())
     elif switch.removes_only:
         # Dropping an option is possible wherever the option exists.
-        ok = any(_matches(_name(n), p) for p in switch.replaces if _OPTION.match(p) for n in declared)
+        ok = any(_matches(option_name(n), p) for p in switch.replaces if _OPTION.match(p) for n in declared)
     else:
         return False
     return ok and all(m in help_text for m in switch.help_mentions)
@@ -211,8 +216,8 @@ def accepted(catalogue: Catalogue | Iterable[Switch], help_text: str, *, keep_en
 def _matches(name: str, pattern: str) -> bool:
     """Whether a (normalised) option name falls under a `replaces` pattern; a trailing "*" is a prefix."""
     if pattern.endswith("*"):
-        return name.startswith(_name(pattern[:-1]))
-    return name == _name(pattern)
+        return name.startswith(option_name(pattern[:-1]))
+    return name == option_name(pattern)
 
 
 def _env_matches(name: str, pattern: str) -> bool:
@@ -225,7 +230,7 @@ def _glued(token: str, short: str) -> bool:
         and not token.startswith("--")
 
 
-def _split(flags: Sequence[str]) -> list[list[str]]:
+def option_items(flags: Sequence[str]) -> list[list[str]]:
     """The flags as items: an option with the values that follow it, or a lone positional token."""
     items: list[list[str]] = []
     for token in flags:
@@ -240,7 +245,7 @@ def _hit(item: Sequence[str], patterns: Iterable[str]) -> bool:
     head = item[0]
     if not _OPTION.match(head):
         return False
-    name = _name(head)
+    name = option_name(head)
     return any(_matches(name, p) or _glued(head, p) for p in patterns if _OPTION.match(p))
 
 
@@ -248,13 +253,13 @@ def _contains(flags: Sequence[str], wanted: Sequence[str]) -> bool:
     """Whether the flags already hold `wanted` as one item (same option, same values)."""
     if not wanted:
         return True
-    want = [_name(wanted[0]) if _OPTION.match(wanted[0]) else wanted[0], *wanted[1:]]
-    for item in _split(flags):
-        have = [_name(item[0]) if _OPTION.match(item[0]) else item[0], *item[1:]]
+    want = [option_name(wanted[0]) if _OPTION.match(wanted[0]) else wanted[0], *wanted[1:]]
+    for item in option_items(flags):
+        have = [option_name(item[0]) if _OPTION.match(item[0]) else item[0], *item[1:]]
         if have == want:
             return True
         # "--x=v" against "--x v"
-        if "=" in item[0] and len(item) == 1 and [_name(item[0]), item[0].split("=", 1)[1]] == want:
+        if "=" in item[0] and len(item) == 1 and [option_name(item[0]), item[0].split("=", 1)[1]] == want:
             return True
     return False
 
@@ -269,7 +274,7 @@ def applicable(switch: Switch, launch_flags: Sequence[str], env: Mapping[str, st
     env = dict(env or {})
     option_patterns = [p for p in switch.replaces if _OPTION.match(p)]
     env_patterns = [p for p in switch.replaces if not _OPTION.match(p)]
-    items = _split(launch_flags)
+    items = option_items(launch_flags)
 
     if switch.removes_only:
         if not any(_hit(item, option_patterns) for item in items) and not any(

@@ -398,8 +398,31 @@ class BisectOptions(_Strict):
     # `revert` the bad end is built once more with the found commit reverted.
     confirm: Literal["auto", "always", "never"] = "auto"
     revert: bool = False
+    # (--narrow) at the found commit (a fix: its parent, the last broken one), run abbisect narrow and put
+    # the workaround table in bisect.md.
+    narrow: bool = False
     ends: Literal["first", "lazy"] = Field("first", description="first: test both ends before the search; "
                                            "lazy: only when the answer rests on them")
+
+
+class NarrowPassing(_Strict):
+    """A launch that passes, for `abbisect narrow` to find the smallest part of the difference that fails."""
+
+    flags: list[str] | None = Field(None, description="launch.flags of the passing launch (default: the recipe's)")
+    env: dict[str, str] | None = Field(None, description="env of the passing launch (default: the recipe's)")
+    pins: list[str] = Field(default=[], description="requirements installed after the engine in the passing launch")
+
+
+class NarrowOptions(_Strict):
+    """`abbisect narrow` (abbisect/narrow/): a passing launch to narrow against, the switches to try."""
+
+    passing: NarrowPassing | None = None
+    catalogue: bool = Field(True, description="try the built-in catalogue's switches for the engine")
+    # The recipe's own switches, in abbisect/builtin/switches.yaml's format (engine `command` for an engine
+    # abbisect has no adapter for); checked when abbisect narrow runs.
+    switches: list[dict[str, Any]] = []
+    help: list[str] = Field(default=[], description="argv printing the engine's options in the commit's venv "
+                            "({python}); default: the engine's own --help")
 
 
 class QueryOptions(_Strict):
@@ -476,6 +499,7 @@ class Recipe(_Strict):
     eval: Eval | None = None
     # A performance verdict: a pinned load measured in passes, the sides compared (abbisect/recipe/perf.py).
     perf: Perf | None = None
+    narrow: NarrowOptions = NarrowOptions()
     hardware: str = ""
 
     @field_validator("prompts", mode="before")
@@ -585,7 +609,8 @@ class Recipe(_Strict):
         so a recipe that does not use them keeps its key), and how many GPUs a trial sees (or whether it is
         pinned at all).
         What only names, places, schedules or presents a trial is out: `description`, `hardware`, `sides` (the
-        variable), `bisect` (how the search walks), `ab` (whether A and B run at once), `public_env`/`secret_env` (which values reports show),
+        variable), `bisect` (how the search walks), `narrow` (what abbisect narrow tries: each probe's own launch is
+        in the key), `ab` (whether A and B run at once), `public_env`/`secret_env` (which values reports show),
         which GPU numbers (placement; the machine key holds the GPU models), the slots' share of a GPU
         (`gpu_share`, placement too: the same commit answers the same prompts at temperature 0 whatever KV cache
         its budget buys; what too little memory can cause — a crash — is reused only from a run that gave the
@@ -607,6 +632,7 @@ class Recipe(_Strict):
                                                      "secret_env": True, "gpus": True, "gpu_slots": True,
                                                      "gpu_share": True, "verdict": {"script", "same_failure"},
                                                      "timeouts": True, "query": True, "repeats": True,
+                                                     "narrow": True,
                                                      "eval": EVAL_NOT_KEYED, "perf": PERF_NOT_KEYED})
         data["gpus"] = None if self.gpus is None else len(self.gpus)
         for section in ("eval", "perf"):  # absent: a recipe without them keeps the key it had before them

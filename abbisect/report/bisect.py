@@ -31,6 +31,8 @@ from abbisect.report.markdown import (
     render_ab,
     reproduce_block,
 )
+from abbisect.report.narrow import headline as narrow_headline
+from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
 from abbisect.report.perf import along_bisect, metric_table, told
 from abbisect.report.portable import Portable
 from abbisect.report.text import cell, code, details, table
@@ -198,6 +200,17 @@ def how_sure_block(run: BisectRun) -> list[str]:
     return lines
 
 
+def narrowing_block(run: BisectRun) -> list[str]:
+    """`--narrow`: which feature is to blame at the answer, and the workaround (abbisect narrow's tables)."""
+    n = run.narrowing
+    if n is None:
+        return []
+    where = f"`{n.rev.sha[:10]}`" + (" (the last broken commit)" if run.mode is Mode.FIX else " (the found commit)")
+    lines = [f"### Narrowed at {where}", "", f"**{narrow_headline(n)}**", "",
+             f"{len(n.probes)} probes, {n.launches} launches; every probe is in `narrow/` beside this report.", ""]
+    return lines + workaround_table(n, level=4) + minimal_block(n, level=4)
+
+
 def perf_block(run: BisectRun) -> list[str]:
     """A performance bisect: the found commit against its parent metric by metric (every launch of each), and
     the metric along the tested commits in the history's order."""
@@ -338,6 +351,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
         lines += [(f"{run.slots} slots on the {run.executor} executor ({with_ends}): {len(run.rounds)} "
                    f"rounds after the ends — time per round (commits tested): {per_round}."), ""]
     lines += how_sure_block(run)
+    lines += narrowing_block(run)
     ab = decisive_ab(run)
     if ab is not None and run.result is not None:
         several = any(len(s.trials) > 1 for s in run.steps if s.sha in (run.found_parent, run.result.first_new))
@@ -414,6 +428,7 @@ def bisect_json(run: BisectRun) -> dict:
             "steps": [{**dump(s, exclude={"result", "more"}), "launches": len(s.trials)} for s in run.steps],
             "launches": run.launches, "builds": run.builds, "failure": run.failure, "unstable": list(run.unstable),
             "confirmation": run.confirmation,
+            "narrowing": narrow_json(run.narrowing) if run.narrowing else None,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
             "releases": dump(run.releases) if run.releases else None,

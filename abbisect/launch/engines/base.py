@@ -29,6 +29,11 @@ class Adapter(Protocol):
 
     def facts(self, log_text: str) -> dict[str, object]: ...
 
+    def help_argv(self, recipe: Recipe, python: str) -> list[tuple[str, ...]]:
+        """Commands that print the engine's options in the commit's venv, the first that works wins (which
+        feature switches the commit accepts: abbisect/launch/switches.py)."""
+        ...
+
 
 def share_text(share: float) -> str:
     """A share as the engines' flags take it: 0.22, never 0.22000000000000003."""

@@ -24,5 +24,18 @@ def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -
     return LaunchPlan(argv, {}, http, ready.log if ready else None)
 
 
+def help_argv(recipe: Recipe, python: str) -> list[tuple[str, ...]]:
+    """The recipe's narrow.help, else its launch command up to its first long option or placeholder other
+    than {python}, with --help: `{python} -m toyengine.server --help`."""
+    if recipe.narrow.help:
+        return [tuple(fill(a, {"python": python}) for a in recipe.narrow.help)]
+    head = []
+    for a in recipe.launch.command:
+        if a.startswith("--") or ("{" in a and a != "{python}"):
+            break
+        head.append(fill(a, {"python": python}))
+    return [(*head, "--help")] if head else []
+
+
 def facts(log_text: str) -> dict[str, object]:
     return vllm_style_facts(log_text, r"API server version (\S+)")

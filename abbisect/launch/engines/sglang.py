@@ -22,6 +22,10 @@ def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -
     return LaunchPlan(argv, {}, ready.http if ready else "/health", ready.log if ready and ready.log else READY_LINE)
 
 
+def help_argv(recipe: Recipe, python: str) -> list[tuple[str, ...]]:
+    return [(python, "-m", "sglang.launch_server", "--help")]
+
+
 def facts(log_text: str) -> dict[str, object]:
     """SGLang logs `server_args=ServerArgs(...)` at start; its version only in some releases ("sglang
     version 0.4.6", "SGLang v0.5.2"), else the report takes it from the venv's fingerprint."""

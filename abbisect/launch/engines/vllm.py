@@ -24,6 +24,13 @@ def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -
     return LaunchPlan(argv, env, (ready.http if ready and ready.http else "/health"), ready.log if ready else None)
 
 
+def help_argv(recipe: Recipe, python: str) -> list[tuple[str, ...]]:
+    """`vllm serve --help=all` (since vLLM #24903 plain --help lists only the sections), else --help."""
+    cli = str(Path(python).parent / "vllm")
+    return [(cli, "serve", "--help=all"), (cli, "serve", "--help"),
+            (python, "-m", "vllm.entrypoints.openai.api_server", "--help")]
+
+
 # How vLLM states its version at start: "vLLM API server version 0.11.0" (up to 0.11), "vLLM server version
 # 0.32.0, serving model M" (later, with VLLM_DISABLE_LOG_LOGO or an unknown formatter), or the logo, whose
 # second line ends in "version 0.32.0" (bold when coloured). Every line may carry "(APIServer pid=N) INFO …".

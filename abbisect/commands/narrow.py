@@ -1,0 +1,95 @@
+"""`abbisect narrow`: at one commit, the smallest part of a failing launch to blame and the switches that make
+the failure go away (abbisect/narrow/)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from abbisect.cli import exit_code, exit_help
+from abbisect.commands.common import interrupted_hint, open_cache
+from abbisect.commands.options import (
+    cache_dir_option,
+    check_output_option,
+    json_option,
+    no_cache_option,
+    output_option,
+    recipe_argument,
+    verbosity_options,
+)
+from abbisect.infra.errors import UserError
+from abbisect.infra.progress import Final, Reporter
+from abbisect.infra.redact import Redactor
+from abbisect.recipe import load_recipe, recipe_path
+
+
+@click.command(epilog=exit_help("narrow"))
+@recipe_argument
+@click.option("--ref", default="HEAD", show_default=True, help="the commit whose failing launch is narrowed")
+@click.option("--pin", "pins", multiple=True, help="a requirement installed after the engine in the failing "
+              "launch (repeatable), e.g. deep-gemm==2.1.0")
+@click.option("--switches/--no-switches", default=True, show_default=True,
+              help="try the feature switches the commit accepts (the built-in catalogue and narrow.switches)")
+@click.option("--slots", type=click.IntRange(1, 64), default=None,
+              help="probes at once without GPUs (CPU engines); with GPUs, the recipe's gpus slots")
+@output_option()
+@cache_dir_option()
+@no_cache_option("run every probe even if the trial cache holds its launch", default=None)
+@json_option("print the result as JSON on stdout")
+@verbosity_options
+def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_json) -> None:
+    """Narrow a failing launch at one commit: which flags, variables or pins are to blame, and which feature
+    switch makes the failure go away.
+
+    The recipe's launch must fail at REF. With `narrow.passing` in the recipe (a launch that passes), delta
+    debugging finds a smallest set of the differences that still fails. With --switches (the default), each
+    feature switch of the engine's catalogue that this commit's --help declares (and narrow.switches, the
+    recipe's own) is tried on the failing launch; the ones that pass are the workarounds, narrowest first.
+    Every probe is a trial of the recipe's verdict; a finished probe comes from the trial cache when the same
+    command runs again.
+    """
+    from abbisect import checkout
+    from abbisect.infra.envelope import dumps
+    from abbisect.narrow.driver import Narrower
+    from abbisect.report.files import new_output_dir, write_results
+    from abbisect.report.narrow import headline, narrow_json, render_narrow
+    from abbisect.report.portable import reproduce_command
+    from abbisect.report.render import portable_for
+    from abbisect.trial.cache import TrialCache, machine_key
+    from abbisect.trial.executors import from_recipe
+
+    check_output_option(output)
+    path = recipe_path(recipe)
+    rec, _ = load_recipe(path)
+    if slots:
+        rec = rec.model_copy(update={"bisect": rec.bisect.model_copy(update={"slots": slots})})
+    if rec.narrow.passing is None and not switches:
+        raise UserError("nothing to narrow with: give narrow.passing in the recipe (a launch that passes), or "
+                        "leave --switches on")
+    red = Redactor.from_recipe(rec)
+    progress = red.guard(Reporter())
+    cache = open_cache(cache_dir, progress)
+    repo = checkout.open_repo(rec.engine.repo, cache)
+    rev = checkout.resolve(repo, ref)
+    out = new_output_dir(f"{rec.name}-narrow", output)
+    interrupted_hint(f"{out} holds the probes run before the interruption; the same command again takes every "
+                     "finished probe from the trial cache")
+    progress(f"narrow [bold]{rec.name}[/bold] at {rev.ref} ({rev.short}) → {out}")
+    trials = TrialCache(cache, machine_key(), enabled=not no_cache)
+    command = reproduce_command(sys.argv[1:], Path(path))
+    narrower = Narrower(rec, repo, rev, cache.root, out, trials.fetch, progress, from_recipe(rec), command)
+    run = narrower.narrow(use_switches=switches)
+    results = [(f"probe{p.n}", p.trials[0]) for p in run.probes if p.trials]
+    md = portable_for(rec, cache, repo, Path(path), out).text(render_narrow(run, command))
+    write_results(out, md, narrow_json(run), results, names=("narrow.md", "narrow.json"), redactor=red)
+    progress(Final(headline(run).replace("`", "")))
+    progress(Final(f"report: {out / 'narrow.md'}"))
+    if as_json:
+        click.echo(dumps("narrow", red.data(narrow_json(run))))
+    base = run.baseline
+    ending = "found" if run.found else "not-failing" if base is None or base.outcome != "bad" else "none-passed"
+    if ending != "found":
+        raise SystemExit(exit_code("narrow", ending))
+
