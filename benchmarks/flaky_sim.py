@@ -6,9 +6,8 @@ never. The rule mirrors abbisect/bisect/policies.py `settle_ends`, abbisect/bise
 `grow_ends`, abbisect/assess/flaky.py and abbisect/bisect/confirm.py, with `abbisect.stats.compare_rates` and
 `classify_rate` deciding and `abbisect.bisect.search` choosing the commits (git's midpoints and skip-away):
 
-- the ends get `launches` each, `launches` more each while compare_rates(old, new) is not "different", up to
-  the cap (`cap multiple` × launches), even after a "same" (as flaky.py's settle_ends does); not different at
-  the cap → no change (exit 3);
+- the ends get `launches` each, `launches` more each while compare_rates(old, new) is "not sure", up to the
+  cap (`cap multiple` × launches); "same", or not different at the cap → no change (exit 3);
 - a candidate gets `launches` and is classified with classify_rate against the ends' counts; while not sure:
   if an end has fewer launches than the candidate, the ends grow to the candidate's count (within the cap)
   and it is classified again; else `launches` more for the candidate, up to the cap; not sure at the cap →
@@ -107,9 +106,9 @@ def simulate(s: Setting, commits: int, culprit: int, streams: list[Commit], fres
     md, alpha, first, cap = s.min_difference, s.alpha, s.launches, s.cap
     old, new = counts[0], counts[-1]
     launched += old.launch(first) + new.launch(first)
-    while compare(old.pair, new.pair, md, alpha) is not Call.DIFFERENT:  # settle_ends
+    while (call := compare(old.pair, new.pair, md, alpha)) is not Call.DIFFERENT:  # settle_ends
         more = max(0, min(first, cap - min(old.n, new.n)))
-        if not more or min(old.n, new.n) >= cap:
+        if call is Call.SAME or not more or min(old.n, new.n) >= cap:
             return {"result": "no change", "launches": launched, "confirm": 0, "level": None}
         launched += old.launch(more) + new.launch(more)
     if new.k <= old.k:  # the old end worse: a fix, not what was planted

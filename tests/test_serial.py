@@ -27,7 +27,15 @@ from abbisect.verdict.rules import Verdict
 
 DATA = Path(__file__).parent / "data" / "v1"
 # Fields results and steps gained since these files were written, at the value an old result reads as.
-ADDED_SINCE_V1 = {"links": {}, "needed": True, "cut": False}  # cut: Completion.cut (ABBISECT_ANSWER_CAP_BYTES)
+ADDED_SINCE_V1 = {
+    "links": {}, "needed": True,
+    "cut": False,  # Completion.cut (ABBISECT_ANSWER_CAP_BYTES)
+    "pass_no": 0, "batch": 1, "copy": 0,  # Completion: which pass, at what concurrency, which copy of a prompt
+    "chunk": 0, "slot": None, "attempt": 0,  # TrialSpec: the eval part asked, the GPU slot, a repeat's launch
+    "assessment": {}, "more_a": [], "more_b": [], "same_commit": False,  # ABResult: repeats and their statistics
+    "more": [], "stats": {},  # Step: a commit's further launches and their statistics
+    "schema": "abbisect/run/v1",  # results.json names its format
+}
 
 
 def read(name: str) -> dict:

@@ -73,8 +73,8 @@ class Flaky:
             worse = Outcome.BAD if kn > ko else Outcome.GOOD
             return (Assessment(worse.inverted(), f"{rate_text(ko, no)}; {names} {cmp.describe()}", stats),
                     Assessment(worse, f"{rate_text(kn, nn)}; {names} {cmp.describe()}", stats))
-        more = self._more(min(no, nn))
-        same = Outcome.BAD if (ko or kn) else Outcome.GOOD  # alike: no change to search for
+        more = 0 if cmp.call.text == "same" else self._more(min(no, nn))  # alike: settled, no change to search for
+        same = Outcome.BAD if (ko or kn) else Outcome.GOOD
         why = f"{names} fail alike" if cmp.call.text == "same" else (
             f"not sure {names} differ after {min(no, nn)} launches")
         return (Assessment(same, f"{rate_text(ko, no)}; {why}: {cmp.describe()}", stats, more),
