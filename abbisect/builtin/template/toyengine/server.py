@@ -4,7 +4,8 @@ A request with "stream": true gets server-sent events, one per generated token. 
 "min_tokens") keeps the model generating to max_tokens. Pacing, read from the environment at start (each
 0 by default, as fast as the machine goes): TOYENGINE_PREFILL_SECONDS before a request's first token,
 TOYENGINE_TOKEN_SECONDS per token, both times a request's log-normal factor exp(N(0, TOYENGINE_NOISE_SIGMA)),
-drawn from TOYENGINE_NOISE_SEED when set, else from os.urandom.
+drawn from TOYENGINE_NOISE_SEED when set, else from os.urandom. The steps keep to a schedule from the
+request's start, so a busy host delays a token without stretching the ones after it.
 """
 
 import argparse
@@ -75,9 +76,16 @@ def set_timing(env):
     NOISE.seed(int(seed) if seed else int.from_bytes(os.urandom(8), "big"))
 
 
+SCHEDULE = threading.local()  # when the request being served is due to make its next step
+
+
 def pause(seconds):
-    if seconds > 0:
-        time.sleep(seconds)
+    """Wait out one step of the request's schedule: a wake-up that came late (a busy host) is taken off the
+    next wait instead of being added to every later step, as a GPU's steps do not stretch with the host."""
+    SCHEDULE.due = getattr(SCHEDULE, "due", time.monotonic()) + seconds
+    wait = SCHEDULE.due - time.monotonic()
+    if wait > 0:
+        time.sleep(wait)
 
 
 def paced(model, prompt, max_tokens, temperature, seed, min_tokens):
@@ -86,6 +94,7 @@ def paced(model, prompt, max_tokens, temperature, seed, min_tokens):
         factor = math.exp(NOISE.gauss(0.0, TIMING["sigma"])) if TIMING["sigma"] > 0 else 1.0
         STATE["in_flight"] += 1
     token_s = TIMING["token"] * factor
+    SCHEDULE.due = time.monotonic()
     try:
         pause(TIMING["prefill"] * factor)
         steps = model.steps(prompt, max_tokens, temperature, seed, min_tokens)
