@@ -1,6 +1,7 @@
 """The secret sweep: secrets of every kind planted in one toy-engine recipe, printed by the real server (a
 launch wrapper) and by a build step, through run, bisect (interrupted by SIGINT, then resumed), check, a run
-stopped by SIGTERM, a check killed by SIGKILL, and matrix; then every file under the result folders and the
+stopped by SIGTERM, a check killed by SIGKILL, narrow (two probes) and matrix (compare launches nothing and
+reads only files: nothing to print); then every file under the result folders and the
 cache, and every stdout and stderr, is searched for every long form of every secret and for each short one's
 NAME=value form: zero hits. And nothing structured was corrupted by masking: shas, folder names, the recipe's
 name, the prompts and their expect patterns, the bisect's answer and its resume, the exit codes.
@@ -82,7 +83,8 @@ def sweep(tmp_path_factory):
         env={"TLS_PRIVATE_KEY": PEM, "SPLIT_TOKEN": SPLIT, "HF_TOKEN": HF, "REF_SECRET": "${SWEEP_REF}",
              "DB_PASSWORD": SHORT, "MY_TOKEN": short, "LABEL": "${SWEEP_X}", "TOKENIZERS_PARALLELISM": "false",
              "ABBISECT_TEST_MARK": MARK, "TOYENGINE_REQUEST_SECONDS": "0.15"},
-        prompts=PROMPTS, verdict={"bad_if": ["degenerate", "crashed_at_startup"]}, bisect={"prefetch": 2})
+        prompts=PROMPTS, verdict={"bad_if": ["degenerate", "crashed_at_startup"]}, bisect={"prefetch": 2},
+        narrow={"passing": {"flags": ["--seed", "1"]}, "catalogue": False})
     recipe["launch"]["command"] = ["bash", "-c", WRAPPER, "{python}", "--host", "{host}", "--port", "{port}"]
     (root / "recipe").mkdir()
     path = write_recipe(root / "recipe" / "demo.yaml", recipe)  # the user's own file: not searched
@@ -178,6 +180,12 @@ def test_no_secret_in_any_file_or_stream_and_nothing_structured_corrupted(sweep)
     assert rc == 143
     rc = _interrupted(s, ["check", recipe, shas[2], "--no-cache"], r"query", signal.SIGKILL)
     assert rc == -signal.SIGKILL
+    # narrow at the bad commit against a launch with another seed: both probes' servers print the secrets
+    narrowed = json.loads(_cli(s, "narrow", recipe, "--ref", "v2", "--no-switches", "-o", str(work / "narrow"),
+                               "--json", expect=1).stdout)["data"]
+    assert [p["label"] for p in narrowed["probes"]][:2] == ["the recipe's launch", "narrow.passing"], narrowed
+    probe_logs = [p.read_text() for p in (work / "narrow").rglob("server.log")]
+    assert len(probe_logs) == 2 and all("DB_PASSWORD=*** MY_TOKEN=***" in log for log in probe_logs)
     matrix = work / "matrix"
     _cli(s, "matrix", str(work / "results"), str(bis), "-o", str(matrix), "--checks", "--trial-cache",
          "--no-plots", "--json", expect=0)
