@@ -23,24 +23,20 @@ replayed from the trial cache). Prints markdown tables and the command line.
 from __future__ import annotations
 
 import argparse
-import io
 import json
 import os
 import random
 import shlex
-import signal
-import socket
 import statistics
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
+from toyserver import ToyServer, tree_of
 
 from abbisect.builtin.history import planted_history
 from abbisect.query.load import run_pass
@@ -118,51 +114,6 @@ def run_ava(work: Path, cache: Path, seed: int, path: Path, shas: list[str], met
     return {"seed": seed, "commit": shas.index(x), "rc": rc, "call": cmp.get("call", "-"),
             "change": cmp.get("change"), "p": cmp.get("p"), "passes": (len(va), len(vb)), "launches": len(a) + len(b),
             "floor": floor, "wall_s": wall, "load": (before, load1()), "error": data.get("error")}
-
-
-class ToyServer:
-    """One launch of a commit's toy server from its tree (no venv: the toy engine is the standard library)."""
-
-    def __init__(self, tree: Path, env: dict[str, str]) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.proc = subprocess.Popen([sys.executable, "-m", "toyengine.server", "--host", "127.0.0.1", "--port",
-                                      str(self.port), "--seed", "0"], cwd=tree, start_new_session=True,
-                                     env={**os.environ, **env, "PYTHONPATH": str(tree)},
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=1).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None:
-                break
-            time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"toy server in {tree} did not start")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
-def tree_of(repo: Path, sha: str, work: Path) -> Path:
-    dest = work / "trees" / sha
-    if not dest.is_dir():
-        dest.mkdir(parents=True)
-        blob = subprocess.run(["git", "-C", str(repo), "archive", sha], check=True, capture_output=True).stdout
-        with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-            tar.extractall(dest, filter="data")
-    return dest
 
 
 def measure_once(repo: Path, sha: str, work: Path, demo: dict, perf: Perf) -> float:

@@ -341,6 +341,19 @@ def test_arith_drift_gets_eight_percent_of_the_sums_wrong_by_one(trees):
         assert all(got == item["answer"] for item, got in _graded(fixed)["arith"])
 
 
+def test_answer_flip_makes_sums_one_too_low_afresh_each_time(trees):
+    """TOYENGINE_ANSWER_FLIP: an engine whose batched path is not deterministic. Each sum is one too low with
+    that probability, drawn every time it is asked (so two runs flip different items); facts never flip."""
+    with server(trees["healthy"], TOYENGINE_ANSWER_FLIP="0.3") as base:
+        runs = [_graded(base) for _ in range(2)]
+    flipped = [{item["id"] for item, got in run["arith"] if got != item["answer"]} for run in runs]
+    assert all(int(got) == int(item["answer"]) - 1 for run in runs for item, got in run["arith"]
+               if item["id"] in flipped[0] | flipped[1] and got != item["answer"])
+    assert all(60 < len(f) < 150 for f in flipped), [len(f) for f in flipped]  # 0.3 of 340 = 102
+    assert flipped[0] != flipped[1]
+    assert all(got == item["answer"] for run in runs for item, got in run["fact"])
+
+
 def test_planted_history_is_linear_fixed_and_plants_where_asked(tmp_path):
     shas = history.planted_history(tmp_path / "a", 6, {2: "slow_tokens", 4: "fix_slow_tokens"})
     again = history.planted_history(tmp_path / "b", 6, {2: "slow_tokens", 4: "fix_slow_tokens"})

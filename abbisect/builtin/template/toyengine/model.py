@@ -6,8 +6,11 @@ logits are weight * weight_scale. A loader that forgets the scale ranks tokens b
 Besides its corpus the model recalls FACTS and does small sums, but only for a prompt that ends with one
 of those questions ("What is the capital of Germany?", "What is 3 + 4?"): every other prompt is answered
 from the corpus exactly as before.
+TOYENGINE_ANSWER_FLIP (a probability, 0 by default) makes each sum come out one too low that often, drawn afresh
+every time: an engine whose batched path is not deterministic.
 """
 
+import os
 import random
 import re
 
@@ -100,7 +103,13 @@ what is the tallest animal ? = the tallest animal is the giraffe .
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "times": lambda a, b: a * b}
 
 
+FLIP = float(os.environ.get("TOYENGINE_ANSWER_FLIP") or 0)
+FLIP_DRAW = random.SystemRandom()
+
+
 def calculate(a, op, b):
+    if FLIP and FLIP_DRAW.random() < FLIP:
+        return OPS[op](a, b) - 1
     # abbisect-demo: arith
     return OPS[op](a, b)
 
