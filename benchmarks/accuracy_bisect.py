@@ -30,8 +30,6 @@ import json
 import os
 import random
 import shlex
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +37,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from toyserver import ToyServer, tree_of
+from toylab import ToyServer, abbisect, load1, med, tree_of
 
 from abbisect.builtin.history import planted_history
 from abbisect.query.evals import EvalSet, ask_eval
@@ -48,9 +46,6 @@ from abbisect.recipe.eval import Eval
 ROOT = Path(__file__).resolve().parent.parent
 PARTS = ("bisect", "ava", "gate")
 
-
-def load1() -> float:
-    return os.getloadavg()[0]
 
 
 def section(args: argparse.Namespace) -> dict:
@@ -87,17 +82,6 @@ def history(work: Path, seed: int, n: int) -> tuple[Path, list[str], int]:
     repo = work / f"engine{seed}"
     return repo, planted_history(repo, n, {planted: "arith_drift"}), planted
 
-
-def abbisect(work: Path, cache: Path, *args: str) -> tuple[int, dict, float]:
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "abbisect", "-q", *args, "--json"], check=False, cwd=work,
-                          capture_output=True, text=True, env={**os.environ, "ABBISECT_CACHE_DIR": str(cache)})
-    wall = time.monotonic() - t0
-    try:
-        data = json.loads(proc.stdout)["data"]
-    except (ValueError, KeyError):
-        data = {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
-    return proc.returncode, data, wall
 
 
 def items_of(trials: list[dict]) -> int:
@@ -162,9 +146,6 @@ def run_gate(work: Path, seed: int, repo: Path, shas: list[str], planted: int, p
     return {"seed": seed, "planted": planted, "found": hi, "hit": hi == planted, "launches": launches,
             "good": good, "seen": seen, "wall_s": time.monotonic() - t0, "load": (before, load1())}
 
-
-def med(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.1f}" if xs else "—"
 
 
 def report(args: argparse.Namespace, rows: dict[str, list[dict]], wall: float, eval_section: dict) -> None:

@@ -28,7 +28,6 @@ import os
 import random
 import shlex
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from toyserver import ToyServer, tree_of
+from toylab import ToyServer, abbisect, load1, med, tree_of
 
 from abbisect.builtin.history import planted_history
 from abbisect.query.load import run_pass
@@ -48,9 +47,6 @@ ROOT = Path(__file__).resolve().parent.parent
 DEMO = ROOT / "recipes" / "perf-demo.yaml"
 PARTS = ("bisect", "ava", "naive")
 
-
-def load1() -> float:
-    return os.getloadavg()[0]
 
 
 def history(work: Path, seed: int, n: int) -> tuple[Path, list[str], int]:
@@ -72,17 +68,6 @@ def recipe(work: Path, repo: Path, seed: int, args: argparse.Namespace) -> tuple
     path.write_text(yaml.safe_dump(demo, sort_keys=False))
     return path, demo
 
-
-def abbisect(work: Path, cache: Path, *args: str) -> tuple[int, dict, float]:
-    t0 = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "abbisect", "-q", *args, "--json"], check=False, cwd=work,
-                          capture_output=True, text=True, env={**os.environ, "ABBISECT_CACHE_DIR": str(cache)})
-    wall = time.monotonic() - t0
-    try:
-        data = json.loads(proc.stdout)["data"]
-    except (ValueError, KeyError):
-        data = {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
-    return proc.returncode, data, wall
 
 
 def passes_of(trials: list[dict], metric: str) -> list[float]:
@@ -152,9 +137,6 @@ def fmt_load(rows: list[dict]) -> str:
     loads = [x for r in rows for x in r["load"]]
     return f"{min(loads):.2f}–{max(loads):.2f} (median {statistics.median(loads):.2f})" if loads else "—"
 
-
-def med(xs: list[float]) -> str:
-    return f"{statistics.median(xs):.1f}" if xs else "—"
 
 
 def report(args: argparse.Namespace, rows: dict[str, list[dict]], wall: float) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from abbisect.assess.base import Assessment, Sample
+from abbisect.assess.base import Assessment, Sample, ends_told
 from abbisect.infra.serial import dump, load
 from abbisect.query.evals import EvalRun, EvalSet, Pairing, pair
 from abbisect.recipe import Recipe
@@ -80,15 +80,10 @@ class Accuracy:
                     Assessment(Outcome.SKIP, f"{b.evidence}: no item answered on both sides"))
         cmp = self._compare(p)
         stats = {"ends": dump(cmp), "runs": p.n}
-        said = f"{names}: {cmp.describe()}"
-        if cmp.call is Call.DIFFERENT:
-            oa, ob = (Outcome.BAD, Outcome.GOOD) if cmp.difference > 0 else (Outcome.GOOD, Outcome.BAD)
-            return (Assessment(oa, f"{accuracy_text(ra)}; {said}", stats),
-                    Assessment(ob, f"{accuracy_text(rb)}; {said}", stats))
-        more = 0 if cmp.call is Call.SAME else self._more(min(len(old), len(new)))
+        more = 0 if cmp.call.settled else self._more(min(len(old), len(new)))
         why = f"{names} answer alike" if cmp.call is Call.SAME else f"not sure {names} differ"
-        return (Assessment(Outcome.GOOD, f"{accuracy_text(ra)}; {why}: {cmp.describe()}", stats, more),
-                Assessment(Outcome.GOOD, f"{accuracy_text(rb)}; {why}: {cmp.describe()}", stats, more))
+        return ends_told(cmp.call is Call.DIFFERENT, cmp.difference > 0, (accuracy_text(ra), accuracy_text(rb)),
+                         f"{names}: {cmp.describe()}", f"{why}: {cmp.describe()}", stats, more)
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         mine, g, b = eval_run(sample), eval_run(good), eval_run(bad)

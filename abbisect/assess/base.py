@@ -23,6 +23,18 @@ class Assessment:
     more: int = 0
 
 
+def ends_told(different: bool, a_worse: bool, texts: tuple[str, str], said: str, alike: str, stats: dict,
+              more: int) -> tuple[Assessment, Assessment]:
+    """Two ends (or sides) after a statistical comparison: when `different`, the worse one bad (`a_worse`) and
+    the other good, each told with `said`; else both good, told with `alike` (or why it is not sure), with
+    `more` trials each while not sure. `texts`: what each side measured."""
+    if different:
+        oa, ob = (Outcome.BAD, Outcome.GOOD) if a_worse else (Outcome.GOOD, Outcome.BAD)
+        return (Assessment(oa, f"{texts[0]}; {said}", stats), Assessment(ob, f"{texts[1]}; {said}", stats))
+    return (Assessment(Outcome.GOOD, f"{texts[0]}; {alike}", stats, more),
+            Assessment(Outcome.GOOD, f"{texts[1]}; {alike}", stats, more))
+
+
 class Assessor(Protocol):
     kind: str  # "rules", "flaky", …: what the report calls this way of judging
     relative: bool  # a candidate is judged against the ends' trials (so the ends are tested first)

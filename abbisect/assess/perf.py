@@ -9,7 +9,7 @@ Which end is bad is observed: the slower one (lower throughput, higher latency).
 
 from __future__ import annotations
 
-from abbisect.assess.base import Assessment, Sample
+from abbisect.assess.base import Assessment, Sample, ends_told
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better, unit
@@ -77,16 +77,11 @@ class Perf:
         va, vb = metric_values(old, self.metric), metric_values(new, self.metric)
         cmp = self._compare(va, vb)
         stats = {"ends": dump(cmp), "metric": self.metric, "runs": min(len(va), len(vb))}
-        said = f"{names}: {self.metric} {cmp.describe()}"
-        if cmp.call is Call.DIFFERENT:
-            worse = worse_side(cmp, self.metric)
-            oa, ob = (Outcome.BAD, Outcome.GOOD) if worse == "a" else (Outcome.GOOD, Outcome.BAD)
-            return (Assessment(oa, f"{self._said(va)}; {said}", stats),
-                    Assessment(ob, f"{self._said(vb)}; {said}", stats))
-        more = 0 if cmp.call is Call.SAME else self._more(min(len(old), len(new)))
+        more = 0 if cmp.call.settled else self._more(min(len(old), len(new)))
         why = f"{names} perform alike" if cmp.call is Call.SAME else f"not sure {names} differ"
-        return (Assessment(Outcome.GOOD, f"{self._said(va)}; {why}: {cmp.describe()}", stats, more),
-                Assessment(Outcome.GOOD, f"{self._said(vb)}; {why}: {cmp.describe()}", stats, more))
+        return ends_told(cmp.call is Call.DIFFERENT, worse_side(cmp, self.metric) == "a",
+                         (self._said(va), self._said(vb)), f"{names}: {self.metric} {cmp.describe()}",
+                         f"{why}: {cmp.describe()}", stats, more)
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         values = metric_values(sample, self.metric)

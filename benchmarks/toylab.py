@@ -1,13 +1,15 @@
-"""A toy-engine server started straight from a commit's tree, for benchmarks that compare abbisect with what a
-hand script does (one launch, one measurement a commit): no venv, no abbisect; the toy engine is the standard
-library."""
+"""What the toy-engine benchmarks share: abbisect's CLI run and read (`abbisect`), the load average, and a toy
+server started straight from a commit's tree (`ToyServer`), for the hand-script baselines that measure once a
+commit (no venv, no abbisect: the toy engine is the standard library)."""
 
 from __future__ import annotations
 
 import io
+import json
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tarfile
@@ -60,3 +62,26 @@ def tree_of(repo: Path, sha: str, work: Path) -> Path:
         with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
             tar.extractall(dest, filter="data")
     return dest
+
+
+def load1() -> float:
+    return os.getloadavg()[0]
+
+
+def abbisect(work: Path, cache: Path, *args: str) -> tuple[int, dict, float]:
+    """`python -m abbisect -q ARGS --json` in `work` with its own cache: exit code, the envelope's data (or
+    {"error": stderr's last line}) and the wall time."""
+    t0 = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "abbisect", "-q", *args, "--json"], check=False, cwd=work,
+                          capture_output=True, text=True, env={**os.environ, "ABBISECT_CACHE_DIR": str(cache)})
+    wall = time.monotonic() - t0
+    try:
+        data = json.loads(proc.stdout)["data"]
+    except (ValueError, KeyError):
+        data = {"error": (proc.stderr.strip().splitlines() or ["no output"])[-1]}
+    return proc.returncode, data, wall
+
+
+def med(xs: list[float]) -> str:
+    """The median to one decimal, or a dash for no values."""
+    return f"{statistics.median(xs):.1f}" if xs else "—"
