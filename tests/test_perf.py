@@ -51,11 +51,18 @@ def test_a_performance_ab_finds_the_planted_slowdown(tmp_path, cache_dir):
     assert (out / "perf.svg").read_text().startswith("<svg") and "Every pass of tpot_median" in md
 
 
-def test_a_vs_a_comes_out_same_and_says_the_noise_floor(tmp_path, cache_dir):
+def test_a_vs_a_is_never_different_and_says_the_noise_floor(tmp_path, cache_dir):
+    """Same on a quiet machine (benchmarks/RESULTS.md: 20 A-vs-As of 20). On a busy one (this suite beside an
+    engine on 2 cores) launches measured at different moments can differ by a few percent, and the honest
+    answer is not sure after the cap, with the passes that would settle it: never different."""
     data, out = _run(tmp_path, cache_dir, DEMO, "--a", "v1.0", "--b", "v1.0")
     assert data["same_commit"]
     cmp = data["assessment"]["comparison"]["comparison"]
-    assert cmp["call"] == "same", cmp
+    assert cmp["call"] in ("same", "unsure"), cmp
+    if cmp["call"] == "unsure":
+        passes = {s: sum(len(_passes(t)) for t in (data[s], *data[f"more_{s}"])) for s in "ab"}
+        assert passes == {"a": 30, "b": 30}, passes  # perf.max_passes of the demo, each side
+        assert "not sure" in (out / "report.md").read_text()
     assert {data["assessment"][s]["outcome"] for s in "ab"} == {"good"}
     md = (out / "report.md").read_text()
     assert "A-vs-A noise floor of tpot_median" in md and "Smallest change these settings find" in md
