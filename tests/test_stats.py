@@ -394,3 +394,18 @@ def test_results_are_frozen_and_json_friendly() -> None:
         assert "\n" not in r.describe()
         with pytest.raises(dataclasses.FrozenInstanceError):
             r.call = Call.SAME
+
+
+def test_a_candidate_nearly_different_from_the_end_it_resembles_is_not_sure():
+    """benchmarks/RESULTS.md's wrong answer: 7 failures in 36 against a good end at 0/30 and a bad end at 16/30
+    (high by chance) differs from the bad end and only nearly from the good one; it was called like good."""
+    from abbisect.stats import Side, classify_rate
+    from abbisect.stats.decide import near_floor
+
+    found = classify_rate(7, 36, good=(0, 30), bad=(16, 30), min_difference=0.15, alpha=0.01)
+    assert found.vs_bad.call.text == "different" and found.vs_good.call.text != "different"
+    assert found.vs_good.p <= near_floor(0.01) == 0.05
+    assert found.side is Side.UNSURE and "nearly from good" in found.evidence
+    # far from the good end's rate as well as the bad end's: no longer near, it is called
+    clear = classify_rate(1, 36, good=(0, 30), bad=(16, 30), min_difference=0.15, alpha=0.01)
+    assert clear.side is Side.LIKE_GOOD, clear.evidence
