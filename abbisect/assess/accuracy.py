@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from abbisect.assess.base import Assessment, Sample, ends_told
+from abbisect.assess.base import Assessment, Sample, ends_told, placed
 from abbisect.infra.serial import dump, load
 from abbisect.query.evals import EvalRun, EvalSet, Pairing, pair
 from abbisect.recipe import Recipe
 from abbisect.stats import PairedComparison, classify_paired, compare_paired
-from abbisect.stats.decide import Call, Side
+from abbisect.stats.decide import Call
 from abbisect.verdict.status import Outcome, Status
 
 # A trial of one of these statuses answered no item an accuracy can be told from.
@@ -102,14 +102,7 @@ class Accuracy:
         stats = {"runs": len(ids), "side": str(found.side), "vs_good": dump(found.vs_good),
                  "vs_bad": dump(found.vs_bad)}
         said = f"{accuracy_text(mine)} on {len(ids)} items"
-        if found.side is Side.LIKE_BAD:
-            return Assessment(Outcome.BAD, f"{said}: like the bad end ({found.evidence})", stats)
-        if found.side is Side.LIKE_GOOD:
-            return Assessment(Outcome.GOOD, f"{said}: like the good end ({found.evidence})", stats)
-        more = self._more(len(sample))
-        if more:
-            return Assessment(Outcome.SKIP, f"{said}: not sure yet ({found.evidence})", stats, more)
-        return Assessment(Outcome.SKIP, f"not sure with every item of the set: {said} ({found.evidence})", stats)
+        return placed(found, said, stats, self._more(len(sample)), f"not sure with every item of the set: {said}")
 
     def compare(self, a: Sample, b: Sample) -> dict:
         ra, rb = eval_run(a), eval_run(b)

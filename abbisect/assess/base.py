@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from abbisect.stats.decide import Classification, Side
 from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome
 
@@ -33,6 +34,19 @@ def ends_told(different: bool, a_worse: bool, texts: tuple[str, str], said: str,
         return (Assessment(oa, f"{texts[0]}; {said}", stats), Assessment(ob, f"{texts[1]}; {said}", stats))
     return (Assessment(Outcome.GOOD, f"{texts[0]}; {alike}", stats, more),
             Assessment(Outcome.GOOD, f"{texts[1]}; {alike}", stats, more))
+
+
+def placed(found: Classification, said: str, stats: dict, more: int, exhausted: str) -> Assessment:
+    """A candidate's assessment from where it stands between the ends: like the bad end → bad, like the good end
+    → good, else skipped for now with `more` trials to run, or (no more can be run) skipped for good with
+    `exhausted` saying why. `said`: what the candidate measured."""
+    if found.side is Side.LIKE_BAD:
+        return Assessment(Outcome.BAD, f"{said}: like the bad end ({found.evidence})", stats)
+    if found.side is Side.LIKE_GOOD:
+        return Assessment(Outcome.GOOD, f"{said}: like the good end ({found.evidence})", stats)
+    if more:
+        return Assessment(Outcome.SKIP, f"{said}: not sure yet ({found.evidence})", stats, more)
+    return Assessment(Outcome.SKIP, f"{exhausted} ({found.evidence})", stats)
 
 
 class Assessor(Protocol):

@@ -10,11 +10,10 @@ was rejected, it never became ready) is no observation: a commit with none is un
 
 from __future__ import annotations
 
-from abbisect.assess.base import Assessment, Sample
+from abbisect.assess.base import Assessment, Sample, placed
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.stats import RateComparison, classify_rate, compare_rates, wilson
-from abbisect.stats.decide import Side
 from abbisect.verdict.status import Outcome
 
 
@@ -88,14 +87,7 @@ class Flaky:
                               min_difference=self.min_difference, alpha=self.alpha)
         stats = {"failures": k, "runs": n, "side": str(found.side), "vs_good": dump(found.vs_good),
                  "vs_bad": dump(found.vs_bad)}
-        if found.side is Side.LIKE_BAD:
-            return Assessment(Outcome.BAD, f"{rate_text(k, n)}: like the bad end ({found.evidence})", stats)
-        if found.side is Side.LIKE_GOOD:
-            return Assessment(Outcome.GOOD, f"{rate_text(k, n)}: like the good end ({found.evidence})", stats)
-        more = self._more(n)
-        if more:
-            return Assessment(Outcome.SKIP, f"{rate_text(k, n)}: not sure yet ({found.evidence})", stats, more)
-        return Assessment(Outcome.SKIP, f"not sure after {n} launches: {rate_text(k, n)} ({found.evidence})", stats)
+        return placed(found, rate_text(k, n), stats, self._more(n), f"not sure after {n} launches: {rate_text(k, n)}")
 
     def compare(self, a: Sample, b: Sample) -> dict:
         cmp = self._compare(observations(a), observations(b))

@@ -9,12 +9,12 @@ Which end is bad is observed: the slower one (lower throughput, higher latency).
 
 from __future__ import annotations
 
-from abbisect.assess.base import Assessment, Sample, ends_told
+from abbisect.assess.base import Assessment, Sample, ends_told, placed
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better, unit
 from abbisect.stats import SampleComparison, classify_sample, compare_samples
-from abbisect.stats.decide import Call, Side
+from abbisect.stats.decide import Call
 from abbisect.verdict.status import Outcome
 
 
@@ -91,15 +91,8 @@ class Perf:
                                 min_effect=self.perf.min_effect, alpha=self.perf.alpha)
         stats = {"runs": len(values), "metric": self.metric, "side": str(found.side),
                  "vs_good": dump(found.vs_good), "vs_bad": dump(found.vs_bad)}
-        if found.side is Side.LIKE_BAD:
-            return Assessment(Outcome.BAD, f"{self._said(values)}: like the bad end ({found.evidence})", stats)
-        if found.side is Side.LIKE_GOOD:
-            return Assessment(Outcome.GOOD, f"{self._said(values)}: like the good end ({found.evidence})", stats)
-        more = self._more(len(sample))
-        if more:
-            return Assessment(Outcome.SKIP, f"{self._said(values)}: not sure yet ({found.evidence})", stats, more)
-        return Assessment(Outcome.SKIP, f"not sure after {len(values)} passes: {self._said(values)} "
-                          f"({found.evidence})", stats)
+        said = self._said(values)
+        return placed(found, said, stats, self._more(len(sample)), f"not sure after {len(values)} passes: {said}")
 
     def compare(self, a: Sample, b: Sample) -> dict:
         va, vb = metric_values(a, self.metric), metric_values(b, self.metric)
