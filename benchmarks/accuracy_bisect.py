@@ -31,15 +31,14 @@ import os
 import random
 import shlex
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
-from toylab import ToyServer, abbisect, load1, med, tree_of
+from toylab import ToyServer, abbisect, history, load1, med, run_seeds, seed_options, tree_of
 
-from abbisect.builtin.history import planted_history
 from abbisect.query.evals import EvalSet, ask_eval
 from abbisect.recipe.eval import Eval
 
@@ -76,11 +75,6 @@ def recipe(work: Path, repo: Path, seed: int, args: argparse.Namespace) -> Path:
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
 
-
-def history(work: Path, seed: int, n: int) -> tuple[Path, list[str], int]:
-    planted = random.Random(seed).randint(1, n - 1)
-    repo = work / f"engine{seed}"
-    return repo, planted_history(repo, n, {planted: "arith_drift"}), planted
 
 
 
@@ -184,40 +178,22 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict]], wall: float, e
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--commits", type=int, default=60, help="commits a history (the ends included)")
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--first-seed", type=int, default=0)
+    seed_options(ap, PARTS, commits=60)
     ap.add_argument("--flip", type=float, default=0.02, help="TOYENGINE_ANSWER_FLIP: a sum's chance to flip")
     ap.add_argument("--min-drop", type=float, default=0.05, help="eval.min_drop")
     ap.add_argument("--tolerance", type=float, default=0.02, help="the gate's allowed drop below the good end")
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"which of {','.join(PARTS)} to run")
-    ap.add_argument("--keep", type=Path, help="work here and keep it")
-    ap.add_argument("--json", type=Path, help="also write every row to this file")
     args = ap.parse_args()
-    parts = [p for p in args.parts.split(",") if p]
-    if unknown := set(parts) - set(PARTS):
-        ap.error(f"unknown part(s) {', '.join(sorted(unknown))}")
-    rows: dict[str, list[dict[str, Any]]] = {p: [] for p in parts}
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = args.keep or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        cache = work / "cache"
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
-            repo, shas, planted = history(work, seed, args.commits)
-            path = recipe(work, repo, seed, args)
-            for part in parts:
-                if part == "bisect":
-                    row = run_bisect(work, cache, seed, path, shas, planted)
-                elif part == "ava":
-                    row = run_ava(work, cache, seed, path, shas)
-                else:
-                    row = run_gate(work, seed, repo, shas, planted, path, args.tolerance)
-                rows[part].append(row)
-                print(f"<!-- {part} seed {seed}: {json.dumps(row, default=str)} -->", file=sys.stderr, flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(rows, indent=1, default=str))
-    report(args, rows, time.monotonic() - t0, section(args))
+
+    def setup(seed: int, work: Path, cache: Path) -> Callable[[str], dict[str, Any]]:
+        repo, shas, planted = history(work, seed, args.commits, "arith_drift")
+        path = recipe(work, repo, seed, args)
+        parts = {"bisect": lambda: run_bisect(work, cache, seed, path, shas, planted),
+                 "ava": lambda: run_ava(work, cache, seed, path, shas),
+                 "gate": lambda: run_gate(work, seed, repo, shas, planted, path, args.tolerance)}
+        return lambda part: parts[part]()
+
+    rows, wall = run_seeds(ap, args, PARTS, setup)
+    report(args, rows, wall, section(args))
 
 
 if __name__ == "__main__":

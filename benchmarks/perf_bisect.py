@@ -23,21 +23,19 @@ replayed from the trial cache). Prints markdown tables and the command line.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import random
 import shlex
 import statistics
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
-from toylab import ToyServer, abbisect, load1, med, tree_of
+from toylab import ToyServer, abbisect, history, load1, med, run_seeds, seed_options, tree_of
 
-from abbisect.builtin.history import planted_history
 from abbisect.query.load import run_pass
 from abbisect.query.measure import values, workload
 from abbisect.recipe.perf import Perf
@@ -48,12 +46,6 @@ DEMO = ROOT / "recipes" / "perf-demo.yaml"
 PARTS = ("bisect", "ava", "naive")
 
 
-
-def history(work: Path, seed: int, n: int) -> tuple[Path, list[str], int]:
-    """Seed's history: the planted position drawn from the seed (1..n-1: the first commit is the good end)."""
-    planted = random.Random(seed).randint(1, n - 1)
-    repo = work / f"engine{seed}"
-    return repo, planted_history(repo, n, {planted: "slow_tokens"}), planted
 
 
 def recipe(work: Path, repo: Path, seed: int, args: argparse.Namespace) -> tuple[Path, dict]:
@@ -198,40 +190,22 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict]], wall: float) -
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--commits", type=int, default=80, help="commits a history (the ends included)")
-    ap.add_argument("--seeds", type=int, default=20)
-    ap.add_argument("--first-seed", type=int, default=0)
+    seed_options(ap, PARTS, commits=80)
     ap.add_argument("--sigma", type=float, default=0.05, help="TOYENGINE_NOISE_SIGMA: log-normal noise a request")
     ap.add_argument("--token-seconds", type=float, default=0.002, help="TOYENGINE_TOKEN_SECONDS")
-    ap.add_argument("--parts", default=",".join(PARTS), help=f"which of {','.join(PARTS)} to run")
-    ap.add_argument("--keep", type=Path, help="work here (histories, recipes, results, the cache) and keep it")
-    ap.add_argument("--json", type=Path, help="also write every row to this file")
     args = ap.parse_args()
-    parts = [p for p in args.parts.split(",") if p]
-    if unknown := set(parts) - set(PARTS):
-        ap.error(f"unknown part(s) {', '.join(sorted(unknown))}")
     metric = yaml.safe_load(DEMO.read_text())["perf"]["metric"]
-    rows: dict[str, list[dict[str, Any]]] = {p: [] for p in parts}
-    t0 = time.monotonic()
-    with tempfile.TemporaryDirectory() as tmp:
-        work = args.keep or Path(tmp)
-        work.mkdir(parents=True, exist_ok=True)
-        cache = work / "cache"
-        for seed in range(args.first_seed, args.first_seed + args.seeds):
-            repo, shas, planted = history(work, seed, args.commits)
-            path, demo = recipe(work, repo, seed, args)
-            for part in parts:  # one at a time: they measure speed
-                if part == "bisect":
-                    row = run_bisect(work, cache, seed, path, shas, planted)
-                elif part == "ava":
-                    row = run_ava(work, cache, seed, path, shas, metric)
-                else:
-                    row = run_naive(work, seed, repo, shas, planted, demo)
-                rows[part].append(row)
-                print(f"<!-- {part} seed {seed}: {json.dumps(row, default=str)} -->", file=sys.stderr, flush=True)
-        if args.json:
-            args.json.write_text(json.dumps(rows, indent=1, default=str))
-    report(args, rows, time.monotonic() - t0)
+
+    def setup(seed: int, work: Path, cache: Path) -> Callable[[str], dict[str, Any]]:
+        repo, shas, planted = history(work, seed, args.commits, "slow_tokens")
+        path, demo = recipe(work, repo, seed, args)
+        parts = {"bisect": lambda: run_bisect(work, cache, seed, path, shas, planted),
+                 "ava": lambda: run_ava(work, cache, seed, path, shas, metric),
+                 "naive": lambda: run_naive(work, seed, repo, shas, planted, demo)}
+        return lambda part: parts[part]()
+
+    rows, wall = run_seeds(ap, args, PARTS, setup)
+    report(args, rows, wall)
 
 
 if __name__ == "__main__":
