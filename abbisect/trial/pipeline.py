@@ -246,8 +246,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
                 say(f"eval: {run.n_correct}/{run.n_graded} right" + (f", {run.n_errors} failed request(s)"
                                                                      if run.n_errors else ""))
                 if not server.alive():
-                    crash = {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode,
-                             "crash_prompt": None, "crash_after": None}
+                    crash = _crashed(server)
             if recipe.perf is not None and not crash:  # the pinned load, timed (abbisect/query/measure.py)
                 tp = time.monotonic()
                 extras["perf"] = measure(server.base_url, model or recipe.name, recipe.perf, recipe.api,
@@ -255,8 +254,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
                                          server.alive)
                 timings["perf"] = round(time.monotonic() - tp, 3)
                 if not server.alive():
-                    crash = {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode,
-                             "crash_prompt": None, "crash_after": None}
+                    crash = _crashed(server)
     finally:
         # Interrupted (Ctrl-C, SIGTERM): nobody waits for this server's answers, so it gets a short grace (an
         # engine that is still importing may ignore SIGTERM for the whole timeouts.teardown), and says so.
@@ -309,14 +307,21 @@ def _query(rec: TrialRecord, recipe: Recipe, server: launch.Server, prompts: lis
         outputs += [replace(o, pass_no=n) for o in run.outputs]
         if not server.alive():
             rec.outputs = tuple(outputs)
-            crash = {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode,
-                     "crash_prompt": label(run.in_flight, by_id.get(run.in_flight)) if run.in_flight else None,
-                     "crash_after": label(run.died_after, by_id.get(run.died_after)) if run.died_after else None}
+            crash = _crashed(server,
+                             label(run.in_flight, by_id.get(run.in_flight)) if run.in_flight else None,
+                             label(run.died_after, by_id.get(run.died_after)) if run.died_after else None)
             say(f"server exited (code {server.proc.returncode}) while serving"
                 + (f" prompt {crash['crash_prompt']}" if crash["crash_prompt"] else ""))
             return crash
     rec.outputs = tuple(outputs)
     return {}
+
+
+def _crashed(server: launch.Server, prompt: str | None = None, after: str | None = None) -> dict:
+    """The crash facts of a server that died while serving: its exit code, the prompt in flight and the one
+    answered last, where the query knows them (an eval or a perf pass does not say which item)."""
+    return {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode, "crash_prompt": prompt,
+            "crash_after": after}
 
 
 def _score(rec: TrialRecord, recipe: Recipe, prompts: list[tuple[str, Prompt]]) -> None:
