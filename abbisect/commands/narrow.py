@@ -83,11 +83,12 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     run = narrower.narrow(use_switches=switches)
     results = [(f"probe{p.n}", p.trials[0]) for p in run.probes if p.trials]
     md = portable_for(rec, cache, repo, Path(path), out).text(render_narrow(run, command))
-    write_results(out, md, narrow_json(run), results, names=("narrow.md", "narrow.json"), redactor=red)
+    data = narrow_json(run)
+    write_results(out, md, data, results, names=("narrow.md", "narrow.json"), redactor=red)
     progress(Final(headline(run).replace("`", "")))
     progress(Final(f"report: {out / 'narrow.md'}"))
     if as_json:
-        click.echo(dumps("narrow", red.data(narrow_json(run))))
+        click.echo(dumps("narrow", red.data(data)))
     base = run.baseline
     ending = "found" if run.found else "not-failing" if base is None or base.outcome != "bad" else "none-passed"
     if ending != "found":

@@ -4,7 +4,6 @@ cache when it holds that exact launch, else run now, at once on free slots when 
 
 from __future__ import annotations
 
-import os
 import queue
 import subprocess
 import threading
@@ -17,6 +16,7 @@ from pydantic import ValidationError
 from abbisect.assess import assessor_for
 from abbisect.checkout import Revision
 from abbisect.infra.errors import UserError
+from abbisect.infra.proc import scrubbed_env
 from abbisect.launch.engines import adapter
 from abbisect.launch.switches import Catalogue, Switch, accepted, applicable, load, option_items
 from abbisect.narrow.ddmin import Result, ddmin
@@ -199,7 +199,7 @@ class Narrower:
         for argv in adapter(self.recipe.engine.kind).help_argv(self.recipe, trial.env.python):
             try:
                 done = subprocess.run(list(argv), capture_output=True, text=True, timeout=HELP_TIMEOUT_S,
-                                      check=False, env=_help_env())
+                                      check=False, env=scrubbed_env({"COLUMNS": "200"}))
             except (OSError, subprocess.SubprocessError):
                 continue
             text = done.stdout + done.stderr
@@ -214,10 +214,6 @@ class Narrower:
         if self.executor is not None:
             self.executor.shutdown()
         return self.run
-
-
-def _help_env() -> dict[str, str]:
-    return {k: v for k, v in os.environ.items() if not k.startswith(("GIT_", "VIRTUAL_ENV"))} | {"COLUMNS": "200"}
 
 
 def minimal_deltas(run: NarrowRun) -> list[Delta]:
