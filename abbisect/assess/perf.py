@@ -9,6 +9,8 @@ Which end is bad is observed: the slower one (lower throughput, higher latency).
 
 from __future__ import annotations
 
+from statistics import median
+
 from abbisect.assess.base import Assessment, Sample, ends_told, placed
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
@@ -60,7 +62,7 @@ class Perf:
         return max(0, min(self.first, self.cap - launches))
 
     def _said(self, values: list[float]) -> str:
-        med = sorted(values)[len(values) // 2]
+        med = median(values)
         return f"{self.metric} {fmt(med, self.metric)} over {len(values)} passes"
 
     def alone(self, sample: Sample) -> Assessment:

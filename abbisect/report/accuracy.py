@@ -92,7 +92,7 @@ def text_table(cmp: PairedComparison, pairing: Pairing, labels: tuple[str, str],
 
 
 def accuracy_section(cmp: PairedComparison, pairing: Pairing, plan: PowerPlan | None = None,
-                     names: tuple[str, str] = ("A", "B"), level: int = 3) -> str:
+                     names: tuple[str, str] = ("A", "B"), level: int = 3, title: str = "Accuracy") -> str:
     """report.md's accuracy section: accuracy per side with intervals, the difference with its interval and
     p, the call, the power."""
     a, b = names
@@ -101,7 +101,7 @@ def accuracy_section(cmp: PairedComparison, pairing: Pairing, plan: PowerPlan | 
              f"{round(cmp.accuracy_a * cmp.n):,}/{cmp.n:,}", f"{len(pairing.errors_a):,}"],
             [b, _pct(cmp.accuracy_b), f"{_pct(cmp.ci_b[0])} – {_pct(cmp.ci_b[1])}",
              f"{round(cmp.accuracy_b * cmp.n):,}/{cmp.n:,}", f"{len(pairing.errors_b):,}"]]
-    lines = [heading(level, "Accuracy"), "", f"**{cell(headline(cmp, a, b), 400)}**", "",
+    lines = [heading(level, title), "", f"**{cell(headline(cmp, a, b), 400)}**", "",
              table(["side", "accuracy", f"{conf} interval (Wilson)", "right", "failed requests"], rows), "",
              (f"- difference {b} − {a}: **{_signed(cmp.difference)} points** {_interval(cmp.ci)} ({conf} paired "
               f"bootstrap); {cmp.lost:,} items lost, {cmp.gained:,} gained; exact McNemar {p_text(cmp.p_mcnemar)} "
@@ -147,12 +147,13 @@ def failed_requests(runs: Sequence[tuple[str, EvalRun]], limit: int = 2000, leve
     return "\n".join(out + ([table(["side", "item", "error"], rows)] if rows else ["none"]))
 
 
-def ab_accuracy(section: Eval, a: EvalRun, b: EvalRun, same_commit: bool, level: int = 3) -> str:
+def ab_accuracy(section: Eval, a: EvalRun, b: EvalRun, same_commit: bool, level: int = 3,
+                title: str = "Accuracy") -> str:
     """An A/B's accuracy section, from every item each side answered: the paired comparison, the power plan
     at the observed accuracy, and for an A-vs-A the items that flipped between two runs of one commit."""
     p = pair(a, b)
     if not p.n:
-        return f"{heading(level, 'Accuracy')}\n\nNo item was answered on both sides."
+        return f"{heading(level, title)}\n\nNo item was answered on both sides."
     cmp = compare_paired(p.a, p.b, min_change=section.min_drop, alpha=section.alpha,
                          baseline_flip_rate=section.flip_rate)
     plan = None
@@ -162,7 +163,7 @@ def ab_accuracy(section: Eval, a: EvalRun, b: EvalRun, same_commit: bool, level:
                                                             1 - section.flip_rate / 2))
         except ValueError:
             plan = None
-    text = accuracy_section(cmp, p, plan, level=level)
+    text = accuracy_section(cmp, p, plan, level=level, title=title)
     if same_commit:
         flips = len(p.lost) + len(p.gained)
         text += (f"\n- A-vs-A: {flips} of {p.n:,} items flipped between two runs of the same commit "

@@ -211,6 +211,12 @@ def narrowing_block(run: BisectRun) -> list[str]:
     return lines + workaround_table(n, level=4) + minimal_block(n, level=4)
 
 
+def in_history_order(run: BisectRun) -> list[Step]:
+    """The tested commits oldest first (the history's order; a commit it does not hold, last)."""
+    order = {sha: n for n, sha in enumerate(run.order)}
+    return sorted(run.steps, key=lambda s: order.get(s.sha, len(order)))
+
+
 def perf_block(run: BisectRun) -> list[str]:
     """A performance bisect: the found commit against its parent metric by metric (every launch of each), and
     the metric along the tested commits in the history's order."""
@@ -223,9 +229,8 @@ def perf_block(run: BisectRun) -> list[str]:
     if found in by_sha and run.found_parent in by_sha:
         lines += ["Parent (A) vs the found commit (B), every launch of the search:", "",
                   metric_table(perf, by_sha[run.found_parent].trials, by_sha[found].trials), ""]
-    order = {sha: n for n, sha in enumerate(run.order)}
-    steps = sorted((s for s in run.steps if s.result is not None), key=lambda s: order.get(s.sha, len(order)))
-    chart = along_bisect(perf, [(str(s.role).replace(" end", ""), s.sha, str(s.outcome), s.trials) for s in steps])
+    chart = along_bisect(perf, [(str(s.role).replace(" end", ""), s.sha, str(s.outcome), s.trials)
+                                for s in in_history_order(run) if s.result is not None])
     if chart:
         lines += [f"{perf.metric} along the tested commits, oldest first (the median of each commit's passes):",
                   "", "```text", chart, "```", ""]
@@ -244,11 +249,10 @@ def accuracy_block(run: BisectRun) -> list[str]:
     if found in by_sha and run.found_parent in by_sha:
         a, b = eval_run(by_sha[run.found_parent].trials), eval_run(by_sha[found].trials)
         if a is not None and b is not None:
-            lines += [ab_accuracy(section, a, b, False, level=3).replace("### Accuracy", "### Accuracy: parent (A) "
-                                                                          "vs the found commit (B)", 1), ""]
-    order = {sha: n for n, sha in enumerate(run.order)}
+            lines += [ab_accuracy(section, a, b, False, level=3,
+                                  title="Accuracy: parent (A) vs the found commit (B)"), ""]
     rows = [(str(s.role).replace(" end", ""), s.sha, str(s.outcome), r)
-            for s in sorted(run.steps, key=lambda s: order.get(s.sha, len(order))) if (r := eval_run(s.trials))]
+            for s in in_history_order(run) if (r := eval_run(s.trials))]
     if rows:
         lines += ["Accuracy of the tested commits, oldest first (every item each answered):", "",
                   accuracy_along(rows), ""]

@@ -12,6 +12,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from statistics import median
 
 import yaml
 
@@ -129,8 +130,8 @@ def launches_block(ab) -> str:
         if metric:  # a performance verdict: the launch's median of the metric
             from abbisect.assess.perf import fmt, metric_values
 
-            values = sorted(metric_values([t], metric))
-            said += f"; {fmt(values[len(values) // 2], metric)}" if values else "; not measured"
+            values = metric_values([t], metric)
+            said += f"; {fmt(median(values), metric)}" if values else "; not measured"
         if ab.recipe.get("eval"):  # an accuracy verdict: the items this launch answered
             from abbisect.assess.accuracy import accuracy_text, eval_run
 

@@ -4,6 +4,7 @@ an SVG of them), the noise floor of an A-vs-A, what disturbed the passes, and th
 from __future__ import annotations
 
 from collections.abc import Sequence
+from statistics import median
 
 from abbisect.assess.perf import fmt, metric_values
 from abbisect.recipe.perf import METRICS, SHOWN, Perf, better
@@ -15,15 +16,9 @@ from abbisect.trial.spec import TrialResult
 Trials = Sequence[TrialResult]
 
 
-def _median(values: Sequence[float]) -> float:
-    s = sorted(values)
-    n = len(s)
-    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
-
-
 def told(metric: str, values: Sequence[float]) -> str:
     """A trial's (or a commit's) metric in one line: `tpot_median 2.43 ms (median of 10 passes)`; "" without."""
-    return f"{metric} {fmt(_median(values), metric)} (median of {len(values)} passes)" if values else ""
+    return f"{metric} {fmt(median(values), metric)} (median of {len(values)} passes)" if values else ""
 
 
 def metric_table(perf: Perf, a: Trials, b: Trials) -> str:
@@ -35,7 +30,7 @@ def metric_table(perf: Perf, a: Trials, b: Trials) -> str:
         if not va or not vb:
             continue
         mark = "**" if metric == perf.metric else ""
-        side = [f"{fmt(_median(v), metric)} ({min(v):,.4g}–{max(v):,.4g})" for v in (va, vb)]
+        side = [f"{fmt(median(v), metric)} ({min(v):,.4g}–{max(v):,.4g})" for v in (va, vb)]
         if min(len(va), len(vb)) >= 3:
             cmp = compare_samples(va, vb, min_effect=perf.min_effect, alpha=perf.alpha)
             change = pct(cmp.change) + (f" [{pct(cmp.ci[0])}, {pct(cmp.ci[1])}]" if cmp.ci else "")
@@ -61,7 +56,7 @@ def strip(perf: Perf, a: Trials, b: Trials, width: int = 60) -> str:
         cells = [" "] * width
         for v in values:
             cells[min(int((v - lo) / span * (width - 1)), width - 1)] = "·"
-        cells[min(int((_median(values) - lo) / span * (width - 1)), width - 1)] = "|"
+        cells[min(int((median(values) - lo) / span * (width - 1)), width - 1)] = "|"
         return "".join(cells)
 
     scale = f"{fmt(lo, perf.metric)}".ljust(width // 2) + f"{fmt(hi, perf.metric)}".rjust(width - width // 2)
@@ -85,7 +80,7 @@ def svg(perf: Perf, a: Trials, b: Trials) -> str:
     for y, name, values, colour in ((45, "A", va, "#1f77b4"), (85, "B", vb, "#d62728")):
         parts.append(f'<text x="10" y="{y + 4}">{name}</text>')
         parts += [f'<circle cx="{x(v):.1f}" cy="{y}" r="3" fill="{colour}" fill-opacity="0.6"/>' for v in values]
-        m = x(_median(values))
+        m = x(median(values))
         parts.append(f'<line x1="{m:.1f}" y1="{y - 10}" x2="{m:.1f}" y2="{y + 10}" stroke="{colour}" '
                      'stroke-width="2"/>')
     parts += [f'<text x="{left}" y="120">{lo:,.4g}</text>',
@@ -151,7 +146,7 @@ def perf_section(perf: Perf, a: Trials, b: Trials, same_commit: bool, heading: s
 
 def along_bisect(perf: Perf, steps: Sequence[tuple[str, str, str, Trials]], width: int = 30) -> str:
     """The metric along the tested commits, in the history's order: (label, sha, verdict, trials) each."""
-    meds = [(label, sha, verdict, _median(v), len(v)) for label, sha, verdict, trials in steps
+    meds = [(label, sha, verdict, median(v), len(v)) for label, sha, verdict, trials in steps
             if (v := metric_values(trials, perf.metric))]
     if not meds:
         return ""
