@@ -20,7 +20,12 @@ from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.score import Divergence, diff_signatures, divergence
 from abbisect.trial.pipeline import run_trial
-from abbisect.trial.spec import Progress, TrialResult, trial_spec
+from abbisect.trial.spec import Progress, TrialResult, TrialSpec, trial_spec
+
+
+def same_commit(a: TrialSpec, b: TrialSpec) -> bool:
+    """An A-vs-A: both sides the same commit with the same pins (the noise of the measurement itself)."""
+    return a.sha == b.sha and a.pins == b.pins
 
 
 @dataclass(frozen=True)
@@ -52,7 +57,7 @@ class ABResult:
     @property
     def same_commit(self) -> bool:
         """An A-vs-A: both sides the same commit with the same pins (the noise of the measurement itself)."""
-        return self.a.spec.sha == self.b.spec.sha and self.a.spec.pins == self.b.spec.pins
+        return same_commit(self.a.spec, self.b.spec)
 
     def trials(self, side: str) -> tuple[TrialResult, ...]:
         return (self.a, *self.more_a) if side == "a" else (self.b, *self.more_b)
@@ -131,7 +136,7 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
     # An A-vs-A (the same commit and pins on both sides) judged by a rate or a sample: B's launches are
     # attempts of their own (A takes the even numbers, B the odd), so that B never replays A's observations
     # from the trial cache. With a rule on one trial the cached verdict is a fact about the commit, shared.
-    same = specs[0].sha == specs[1].sha and specs[0].pins == specs[1].pins and assessor.statistical
+    same = same_commit(*specs) and assessor.statistical
 
     def pair(k: int) -> list[TrialResult]:
         """The k-th launch of each side (A's first)."""
