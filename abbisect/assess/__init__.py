@@ -10,19 +10,26 @@ more). `failure.py` names how a trial fails, so a bisect can tell its bug from a
 
 from __future__ import annotations
 
-from abbisect.assess.accuracy import Accuracy
 from abbisect.assess.base import Assessor
-from abbisect.assess.flaky import Flaky
-from abbisect.assess.perf import Perf
-from abbisect.assess.rules import Rules
 from abbisect.recipe import Recipe
 
 
 def assessor_for(recipe: Recipe) -> Assessor:
     """How this recipe's commits are judged: by a performance metric's passes (`perf`), by paired accuracy on an
     eval set (`eval`), by a failure rate over several trials (`repeats`), else from one trial by the rules."""
+    # Each imported when chosen: the statistics (scipy) load only for a verdict that needs them.
     if recipe.perf is not None:
+        from abbisect.assess.perf import Perf
+
         return Perf(recipe)
     if recipe.eval is not None:
+        from abbisect.assess.accuracy import Accuracy
+
         return Accuracy(recipe)
-    return Flaky(recipe) if recipe.repeats.flaky else Rules()
+    if recipe.repeats.flaky:
+        from abbisect.assess.flaky import Flaky
+
+        return Flaky(recipe)
+    from abbisect.assess.rules import Rules
+
+    return Rules()

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-from abbisect.stats.decide import Classification, Side
 from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome
+
+if TYPE_CHECKING:  # the statistics load with the assessors that use them, not with the rules
+    from abbisect.stats.decide import Classification
 
 Sample = Sequence[TrialResult]  # every trial of one commit, in the order they ran
 
@@ -40,6 +42,8 @@ def placed(found: Classification, said: str, stats: dict, more: int, exhausted: 
     """A candidate's assessment from where it stands between the ends: like the bad end → bad, like the good end
     → good, else skipped for now with `more` trials to run, or (no more can be run) skipped for good with
     `exhausted` saying why. `said`: what the candidate measured."""
+    from abbisect.stats.decide import Side
+
     if found.side is Side.LIKE_BAD:
         return Assessment(Outcome.BAD, f"{said}: like the bad end ({found.evidence})", stats)
     if found.side is Side.LIKE_GOOD:

@@ -121,15 +121,9 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
 
 def run_bisect(req: BisectRequest) -> BisectRun | None:
     """The bisect the request asks for, run to its end and written to its folder (None after a dry run)."""
-    from abbisect.bisect.driver import Driver
-    from abbisect.bisect.model import BisectRun
-    from abbisect.bisect.oracle import Oracle
     from abbisect.bisect.state import resume
     from abbisect.bisect.variables import variable_for
     from abbisect.gpu.preflight import preflight
-    from abbisect.report.files import new_output_dir
-    from abbisect.trial.cache import TrialCache, machine_key
-    from abbisect.trial.executors import from_recipe
     from abbisect.trial.judges import make_judge
 
     resumed = resume(req.resume, req.recipe, req.given, req.flags, req.output) if req.resume else None
@@ -159,6 +153,14 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     if req.dry_run:
         click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
+    # The input is valid: what runs and reports a bisect loads now (a usage error never pays for it).
+    from abbisect.bisect.driver import Driver
+    from abbisect.bisect.model import BisectRun
+    from abbisect.bisect.oracle import Oracle
+    from abbisect.report.files import new_output_dir
+    from abbisect.trial.cache import TrialCache, machine_key
+    from abbisect.trial.executors import from_recipe
+
     old, new, bases = variable.order_ends(good_rev, bad_rev)
     out = resumed.out if resumed else new_output_dir(rec.name, req.output)
     cmd = resumed.command if resumed else shlex.join(["abbisect", *sys.argv[1:]])

@@ -48,14 +48,10 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     """
     import os
 
-    from abbisect.assess import assessor_for
     from abbisect.bisect.history import bisect_under_way, has_commit
     from abbisect.gpu.preflight import preflight
     from abbisect.infra.proc import is_git_var
-    from abbisect.trial.cache import TrialCache, machine_key
-    from abbisect.trial.judges import judging, make_judge
-    from abbisect.trial.pipeline import run_trial
-    from abbisect.trial.spec import trial_spec
+    from abbisect.trial.judges import make_judge
 
     check_output_option(output)
     under = bisect_under_way(dict(os.environ), Path.cwd()) if ref is None else None
@@ -75,6 +71,13 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     red = Redactor.from_recipe(rec)
     gpu_check = preflight(rec)  # before the cache: a GPU this machine lacks is one usage line (128)
     gpu_check.raise_if_unfit()
+    # The input is valid: what runs a trial loads now (a usage error never pays for it).
+    from abbisect.assess import assessor_for
+    from abbisect.trial.cache import TrialCache, machine_key
+    from abbisect.trial.judges import judging
+    from abbisect.trial.pipeline import run_trial
+    from abbisect.trial.spec import trial_spec
+
     progress = red.guard(Reporter())
     for note in gpu_check.notes:
         progress(f"note: {note}")

@@ -102,11 +102,7 @@ def compare(a: str, b: str | None, task: str | None, metric: str | None, filter_
             alpha: float, flip_rate: float, seed: int, as_json: bool) -> None:
     """Compare two per-item result files with the paired test (exact McNemar, Wilson intervals, a paired
     bootstrap): lm-eval --log_samples output or abbisect results. Launches nothing."""
-    from abbisect.infra.envelope import dumps
-    from abbisect.infra.serial import dump
     from abbisect.query.evals import pair
-    from abbisect.report.accuracy import headline, text_table
-    from abbisect.stats import compare_paired
 
     for spec in (a, b):  # both checked before either is read
         if spec is not None:
@@ -128,6 +124,12 @@ def compare(a: str, b: str | None, task: str | None, metric: str | None, filter_
         raise UserError(f"no item answered on both sides ({common:,} ids in common; A's are like "
                         f"{', '.join(i.id for i in run_a.items[:3])}, B's like "
                         f"{', '.join(i.id for i in run_b.items[:3])})")
+    # Both files are read and paired: the statistics load now (a usage error never pays for them).
+    from abbisect.infra.envelope import dumps
+    from abbisect.infra.serial import dump
+    from abbisect.report.accuracy import headline, text_table
+    from abbisect.stats import compare_paired
+
     cmp = compare_paired(paired.a, paired.b, min_change=min_change, alpha=alpha, baseline_flip_rate=flip_rate,
                          seed=seed)
     line = headline(cmp)

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import click
-import pandas as pd
 
 from abbisect.cli import exit_help
 from abbisect.commands.common import open_cache
@@ -126,6 +125,8 @@ def matrix(
     data = m.to_dict()
     (out / "matrix.md").write_text(render_matrix(m, [(cap, f"plots/{f}") for cap, f, _ in made]))
     (out / "matrix.json").write_text(json.dumps(data, indent=1))
+    import pandas as pd  # only here: `abbisect --help` imports every command
+
     pd.DataFrame([c.row() for c in m.cells]).to_csv(out / "matrix.csv", index=False)
     (out / "matrix.html").write_text(render_html(m, [(cap, png) for cap, _, png in made]))
     n = m.counts()

@@ -50,6 +50,15 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     Every probe is a trial of the recipe's verdict; a finished probe comes from the trial cache when the same
     command runs again.
     """
+    check_output_option(output)
+    path = recipe_path(recipe)
+    rec, _ = load_recipe(path)
+    if slots:
+        rec = rec.model_copy(update={"bisect": rec.bisect.model_copy(update={"slots": slots})})
+    if rec.narrow.passing is None and not switches:
+        raise UserError("nothing to narrow with: give narrow.passing in the recipe (a launch that passes), or "
+                        "leave --switches on")
+    # The input is valid: what runs and reports the probes loads now (a usage error never pays for it).
     from abbisect import checkout
     from abbisect.infra.envelope import dumps
     from abbisect.narrow.driver import Narrower
@@ -60,14 +69,6 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     from abbisect.trial.cache import TrialCache, machine_key
     from abbisect.trial.executors import from_recipe
 
-    check_output_option(output)
-    path = recipe_path(recipe)
-    rec, _ = load_recipe(path)
-    if slots:
-        rec = rec.model_copy(update={"bisect": rec.bisect.model_copy(update={"slots": slots})})
-    if rec.narrow.passing is None and not switches:
-        raise UserError("nothing to narrow with: give narrow.passing in the recipe (a launch that passes), or "
-                        "leave --switches on")
     red = Redactor.from_recipe(rec)
     progress = red.guard(Reporter())
     cache = open_cache(cache_dir, progress)

@@ -96,16 +96,9 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
         output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
         interactive: bool, expect: str | None, fail_if: str | None) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
-    from abbisect.ab import resolve_sides, run_ab
     from abbisect.commands.common import gpu_lines, open_cache
     from abbisect.gpu.preflight import preflight
-    from abbisect.infra.envelope import dumps
-    from abbisect.report.files import new_output_dir, write_results
-    from abbisect.report.portable import reproduce_command
-    from abbisect.report.render import ab_files
-    from abbisect.trial.judges import judging, make_judge
-    from abbisect.trial.pipeline import run_trial
-    from abbisect.trial.plan import render_plan
+    from abbisect.trial.judges import make_judge
 
     gates = parse_gate(expect, "--expect"), parse_gate(fail_if, "--fail-if")
     for option, given in (("--a", ref_a), ("--b", ref_b)):
@@ -127,10 +120,20 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     gpu_check = preflight(rec)  # before the cache: a GPU this machine lacks is one usage line
     if dry_run:
         from abbisect.infra.cache import cache_path  # a plan needs no cache, not even a writable one
+        from abbisect.trial.plan import render_plan
 
         click.echo(red.text("\n".join([render_plan(rec, refs, cache_path(cache_dir), pins), *gpu_lines(gpu_check)])))
         return
     gpu_check.raise_if_unfit()
+    # The input is valid: what runs and reports an A/B loads now (a usage error never pays for it).
+    from abbisect.ab import resolve_sides, run_ab
+    from abbisect.infra.envelope import dumps
+    from abbisect.report.files import new_output_dir, write_results
+    from abbisect.report.portable import reproduce_command
+    from abbisect.report.render import ab_files
+    from abbisect.trial.judges import judging
+    from abbisect.trial.pipeline import run_trial
+
     progress = red.guard(Reporter())
     for note in gpu_check.notes:
         progress(f"note: {note}")

@@ -19,8 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-
-import httpx
+from typing import TYPE_CHECKING
 
 from abbisect.infra import supervisor
 from abbisect.infra.cache import Cache
@@ -29,6 +28,9 @@ from abbisect.infra.progress import Status
 from abbisect.infra.redact import StreamMask
 from abbisect.launch.engines.base import LaunchPlan
 from abbisect.score.scanner import LineScanner
+
+if TYPE_CHECKING:
+    import httpx
 
 STATUS_EVERY_S = 5.0
 
@@ -104,6 +106,8 @@ def start(plan: LaunchPlan, env: dict[str, str], log_path: Path, cwd: Path, base
 
 def wait_ready(server: Server, plan: LaunchPlan, timeout: float, poll: float = 0.1,
                progress: Callable[[str], None] | None = None) -> ReadyOutcome:
+    import httpx  # loaded when a server is waited for, not by every command that names a trial
+
     deadline = server.started + timeout
     scanner = server.scanner
     next_status = server.started + STATUS_EVERY_S
@@ -125,6 +129,8 @@ def wait_ready(server: Server, plan: LaunchPlan, timeout: float, poll: float = 0
 
 
 def _http_ok(client: httpx.Client, url: str) -> bool:
+    import httpx
+
     try:
         return client.get(url).status_code == 200
     except httpx.HTTPError:

@@ -21,10 +21,12 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
-
-import httpx
+from typing import TYPE_CHECKING
 
 from abbisect.recipe import Prompt, Sampling
+
+if TYPE_CHECKING:  # loaded when a server is asked, not by every module that names a Completion
+    import httpx
 
 
 @dataclass(frozen=True)
@@ -88,6 +90,8 @@ def _deadline(client: httpx.Client) -> float | None:
 
 def served_model(client: httpx.Client, base_url: str, fallback: str) -> str:
     """The name the server expects in requests (vLLM rejects any other)."""
+    import httpx
+
     try:
         status, raw, cut = _request(client, "GET", f"{base_url}/v1/models", _deadline(client), answer_cap())
         data = json.loads(raw)["data"] if status < 400 and not cut else None
@@ -103,6 +107,8 @@ def ask(client: httpx.Client, base_url: str, api: str, model: str, prompt_id: st
     `messages` replaces the single user message of a chat request (an eval's few-shot turns); the
     completions API sends `prompt.prompt` as it is.
     """
+    import httpx
+
     body: dict = {"model": model, "max_tokens": sampling.max_tokens, "temperature": sampling.temperature,
                   "seed": sampling.seed, "top_p": sampling.top_p}
     if api == "chat":
@@ -231,6 +237,8 @@ def query_all(base_url: str, api: str, prompts: list[tuple[str, Prompt]], sampli
               repeat: int = 1, poll: float = 0.2) -> QueryRun:
     """Ask each (id, prompt), `repeat` times each, with up to `concurrency` requests open at once (1: in order,
     one after the other). `alive` says whether the server still runs."""
+    import httpx
+
     alive = alive or (lambda: True)
     jobs = [(pid, p, copy) for copy in range(repeat) for pid, p in prompts]
     done: dict[int, Completion] = {}

@@ -23,15 +23,16 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import httpx
+from typing import TYPE_CHECKING, Any
 
 from abbisect.infra.serial import load
 from abbisect.query.chat import CUT_MARK, NOT_SENT, ask, served_model
 from abbisect.recipe import Prompt, Sampling, eval_items
 from abbisect.recipe.eval import Eval, EvalItem
 from abbisect.score.answers import extract, graded, reference
+
+if TYPE_CHECKING:  # loaded when an eval is asked
+    import httpx
 
 ANSWER_KEEP = 4000  # characters of an output kept per item (results.json holds every item of every side)
 PROMPT_KEEP = 1000  # characters of an item's question kept, for the flipped items of outputs.md
@@ -189,6 +190,8 @@ class _Clients:
         self.made: list[httpx.Client] = []
 
     def get(self) -> httpx.Client:
+        import httpx
+
         client = getattr(self.local, "client", None)
         if client is None:
             client = self.local.client = httpx.Client(timeout=self.timeout)
@@ -227,6 +230,8 @@ def run_eval(base_url: str, model: str, eval_set: EvalSet, items: Sequence[EvalI
     few-shot draw and goes in each request; `timeout` bounds each request, connect to last byte; `alive`
     says whether the server still runs: once it does not, the items not yet sent are errors "not sent".
     """
+    import httpx
+
     sampling = Sampling(temperature=0.0, max_tokens=max_tokens, seed=seed)
     requests = [build_request(item, eval_set.shots(item, fewshot, seed)) for item in items]
     clients, flight = _Clients(timeout), _InFlight()

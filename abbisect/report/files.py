@@ -6,12 +6,14 @@ import json
 import shutil
 import time
 from pathlib import Path
-
-import pandas as pd
+from typing import TYPE_CHECKING
 
 from abbisect.infra.errors import UserError
 from abbisect.infra.redact import Redactor
 from abbisect.trial.spec import TrialResult
+
+if TYPE_CHECKING:  # pandas loads when a table is written, not when a command starts
+    import pandas as pd
 
 
 def new_output_dir(recipe_name: str, output: str | None) -> Path:
@@ -50,6 +52,8 @@ def new_output_dir(recipe_name: str, output: str | None) -> Path:
 
 
 def outputs_frame(results: list[tuple[str, TrialResult]]) -> pd.DataFrame:
+    import pandas as pd
+
     rows = []
     for side, r in results:
         for n, o in enumerate(r.outputs):
