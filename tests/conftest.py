@@ -1,21 +1,145 @@
-"""Shared fixtures: a toy-engine git history with a bug, its fix and ways to fail; one cache per session."""
+"""The test tiers and their guard; shared fixtures: a toy-engine git history with a bug, its fix and ways to
+fail; planted histories made once per session; one cache per session."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
+import shlex
 import signal
 import subprocess
 import sys
+import threading
 import uuid
 from pathlib import Path
 
 import pytest
 import yaml
 
-from abbisect.builtin.history import Commit, build_history
+from abbisect.builtin.history import Commit, build_history, planted_history
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
+
+# -- tiers ------------------------------------------------------------------------------------------------
+# The default `python3 -m pytest` is the fast tier: tests in process, plus the few marked `smoke` (one real
+# run of each command). The others run with `--tier NAME` (.ci/run runs them all); a test named by its node id
+# (tests/test_x.py::test_y) always runs, and `-m EXPR` without --tier selects by the expression alone.
+TIERS = ("cluster", "slow", "e2e")  # a test's tier: the first of its marks here, else fast
+# Marks that let a test start abbisect or an engine: the guard below fails any other test that does.
+MAY_START = {"e2e", "slow", "cluster", "smoke"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--tier", choices=("fast", *TIERS, "all"), default=None,
+                     help="which tier to run: fast (the default), e2e (the toy engine through the CLI or the "
+                          "pipeline), slow (real engines), cluster (a multi-node Ray cluster), or all")
+
+
+def tier_of(item: pytest.Item) -> str:
+    return next((t for t in TIERS if item.get_closest_marker(t)), "fast")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    tier = config.getoption("--tier")
+    if tier is None and config.getoption("markexpr"):
+        return
+    tier = tier or "fast"
+    named = [_node_id(config, a) for a in config.args if "::" in a]
+    keep, drop = [], []
+    for item in items:
+        wanted = tier == "all" or tier_of(item) == tier or any(
+            item.nodeid == n or item.nodeid.startswith((n + "::", n + "[")) for n in named)
+        (keep if wanted else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def _node_id(config: pytest.Config, arg: str) -> str:
+    """`tests/test_x.py::test_y` as pytest names it, from wherever the argument was given."""
+    path, _, rest = arg.partition("::")
+    try:
+        path = Path(path).resolve().relative_to(config.rootpath).as_posix()
+    except ValueError:
+        pass
+    return f"{path}::{rest}"
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    tier = config.getoption("--tier") or ("by -m" if config.getoption("markexpr") else "fast")
+    return f"abbisect tier: {tier} (others: --tier e2e | slow | cluster | all)"
+
+
+# The guard: what starts abbisect (its CLI, its supervisor, its trial runner, code that imports it), an engine
+# (the toy engine, vLLM, SGLang), a venv build or Ray. A test without one of MAY_START's marks that does so
+# fails, so slow tests cannot creep back into the fast tier.
+_MODULES = {"abbisect", "toyengine", "vllm", "sglang", "ray", "venv"}
+
+
+def starts_something(argv: list[str]) -> bool:
+    if not argv:
+        return False
+    prog = os.path.basename(argv[0])
+    if prog == "git":  # git itself is a fixture's tool; `git bisect run abbisect …` starts abbisect
+        rest = argv[argv.index("run") + 1:] if "run" in argv else []
+        return "bisect" in argv and starts_something(rest)
+    if prog in ("abbisect", "raylet", "gcs_server", "ray"):
+        return True
+    if prog == "uv":
+        return len(argv) > 1 and argv[1] in ("venv", "pip", "sync", "run")
+    if prog.startswith("python"):
+        for flag, value in itertools.pairwise(argv[1:]):
+            if flag == "-m":
+                return value.split(".")[0] in _MODULES
+            if flag == "-c":  # code that runs the CLI, a server or a trial (not a helper that takes a lock)
+                return bool(re.search(r"\babbisect\.(?:cli|launch|trial|ab|bisect|narrow)\b|\b(?:toyengine|vllm|"
+                                      r"sglang|ray)\b", value))
+        return any("/ray/" in a for a in argv[1:2])  # Ray's own workers
+    return False
+
+
+_guard = threading.local()
+_guard_state: dict = {"item": None, "starts": []}
+_popen_init = subprocess.Popen.__init__
+
+
+def _guarded_init(self, args, *rest, **kwargs):  # type: ignore[no-untyped-def]
+    item = _guard_state["item"]
+    if item is not None and not getattr(_guard, "inside", False):
+        if isinstance(args, (str, bytes, os.PathLike)):
+            text = os.fsdecode(args)
+            argv = shlex.split(text) if kwargs.get("shell") else [text]
+        else:
+            argv = [os.fsdecode(a) if isinstance(a, (bytes, os.PathLike)) else str(a) for a in args]
+        line = " ".join(argv)
+        if starts_something(argv) and not any(item.get_closest_marker(m) for m in MAY_START):
+            _guard_state["starts"].append(line[:200])
+            raise RuntimeError(f"this test starts {line[:120]!r} but is not marked e2e, slow, cluster or smoke")
+    _guard.inside = True  # Popen may call itself (a shell); judge the outer call only
+    try:
+        _popen_init(self, args, *rest, **kwargs)
+    finally:
+        _guard.inside = False
+
+
+subprocess.Popen.__init__ = _guarded_init  # type: ignore[method-assign]
+
+
+def _guarded(item: pytest.Item):  # type: ignore[no-untyped-def]
+    _guard_state["item"], _guard_state["starts"] = item, []
+    outcome = yield
+    _guard_state["item"] = None
+    if _guard_state["starts"] and outcome.excinfo is None:
+        # the code under test caught the guard's error: fail the test all the same
+        pytest.fail("started abbisect or an engine without an e2e/slow/cluster/smoke mark: "
+                    + "; ".join(_guard_state["starts"][:3]), pytrace=False)
+
+
+# Its fixtures too (a module's fixture that runs abbisect once for all its tests).
+pytest_runtest_setup = pytest.hookimpl(hookwrapper=True)(_guarded)
+pytest_runtest_call = pytest.hookimpl(hookwrapper=True)(_guarded)
 
 FIXTURE_HISTORY = [
     Commit("Initial engine", tag="healthy0"),
@@ -38,6 +162,23 @@ def engine_repo(tmp_path_factory) -> Path:
     repo = tmp_path_factory.mktemp("engine") / "toyengine"
     build_history(repo, FIXTURE_HISTORY)
     return repo
+
+
+@pytest.fixture(scope="session")
+def planted(tmp_path_factory):
+    """The toy engine's planted histories, each made once a session: `planted(n, {position: change})` →
+    (repo, shas). Tests that ask for the same history share it, and in the session cache its venvs and
+    trials; a test that changes a repository makes its own."""
+    made: dict[tuple, tuple[Path, list[str]]] = {}
+
+    def make(n: int, changes: dict[int, str]) -> tuple[Path, list[str]]:
+        key = (n, tuple(sorted(changes.items())))
+        if key not in made:
+            repo = tmp_path_factory.mktemp("planted") / "engine"
+            made[key] = (repo, planted_history(repo, n, changes))
+        return made[key]
+
+    return make
 
 
 @pytest.fixture(scope="session")
@@ -103,6 +244,34 @@ def marked_pids(mark: str) -> list[int]:
         except OSError:
             continue
     return pids
+
+
+def cli(*args: str, cwd: Path, cache: Path, env: dict | None = None, input: str | None = None,
+        timeout: float = 120):
+    """The CLI in this process (click's runner), for usage errors and other endings that start nothing: the
+    same exit code and lines as `abbisect(...)` gives, without an interpreter's start. A command still
+    running after `timeout` seconds fails the test instead of hanging the suite."""
+    import contextlib
+
+    from click.testing import CliRunner
+
+    from abbisect.cli import main
+
+    def late(*_) -> None:
+        raise TimeoutError(f"abbisect {shlex.join(args)} still running after {timeout:g} s")
+
+    handler = signal.getsignal(signal.SIGTERM)
+    alarm = signal.signal(signal.SIGALRM, late)
+    signal.setitimer(signal.ITIMER_REAL, timeout)
+    try:
+        with contextlib.chdir(cwd):
+            res = CliRunner().invoke(main, list(args), input=input, catch_exceptions=False, prog_name="abbisect",
+                                     env={"ABBISECT_CACHE_DIR": str(cache), **(env or {})})
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, alarm)
+        signal.signal(signal.SIGTERM, handler)  # the CLI makes SIGTERM unwind like Ctrl-C
+    return subprocess.CompletedProcess(["abbisect", *args], res.exit_code, res.stdout, res.stderr)
 
 
 def run_ab(tmp_path: Path, repo: Path, cache: Path, a: str, b: str, **overrides) -> tuple[dict, Path]:
