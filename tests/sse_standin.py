@@ -10,8 +10,9 @@ content chunks; ERROR sends an error event (OLDERROR in the older flat shape); G
 good order but without `data: [DONE]`; TRICKLE sends one byte every `trickle_s` for `trickle_for`
 seconds (never a whole event, so only a whole-request deadline ends it).
 
-Every body, its arrival time (time.perf_counter, the client's clock: the server runs in the test's
-process) and the most requests open at once are recorded.
+Every body, its arrival time and the time its answer was written in full (time.perf_counter, the client's
+clock: the server runs in the test's process), the most requests open at once and the trickles the client
+gave up on are recorded: events the tests order against the client's own records.
 """
 
 from __future__ import annotations
@@ -34,6 +35,9 @@ class Behaviour:
     piece: str = "tok "
     trickle_s: float = 0.05
     trickle_for: float = 20.0
+    # Answer nothing until this many requests are open (at most 10 s): whether a client sends later requests
+    # before earlier ones end is then an event, whatever the machine's load.
+    gate: int = 0
 
 
 @dataclass
@@ -41,9 +45,12 @@ class Seen:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
+    ends: dict[int, float] = field(default_factory=dict)  # body index → when its answer's last byte was written
+    trickles_cut: int = 0  # TRICKLE answers the client closed before the trickle was over
     open_now: int = 0
     peak: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    arrived: threading.Condition = field(default_factory=threading.Condition)
 
 
 def _prompt(body: dict[str, Any]) -> str:
@@ -74,12 +81,22 @@ class _Handler(BaseHTTPRequestHandler):
             self.seen.bodies.append(body)
             self.seen.paths.append(self.path)
             self.seen.arrivals.append(time.perf_counter())
+            number = len(self.seen.bodies) - 1
             self.seen.open_now += 1
             self.seen.peak = max(self.seen.peak, self.seen.open_now)
+        with self.seen.arrived:
+            self.seen.arrived.notify_all()
+            self.seen.arrived.wait_for(lambda: self.seen.open_now >= self.behaviour.gate, timeout=10)
         try:
             self._answer(body)
+            self.wfile.flush()
+            with self.seen.lock:
+                self.seen.ends[number] = time.perf_counter()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+            if "TRICKLE" in _prompt(body):
+                with self.seen.lock:
+                    self.seen.trickles_cut += 1
         finally:
             with self.seen.lock:
                 self.seen.open_now -= 1

@@ -45,6 +45,7 @@ def crash_repo(tmp_path_factory) -> tuple[Path, list[str]]:
     return repo, build_history(repo, CRASH_HISTORY)
 
 
+@pytest.mark.e2e
 def test_crash_while_serving_is_bad_and_names_the_prompt(tmp_path, crash_repo, cache_dir):
     repo, _ = crash_repo
     res, out = run_ab(tmp_path, repo, cache_dir, "good", "bad", prompts=PROMPTS)
@@ -67,6 +68,7 @@ def test_crash_while_serving_is_bad_and_names_the_prompt(tmp_path, crash_repo, c
     assert "p2 [long_context]" in md
 
 
+@pytest.mark.e2e
 def test_by_tag_order_sends_the_tagged_prompt_last(tmp_path, crash_repo, cache_dir):
     repo, _ = crash_repo
     tagged_first = [PROMPTS[2], PROMPTS[0], PROMPTS[1], PROMPTS[3]]
@@ -77,6 +79,7 @@ def test_by_tag_order_sends_the_tagged_prompt_last(tmp_path, crash_repo, cache_d
     assert b["launch"]["crash_prompt"] == "p3"
 
 
+@pytest.mark.e2e
 def test_bisect_finds_the_commit_that_crashes_while_serving(tmp_path, crash_repo, cache_dir):
     repo, shas = crash_repo
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, prompts=PROMPTS))
@@ -87,6 +90,7 @@ def test_bisect_finds_the_commit_that_crashes_while_serving(tmp_path, crash_repo
     assert res["mode"] == "regression" and res["first_new"] == shas[3]
 
 
+@pytest.mark.e2e
 def test_http_500_from_a_living_server_is_an_output_error(tmp_path, crash_repo, cache_dir):
     repo, _ = crash_repo
     res, _ = run_ab(tmp_path, repo, cache_dir, "good", "good", env={"TOYENGINE_FAIL_ON": "copper"})
@@ -98,6 +102,7 @@ def test_http_500_from_a_living_server_is_an_output_error(tmp_path, crash_repo, 
     assert [o["text"] != "" for o in b["outputs"]] == [True, True, True, False]
 
 
+@pytest.mark.e2e
 def test_a_server_that_daemonizes_a_child_is_torn_down(tmp_path, crash_repo, cache_dir, test_mark):
     repo, _ = crash_repo
     mark = test_mark
@@ -118,6 +123,7 @@ def _wait_for(pred, timeout: float) -> bool:
     return False
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("stage", ["build", "ready", "query"])
 @pytest.mark.parametrize("victims", ["abbisect", "abbisect and its watchdog"])
 def test_sigkill_at_each_stage_leaves_no_server(tmp_path, crash_repo, cache_dir, stage, victims, test_mark):
@@ -197,6 +203,8 @@ def test_capped_log_keeps_head_and_tail_and_scans_everything(tmp_path):
     assert scanner.ready_seen.is_set() and scanner.last_line == "INFO last line"
 
 
+@pytest.mark.alone
+@pytest.mark.e2e
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
 def test_a_signal_during_bisect_stops_background_builds(tmp_path, crash_repo, cache_dir, sig, code, test_mark):
     repo, _ = crash_repo
@@ -219,13 +227,14 @@ def test_a_signal_during_bisect_stops_background_builds(tmp_path, crash_repo, ca
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == code, proc.stderr.read()
-    assert took < 10, f"exit took {took:.1f} s"
+    assert took < 60, f"exit took {took:.1f} s"  # not the builds' 120 s
     assert _wait_for(lambda: not marked_pids(mark), 5), [_cmdline(p) for p in marked_pids(mark)]
 
 
 BUILD_ERROR = "echo 'kernel.cuh(9): error: static assertion failed with \"Invalid kNumWeightsInReg\"'; exit 1"
 
 
+@pytest.mark.e2e
 def test_a_failed_build_still_shows_its_signatures(tmp_path, crash_repo, cache_dir):
     repo, _ = crash_repo
     install = {"strategy": "command", "env": {"MARK": uuid.uuid4().hex},
@@ -258,6 +267,7 @@ def test_verdict_crash_while_serving_comes_before_errors_and_request_errors_are_
     assert skipped.outcome == "skip"
 
 
+@pytest.mark.e2e
 def test_a_long_wait_for_ready_says_how_long_and_what_the_server_printed_last(tmp_path, crash_repo, cache_dir):
     repo, _ = crash_repo
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo, sides={"a": "good", "b": "good"},
@@ -337,6 +347,7 @@ print(f"build steps failed: {failed}")
 '''
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("what", ["server", "build step", "server, raised", "server, SIGTERM", "build step, SIGTERM",
                                   "build step, ignored"])
 def test_ctrl_c_while_a_child_starts_never_leaves_it_running(tmp_path, what):
@@ -357,6 +368,7 @@ def test_ctrl_c_while_a_child_starts_never_leaves_it_running(tmp_path, what):
         assert lines[1] == "build steps failed: []", out.stdout
 
 
+@pytest.mark.e2e
 def test_a_supervisor_told_to_stop_as_it_starts_the_server_ends_it(tmp_path, test_mark):
     """SIGTERM reaches the supervisor while it starts the server (a stopped trial's process group is signalled
     at once): it ends the server it has just started instead of dying before it can."""

@@ -1,14 +1,15 @@
 """The load generator against a real HTTP server with known timings (tests/sse_standin.py, in a thread).
 
-Tolerances: the stand-in's sleeps overshoot by a fraction of a millisecond; the client adds its own
-parsing and the loop's scheduling, on a machine whose two cores other work shares (eight server threads
-and the client then wait for each other: one request in a pass has been seen 60 ms late). Lower bounds are
-tight, as a timing can't be shorter than the server's sleep; upper bounds are tight on medians and loose
-on single requests.
+Every check holds on a machine as busy as it gets: a timing is bounded below by the server's sleeps (it
+can't be shorter), and above only by events — what the server recorded (when each answer was written in full,
+how many requests it had open at once) and what the client's own records must add up to (intervals of one
+slot don't overlap, a pass's requests lie inside its wall time). How close the timings come to the sleeps on a
+quiet machine is what benchmarks measure, not tests.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -20,9 +21,6 @@ import pytest
 from sse_standin import Behaviour, StandIn
 
 from abbisect.query.load import CUT_MARKER, TEXT_CAP, VOCABULARY, Summary, Workload, run_pass, schedule
-
-SLACK = 0.04  # seconds a median may exceed the server's sleeps
-LOOSE = 0.12  # ... and any one request
 
 
 @pytest.fixture
@@ -49,40 +47,40 @@ def test_ttft_tpot_itl_e2e_match_the_servers_sleeps(standin, api):
     assert result.errors == 0 and result.completed == 4
     for r in result.records:
         assert r.ok and r.output_tokens == 8 and r.content_chunks == 8
-        assert 0.15 <= r.ttft_s <= 0.15 + LOOSE
-        assert 0.36 <= r.e2e_s <= 0.36 + LOOSE
-        assert abs(r.tpot_s - 0.03) <= LOOSE / 7  # a late first chunk shortens it
+        assert 0.15 <= r.ttft_s < r.e2e_s and r.e2e_s >= 0.36  # the role chunk is no token; the sleeps bound below
         # one gap may be short when the chunk before it was read late; together they span the decode
-        assert len(r.itl_s) == 7 and all(0 < gap <= 0.03 + LOOSE for gap in r.itl_s)
+        assert len(r.itl_s) == 7 and all(gap > 0 for gap in r.itl_s)
         assert math.isclose(sum(r.itl_s), r.e2e_s - r.ttft_s)
         assert math.isclose(r.tpot_s, (r.e2e_s - r.ttft_s) / 7)
         assert r.text == "tok " * 8 and not r.text_cut and r.finish_reason == "length"
-    assert 0.029 <= result.itl.median <= 0.033 and result.itl.n == 28
-    assert 0.029 <= result.tpot.median <= 0.03 + SLACK / 7
-    assert 0.15 <= result.ttft.median <= 0.15 + SLACK
-    assert 0.36 <= result.e2e.median <= 0.36 + SLACK
+    assert result.itl.n == 28 and result.ttft.n == result.e2e.n == 4
+    assert result.ttft.median >= 0.15 and result.e2e.median >= 0.36
     assert result.output_tokens == 32
     assert math.isclose(result.output_throughput, 32 / result.wall_s)
     assert math.isclose(result.request_throughput, 4 / result.wall_s)
-    # two at a time, two rounds of 0.36 s
-    assert 0.72 <= result.wall_s <= 0.72 + 2 * LOOSE
+    # two slots: two rounds of 0.36 s at least, and no more request time than two slots hold
+    assert result.wall_s >= 0.72 and sum(r.e2e_s for r in result.records) <= 2 * result.wall_s
+    assert server.seen.peak <= 2
 
 
 def test_concurrency_eight_runs_the_requests_at_once(standin):
-    """8 requests of 0.2 s: one at a time takes 1.6 s, eight at a time 0.2 s; each request's own
-    latency is 0.2 s in both (waiting for a slot is not server time)."""
-    server = standin(Behaviour(first_sleep=0.2, tokens=1))
+    """8 requests of 0.2 s: one at a time takes 1.6 s at least, eight at a time are all open at once; each
+    request's own latency is its own (waiting for a slot is not server time): one at a time, the requests'
+    latencies are disjoint intervals inside the pass, so they add up to no more than its wall time."""
     walls, peaks = {}, {}
     for cap in (1, 8):
-        server.seen.peak = 0
-        result = run_pass(server.url, "m", Workload(requests=8, prompts=("x",), max_concurrency=cap), timeout=10)
+        # eight at a time: the server answers none until all eight are open (an event, not a race)
+        server = standin(Behaviour(first_sleep=0.2, tokens=1, gate=cap))
+        result = run_pass(server.url, "m", Workload(requests=8, prompts=("x",), max_concurrency=cap), timeout=20)
         assert result.completed == 8
-        assert all(0.2 <= r.e2e_s <= 0.2 + LOOSE for r in result.records)
-        assert result.e2e.median <= 0.2 + SLACK
+        assert all(r.e2e_s >= 0.2 for r in result.records)
         walls[cap], peaks[cap] = result.wall_s, server.seen.peak
+        if cap == 1:
+            order = sorted(result.records, key=lambda r: r.sent_s)
+            assert all(b.sent_s >= a.sent_s + a.e2e_s for a, b in itertools.pairwise(order))
+            assert sum(r.e2e_s for r in result.records) <= result.wall_s
     assert peaks == {1: 1, 8: 8}
-    assert 1.6 <= walls[1] <= 1.6 + 8 * SLACK
-    assert 0.2 <= walls[8] <= 0.2 + LOOSE
+    assert walls[1] >= 1.6
 
 
 def test_poisson_schedule_is_seeded_and_has_the_rate():
@@ -108,11 +106,11 @@ def test_requests_are_sent_on_the_seeded_schedule(standin):
         assert result.completed == 8
         runs.append(result)
         assert [r.scheduled_s for r in result.records] == list(schedule(w))
-        late = [r.sent_s - r.scheduled_s for r in result.records]
-        assert min(late) >= 0 and statistics.median(late) <= 0.01 and max(late) <= LOOSE / 2
-        arrivals = server.seen.arrivals[first:]
-        off = np.abs(np.diff(arrivals) - np.diff(schedule(w)))
-        assert np.median(off) <= 0.01 and off.max() <= LOOSE / 2
+        assert all(r.sent_s >= r.scheduled_s for r in result.records)  # never early; late only by the load
+        # sent in the schedule's order, and the server saw them in that order
+        assert [r.index for r in sorted(result.records, key=lambda r: r.sent_s)] == list(range(8))
+        assert len(server.seen.arrivals[first:]) == 8 and server.seen.arrivals[first:] == sorted(
+            server.seen.arrivals[first:])
     assert [r.scheduled_s for r in runs[0].records] == [r.scheduled_s for r in runs[1].records]
     other = run_pass(server.url, "m", Workload(requests=8, prompts=("x",), request_rate=25, seed=4), timeout=10)
     assert [r.scheduled_s for r in other.records] != [r.scheduled_s for r in runs[0].records]
@@ -121,31 +119,34 @@ def test_requests_are_sent_on_the_seeded_schedule(standin):
 def test_a_rate_launches_requests_whatever_the_earlier_ones_do(standin):
     """At 50 requests/s with answers of 0.5 s, later requests go out before the first ones end; a
     concurrency cap as well makes arrivals wait for a slot."""
-    server = standin(Behaviour(first_sleep=0.5, tokens=1))
     w = Workload(requests=6, prompts=("x",), request_rate=50, seed=1)
-    assert schedule(w)[-1] < 0.3  # so all six are due while the first is still open
-    result = run_pass(server.url, "m", w, timeout=10)
-    assert result.completed == 6 and server.seen.peak == 6
-    assert all(r.sent_s - r.scheduled_s <= LOOSE / 2 for r in result.records)
-    assert result.wall_s <= schedule(w)[-1] + 0.5 + LOOSE
+    # The server answers none until all six are open: a client that waited for an answer before sending
+    # the next request would leave it at one open.
+    gated = standin(Behaviour(first_sleep=0.5, tokens=1, gate=6))
+    result = run_pass(gated.url, "m", w, timeout=20)
+    assert result.completed == 6 and gated.seen.peak == 6  # all six open at once
+    assert all(r.sent_s >= r.scheduled_s for r in result.records)
 
-    server.seen.peak = 0
+    server = standin(Behaviour(first_sleep=0.5, tokens=1))
     capped = run_pass(server.url, "m", Workload(requests=6, prompts=("x",), request_rate=50, seed=1,
                                                  max_concurrency=2), timeout=10)
     assert capped.completed == 6 and server.seen.peak == 2
     assert max(r.sent_s for r in capped.records) >= 1.0  # the 5th and 6th waited two rounds
-    assert 1.5 <= capped.wall_s <= 1.5 + 3 * LOOSE
+    assert capped.wall_s >= 1.5 and all(r.e2e_s >= 0.5 for r in capped.records)
 
 
 def test_warmup_requests_are_sent_first_and_not_counted(standin):
     server = standin(Behaviour(first_sleep=0.1, tokens=1))
     w = Workload(requests=4, input_words=5, max_concurrency=1, warmup=3, seed=2)
     result = run_pass(server.url, "m", w, timeout=10)
+    after = time.perf_counter()
     texts = w.texts()
     assert len(server.seen.bodies) == 7
     assert [b["messages"][0]["content"] for b in server.seen.bodies] == texts  # warm-up first, in order
     assert [r.index for r in result.records] == [0, 1, 2, 3] and result.completed == 4
-    assert 0.4 <= result.wall_s <= 0.4 + 2 * LOOSE  # four measured requests of 0.1 s, not seven
+    # The wall time is the four measured requests' (0.4 s at least), and it starts after the last warm-up
+    # answer was written: it fits between that event and the pass's return.
+    assert 0.4 <= result.wall_s <= after - server.seen.ends[2]
     assert result.warmup_errors == 0
 
 
@@ -183,14 +184,17 @@ def test_errors_are_counted_apart_and_carry_no_timings(standin):
 def test_a_trickling_server_is_cut_at_the_whole_request_deadline(standin):
     """A byte every 0.05 s never trips a per-read timeout; the whole-request deadline of 1 s ends it."""
     server = standin(Behaviour(trickle_s=0.05, trickle_for=20))
-    t0 = time.perf_counter()
     result = run_pass(server.url, "m", Workload(requests=2, prompts=("TRICKLE", "ok"), max_concurrency=2),
                       timeout=1.0)
-    assert time.perf_counter() - t0 < 1.5
     slow, fast = result.records
     assert not slow.ok and slow.error.startswith("timeout: ") and slow.ttft_s is None
     assert fast.ok and result.errors == 1
-    assert 1.0 <= result.wall_s <= 1.0 + LOOSE
+    assert result.wall_s >= 1.0
+    # the client gave up while the server still trickled (it would for 20 s): the server saw it close
+    deadline = time.monotonic() + 10
+    while not server.seen.trickles_cut and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert server.seen.trickles_cut == 1
 
 
 def test_a_malformed_event_or_no_server_is_an_error(standin):

@@ -9,7 +9,10 @@ import subprocess
 import sys
 import time
 
+import pytest
 from conftest import marked_pids, toy_recipe, write_recipe
+
+pytestmark = [pytest.mark.e2e, pytest.mark.alone]
 
 
 def test_ctrl_c_while_a_server_that_ignores_sigterm_starts_exits_quickly_and_says_so(tmp_path, engine_repo,
@@ -40,7 +43,7 @@ def test_ctrl_c_while_a_server_that_ignores_sigterm_starts_exits_quickly_and_say
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    assert took < 8, f"{took:.1f} s to exit"
+    assert took < 15, f"{took:.1f} s to exit"  # the 2 s grace, not timeouts.teardown's 15 s
     assert "teardown (interrupted: stopping the server, at most 2 s)" in err, err
     said = [line for line in err.splitlines() if line.startswith("abbisect: interrupted")]
     assert said == [f"abbisect: interrupted; {out} holds what ran before the interruption: logs, no report"], err

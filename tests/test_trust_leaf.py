@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
 
 ANSWER_CAP = 1024 * 1024  # ABBISECT_ANSWER_CAP_BYTES's default (README)
@@ -40,23 +41,23 @@ def _measured(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 
 
 # -- item 8: a request's timeout bounds the whole request ---------------------------------------------------
 
+@pytest.mark.e2e
 def test_trickling_answer_ends_at_the_request_deadline(tmp_path, engine_repo, cache_dir):
     """Headers that promise a megabyte, then a byte a second: the request ends at timeouts.request (3 s), as
     an error on that output, and the check goes on (per-read timeouts would wait 100 s here)."""
     recipe = _echo_recipe(engine_repo, ["TRICKLE: 100"],
                           timeouts={"build": 300, "ready": 20, "request": 3, "teardown": 5})
     path = write_recipe(tmp_path / "r.yaml", recipe)
-    t0 = time.monotonic()
     proc = abbisect("check", str(path), "fixed", "--no-cache", "--json", cwd=tmp_path, cache=cache_dir, timeout=90)
     assert proc.returncode == 1, proc.stderr  # request errors are bad by default
     (out,) = json.loads(proc.stdout)["data"]["outputs"]
     assert out["error"] == "no complete answer within 3 s", out
-    assert out["latency_s"] < 4.5, out
-    assert time.monotonic() - t0 < 80
+    assert 3 <= out["latency_s"] < 100, out  # at the deadline, long before the trickle's end
 
 
 # -- item 9: an answer is cut where it is read -------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_fifty_megabyte_answer_is_cut_where_it_is_read(tmp_path, engine_repo, cache_dir):
     """A 50 MB answer: abbisect reads 1 MiB of it and no more; its peak memory stays small and so do the
     --json output, the trial's JSON and the trial-cache entry; the text read so far is kept, with a marker."""
@@ -101,6 +102,7 @@ def test_cut_json_gives_the_text_read_so_far_at_every_cut_point():
 
 # -- item 10: a corrupt trial-cache entry is a miss --------------------------------------------------------
 
+@pytest.mark.e2e
 def test_corrupt_trial_cache_entry_is_a_miss_with_a_notice(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, name="toy-corrupt"))
     first = abbisect("check", str(recipe), "fixed", cwd=tmp_path, cache=cache_dir)
@@ -123,6 +125,7 @@ def test_corrupt_trial_cache_entry_is_a_miss_with_a_notice(tmp_path, engine_repo
 
 # -- item 11: scan streams the log -------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_scan_of_a_300_megabyte_log_keeps_memory_flat(tmp_path):
     log = tmp_path / "big.log"
     lines = "".join(f"INFO 07-20 12:00:{n % 60:02d} [engine.py:{n % 900}] step {n} throughput {n % 997}.5 "
@@ -145,6 +148,7 @@ def test_scan_of_a_300_megabyte_log_keeps_memory_flat(tmp_path):
 
 # -- item 12: engine.repo file:// to a folder that is not a repository -------------------------------------
 
+@pytest.mark.e2e
 def test_file_url_to_a_folder_that_is_no_repository_is_a_usage_error(tmp_path, cache_dir):
     folder = tmp_path / "plain"
     folder.mkdir()
@@ -178,6 +182,7 @@ def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
 
 
+@pytest.mark.e2e
 def test_dry_run_with_a_date_end_plans_it_by_sha_and_shows_the_label(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
     head = _git(engine_repo, "rev-parse", "HEAD")
@@ -212,6 +217,7 @@ def test_also_on_says_how_many_more_branches_carry_the_commit(tmp_path, engine_r
     assert f"also on {', '.join(shown)} and 4 more." in line, line
 
 
+@pytest.mark.e2e
 def test_an_ambiguous_ref_says_what_git_chose_and_how_to_name_the_other(tmp_path, engine_repo, cache_dir):
     repo = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(engine_repo), str(repo)], check=True)
@@ -235,6 +241,7 @@ def test_an_ambiguous_ref_says_what_git_chose_and_how_to_name_the_other(tmp_path
 
 # -- item 17 -----------------------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 def test_click_usage_errors_are_one_line_with_the_commands_help(tmp_path, cache_dir):
     cases = [(["bisect", "--bogus"], 2, "No such option '--bogus'", "abbisect bisect --help"),
              (["check", "--bogus"], 128, "No such option '--bogus'", "abbisect check --help"),
@@ -249,6 +256,7 @@ def test_click_usage_errors_are_one_line_with_the_commands_help(tmp_path, cache_
         assert line.startswith(f"abbisect: error: {problem}") and line.endswith(f"{helps}')"), (args, line)
 
 
+@pytest.mark.e2e
 def test_quiet_and_verbose_work_after_the_command_too(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, name="toy-quiet"))
     loud = abbisect("check", str(recipe), "healthy0", cwd=tmp_path, cache=cache_dir)
@@ -268,6 +276,7 @@ def test_quiet_and_verbose_work_after_the_command_too(tmp_path, engine_repo, cac
         assert proc.returncode in (0, 2), (args, proc.stderr)
 
 
+@pytest.mark.e2e
 def test_env_matrix_cache_and_schema_help_carry_their_exit_codes(tmp_path, cache_dir):
     readme = (REPO_ROOT / "README.md").read_text()
     rows = {"ok": 0, "usage": 2, "infra": 2, "internal": 70, "interrupted": 130, "terminated": 143}
@@ -278,6 +287,7 @@ def test_env_matrix_cache_and_schema_help_carry_their_exit_codes(tmp_path, cache
             assert f"| `{args[0]}` | {code} | {name} |" in readme, (args, name)
 
 
+@pytest.mark.e2e
 def test_check_output_puts_the_trial_folder_there(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, name="toy-output"))
     sha = _git(engine_repo, "rev-parse", "fixed")
@@ -293,6 +303,7 @@ def test_check_output_puts_the_trial_folder_there(tmp_path, engine_repo, cache_d
     assert refused.returncode == 128 and "is a file, not a folder" in refused.stderr, refused.stderr
 
 
+@pytest.mark.e2e
 def test_matrix_counts_a_cache_replay_apart_from_the_trials(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, name="toy-replays"))
     for n in (1, 2, 3):  # the first runs both sides; the two after it are served from the trial cache
@@ -308,6 +319,7 @@ def test_matrix_counts_a_cache_replay_apart_from_the_trials(tmp_path, engine_rep
     assert "1 trial, replayed from the cache 2×" in (tmp_path / "results" / "matrix" / "matrix.html").read_text()
 
 
+@pytest.mark.e2e
 def test_an_empty_ref_is_a_usage_error(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, sides={"a": "healthy0", "b": "fixed"}))
     for args in (["--a", ""], ["--b", " ", "--dry-run"], ["--a", "", "--a-pin", "x==1"]):
@@ -317,6 +329,7 @@ def test_an_empty_ref_is_a_usage_error(tmp_path, engine_repo, cache_dir):
         assert line.startswith(f"abbisect: error: {args[0]} {args[1]!r}: an empty ref"), line
 
 
+@pytest.mark.e2e
 def test_a_recipe_with_too_many_values_blames_aliases_only_when_it_has_some(tmp_path, engine_repo, cache_dir):
     head = f"name: many\nengine: {{kind: command, repo: {engine_repo}}}\n"
     plain = tmp_path / "plain.yaml"
@@ -330,6 +343,7 @@ def test_a_recipe_with_too_many_values_blames_aliases_only_when_it_has_some(tmp_
         assert says in line and ("alias" in line) == (path == aliased), line
 
 
+@pytest.mark.e2e
 def test_a_wait_for_this_runs_own_background_build_says_so(tmp_path):
     """The lock names its holder: a wait behind a prefetch thread of this process is this run's background
     build; behind another process, another abbisect (with its pid) as before."""
