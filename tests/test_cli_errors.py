@@ -8,7 +8,7 @@ import json
 import time
 
 import pytest
-from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
+from conftest import REPO_ROOT, abbisect, cli, toy_recipe, write_recipe
 
 from abbisect import __version__
 from abbisect.infra import progress
@@ -25,6 +25,7 @@ def _envelope(stdout: str, command: str) -> dict:
     return doc["data"]
 
 
+@pytest.mark.e2e
 def test_every_json_output_has_the_envelope(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
     log = tmp_path / "server.log"
@@ -50,7 +51,7 @@ def test_every_json_output_has_the_envelope(tmp_path, engine_repo, cache_dir):
 
 
 def test_schema_command_prints_the_recipe_json_schema(tmp_path, cache_dir):
-    proc = abbisect("schema", cwd=tmp_path, cache=cache_dir)
+    proc = cli("schema", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
     schema = json.loads(proc.stdout)
     assert schema["title"] == "Recipe" and {"engine", "prompts", "scoring", "probe"} <= set(schema["properties"])
@@ -59,6 +60,7 @@ def test_schema_command_prints_the_recipe_json_schema(tmp_path, cache_dir):
     assert "Any" not in proc.stdout and "additionalProperties" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_quiet_shows_only_the_final_lines(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
     loud = abbisect("run", str(recipe), "--a", "fixed", "--b", "fixed", "-o", str(tmp_path / "1"), cwd=tmp_path,
@@ -111,6 +113,7 @@ def test_status_is_a_live_line_on_a_terminal_and_throttled_lines_otherwise(monke
     assert quiet.getvalue() == "A: ok\n"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("attempts", [3])
 def test_a_timeout_is_cached_only_once_confirmed(tmp_path, engine_repo, cache_dir, attempts):
     """The first timeout may be the machine's load: the next attempt runs again; a second timeout is kept."""

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, abbisect
+from conftest import REPO_ROOT, abbisect, cli
 from scipy import stats
 from test_evals import toy  # noqa: F401 -- the module's toy-engine trees fixture
 from test_toyengine import server
@@ -33,10 +33,12 @@ def _flexible(folder: Path) -> dict[str, bool]:
     return {str(d["doc_id"]): d["exact_match"] == 1.0 for d in docs if d["filter"] == "flexible-extract"}
 
 
-def _run(*args: str, cwd: Path):
-    return abbisect("compare", *args, cwd=cwd, cache=cwd / "cache")
+def _run(*args: str, cwd: Path, real: bool = False):
+    """In process (the command starts nothing), or as the real subprocess a CI step runs."""
+    return (abbisect if real else cli)("compare", *args, cwd=cwd, cache=cwd / "cache")
 
 
+@pytest.mark.smoke
 def test_two_lm_eval_runs_get_the_mcnemar_answer_in_one_line(tmp_path):
     a, b = _flexible(A), _flexible(B)
     ids = [i for i in a if i in b]
@@ -45,7 +47,7 @@ def test_two_lm_eval_runs_get_the_mcnemar_answer_in_one_line(tmp_path):
     p = stats.binomtest(lost, lost + gained).pvalue
     drop = (sum(a[i] for i in ids) - sum(b[i] for i in ids)) / len(ids) * 100
     assert (len(ids), lost, gained) == (58, 12, 1)  # the files as README.md describes them
-    proc = _run(str(A), str(B), "--task", "gsm8k", "--filter", "flexible-extract", cwd=tmp_path)
+    proc = _run(str(A), str(B), "--task", "gsm8k", "--filter", "flexible-extract", cwd=tmp_path, real=True)
     assert proc.returncode == CODES["different"] == 1, proc.stderr
     first, *rest = proc.stdout.splitlines()
     assert re.fullmatch(rf"B is {drop:.1f} points lower than A \[−\d+\.\d, −\d+\.\d\], McNemar p = {p:.2g} on 58 "
@@ -111,6 +113,7 @@ def _results(path: Path, **sides: EvalRun) -> Path:
     return path
 
 
+@pytest.mark.e2e
 def test_abbisect_results_compare_with_errors_kept_apart(tmp_path, runs):
     a, b = runs
     a_ok = {i.id: i.correct for i in a.items}
@@ -150,6 +153,7 @@ def test_abbisect_results_compare_with_errors_kept_apart(tmp_path, runs):
     assert "no per-item eval results in it" in _run(str(plain), str(other), cwd=tmp_path).stderr
 
 
+@pytest.mark.e2e
 def test_the_report_pieces_show_the_numbers_the_flips_and_the_errors_apart(runs):
     a, b = runs
     paired = pair(a, b)

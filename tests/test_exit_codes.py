@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-from conftest import abbisect, toy_recipe, write_recipe
+from conftest import abbisect, cli, toy_recipe, write_recipe
 
 from abbisect.builtin.history import Commit, build_history
 from abbisect.cli import EXIT_CODES
@@ -78,8 +78,12 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("name", "command", "overrides", "args", "env_kind", "ending", "says"), CASES,
-                         ids=[f"{c[1]}-{c[0]}" for c in CASES])
+# Endings reached before a build or a server starts run the CLI in process; the others launch for real.
+IN_PROCESS = {"unknown ref", "bad option", "bad gate", "same commit"}
+
+
+@pytest.mark.parametrize(("name", "command", "overrides", "args", "env_kind", "ending", "says"), [
+    pytest.param(*c, id=f"{c[1]}-{c[0]}", marks=() if c[0] in IN_PROCESS else pytest.mark.e2e) for c in CASES])
 def test_exit_code_table(tmp_path, engine_repo, cache_dir, name, command, overrides, args, env_kind, ending, says):
     cache = cache_dir
     env: dict[str, str] = {}
@@ -90,7 +94,8 @@ def test_exit_code_table(tmp_path, engine_repo, cache_dir, name, command, overri
         env = _failing_checkout_env(tmp_path, cache)
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, **overrides))
     extra = ["-o", str(tmp_path / "out")] if command in ("run", "bisect") else []
-    proc = abbisect(command, str(recipe), *args, *extra, cwd=tmp_path, cache=cache, env=env)
+    run = cli if name in IN_PROCESS else abbisect
+    proc = run(command, str(recipe), *args, *extra, cwd=tmp_path, cache=cache, env=env)
     assert proc.returncode == EXIT_CODES[command][ending], proc.stdout + proc.stderr
     if says == "No such option":  # click's own usage message
         assert says in proc.stderr and "Traceback" not in proc.stderr
@@ -106,12 +111,13 @@ def _rev(repo: Path, ref: str) -> str:
 def test_codes_are_documented_in_help_and_readme(tmp_path, cache_dir):
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     for command, codes in EXIT_CODES.items():
-        help_text = abbisect(command, "--help", cwd=tmp_path, cache=cache_dir).stdout
+        help_text = cli(command, "--help", cwd=tmp_path, cache=cache_dir).stdout
         for ending, code in codes.items():
             assert f"{code} {ending}" in " ".join(help_text.split()), (command, ending)
             assert f"| `{command}` | {code} | {ending} |" in readme, (command, ending)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("fault", ["download", "checkout"])
 def test_git_bisect_run_skips_infrastructure_faults(tmp_path, engine_repo, cache_dir, fault):
     """Under `git bisect run`, a fault on abbisect's side makes git skip the commit, never mark it bad."""
@@ -132,6 +138,8 @@ def test_git_bisect_run_skips_infrastructure_faults(tmp_path, engine_repo, cache
     assert "infrastructure error" in run.stdout + run.stderr
 
 
+@pytest.mark.alone
+@pytest.mark.e2e
 @pytest.mark.parametrize(("sig", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_signals_exit_130_and_143(tmp_path, engine_repo, cache_dir, sig, code):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, sides={"a": "fixed", "b": "fixed"},
@@ -156,6 +164,7 @@ def test_signals_exit_130_and_143(tmp_path, engine_repo, cache_dir, sig, code):
         assert s.connect_ex(("127.0.0.1", port)) != 0, "the server survived"
 
 
+@pytest.mark.e2e
 def test_lock_held_too_long_is_untestable(tmp_path, engine_repo, cache_dir):
     """Another abbisect holding this commit's worktree: a status line while waiting, then 125 under check."""
     sha = _rev(engine_repo, "fixed")
@@ -191,6 +200,7 @@ def _remount_ro(path: Path) -> None:
     subprocess.run(["mount", "-o", "remount,ro", str(path)], check=True)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize(("command", "ending"), [("check", "infra"), ("run", "infra"), ("bisect", "infra")])
 def test_read_only_cache_is_one_line(tmp_path, engine_repo, command, ending):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
@@ -205,6 +215,7 @@ def test_read_only_cache_is_one_line(tmp_path, engine_repo, command, ending):
     assert "Read-only file system" in one_line(proc.stderr)
 
 
+@pytest.mark.e2e
 def test_full_disk_is_untestable_under_check(tmp_path, engine_repo):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
     with small_disk(tmp_path / "full", "256k") as cache:
@@ -218,6 +229,7 @@ def test_full_disk_is_untestable_under_check(tmp_path, engine_repo):
     assert "No space left on device" in one_line(proc.stderr)
 
 
+@pytest.mark.e2e
 def test_port_taken_is_untestable_not_a_crash(tmp_path, engine_repo, cache_dir):
     """A server that cannot bind because another process holds the port: 125 under check, never bad."""
     with socket.socket() as held:
@@ -232,6 +244,7 @@ def test_port_taken_is_untestable_not_a_crash(tmp_path, engine_repo, cache_dir):
     assert "could not bind its port" in one_line(proc.stderr)
 
 
+@pytest.mark.e2e
 def test_bisect_with_only_untestable_commits_left_is_ambiguous(tmp_path, cache_dir):
     """good, unbuildable, unbuildable, bad: the first bad commit is one of three — exit 5, not "found"."""
     repo = tmp_path / "engine"

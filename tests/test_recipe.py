@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
+from conftest import REPO_ROOT, cli, toy_recipe, write_recipe
 
 from abbisect.recipe import Recipe
 
@@ -17,7 +17,7 @@ def refuse(tmp_path, cache_dir, recipe: dict | str, *needles: str):
         path.write_text(recipe)
     else:
         write_recipe(path, recipe)
-    proc = abbisect("run", str(path), "--dry-run", cwd=tmp_path, cache=cache_dir)
+    proc = cli("run", str(path), "--dry-run", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 2, proc.stdout + proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
@@ -62,7 +62,7 @@ def test_not_yaml(tmp_path, cache_dir):
 
 
 def test_missing_recipe_file(tmp_path, cache_dir):
-    proc = abbisect("run", "nowhere.yaml", cwd=tmp_path, cache=cache_dir)
+    proc = cli("run", "nowhere.yaml", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 2 and "recipe not found" in proc.stderr
 
 
@@ -78,7 +78,7 @@ def test_prompts_file_is_read(tmp_path, engine_repo, cache_dir):
     (tmp_path / "prompts.txt").write_text("first prompt\n\nsecond prompt\n")
     r = toy_recipe(engine_repo, prompts_file="prompts.txt", sides={"a": "fixed", "b": "broken"})
     del r["prompts"]
-    proc = abbisect("run", str(write_recipe(tmp_path / "r.yaml", r)), "--dry-run", cwd=tmp_path, cache=cache_dir)
+    proc = cli("run", str(write_recipe(tmp_path / "r.yaml", r)), "--dry-run", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
     assert "p0: 'first prompt'" in proc.stdout and "p1: 'second prompt'" in proc.stdout
     assert "$VENV/bin/python -m toyengine.server" in proc.stdout and "uv" in proc.stdout
@@ -106,7 +106,7 @@ def test_every_key_is_documented():
 
 @pytest.mark.parametrize("name", ["demo.yaml"])
 def test_shipped_recipe_validates(name, tmp_path, cache_dir):
-    proc = abbisect("run", str(Path(REPO_ROOT / "recipes" / name)), "--dry-run", cwd=tmp_path, cache=cache_dir)
+    proc = cli("run", str(Path(REPO_ROOT / "recipes" / name)), "--dry-run", cwd=tmp_path, cache=cache_dir)
     assert proc.returncode == 0, proc.stderr
 
 

@@ -10,7 +10,7 @@ import json
 
 import pytest
 import yaml
-from conftest import abbisect, toy_recipe, write_recipe
+from conftest import cli, toy_recipe, write_recipe
 
 SECRET = "hf_topsecret_4242"
 
@@ -62,7 +62,7 @@ CASES = [
 @pytest.mark.parametrize(("overrides", "says"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_bad_recipe_is_one_line_from_dry_run(tmp_path, engine_repo, cache_dir, overrides, says):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, **overrides))
-    proc = abbisect("run", str(recipe), "--a", "fixed", "--b", "fixed", "--dry-run", cwd=tmp_path, cache=cache_dir)
+    proc = cli("run", str(recipe), "--a", "fixed", "--b", "fixed", "--dry-run", cwd=tmp_path, cache=cache_dir)
     _one_line_exit_2(proc, says)
 
 
@@ -76,7 +76,7 @@ def _one_line_exit_2(proc, says: str) -> str:
 
 
 def _dry_run(tmp_path, cache_dir, recipe, *extra):
-    return abbisect("run", str(recipe), "--a", "fixed", "--b", "fixed", "--dry-run", *extra, cwd=tmp_path,
+    return cli("run", str(recipe), "--a", "fixed", "--b", "fixed", "--dry-run", *extra, cwd=tmp_path,
                     cache=cache_dir, timeout=60)
 
 
@@ -125,7 +125,7 @@ def test_output_that_is_a_file_is_one_line(tmp_path, engine_repo, cache_dir):
     (tmp_path / "taken").write_text("a file")
     for out in ("taken", "taken/inside"):
         _one_line_exit_2(_dry_run(tmp_path, cache_dir, recipe, "--output", str(tmp_path / out)), "is a file")
-        proc = abbisect("bisect", str(recipe), "--good", "healthy0", "--bad", "broken", "-o", str(tmp_path / out),
+        proc = cli("bisect", str(recipe), "--good", "healthy0", "--bad", "broken", "-o", str(tmp_path / out),
                         cwd=tmp_path, cache=cache_dir)
         _one_line_exit_2(proc, "is a file")
 

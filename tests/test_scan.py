@@ -1,9 +1,12 @@
-"""`abbisect scan`, run as a real subprocess the way a user or CI would."""
+"""`abbisect scan` through the CLI: in process, and once as the real subprocess a user or CI runs."""
 
 import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
+from conftest import cli
 
 SGLANG_OK = "INFO loading\nThe server is fired up and ready to roll!\n"
 SGLANG_LM_HEAD = "INFO loading\nParameter lm_head.weight_scale not found in params_dict\nThe server is fired up and ready to roll!\n"
@@ -17,14 +20,11 @@ RuntimeError: Engine core initialization failed. See root cause above. Failed co
 """
 
 
-def _scan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-m", "abbisect.commands.scan", *args],
-        check=False,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+def _scan(*args: str, real: bool = False) -> subprocess.CompletedProcess:
+    if not real:
+        return cli("scan", *args, cwd=Path.cwd(), cache=Path.cwd() / "cache")
+    return subprocess.run([sys.executable, "-m", "abbisect", "scan", *args], check=False, capture_output=True,
+                          text=True, timeout=60)
 
 
 def _log(tmp_path: Path, name: str, text: str) -> str:
@@ -72,11 +72,13 @@ def test_json_output_covers_every_log(tmp_path):
     assert out["logs"][1]["first_exception"]["line_no"] == 4
 
 
-def test_missing_file_is_one_line_and_exit_two(tmp_path):
-    r = _scan(str(tmp_path / "nope.log"))
+@pytest.mark.smoke
+@pytest.mark.parametrize("real", [False, True], ids=["in-process", "subprocess"])
+def test_missing_file_is_one_line_and_exit_two(tmp_path, real):
+    r = _scan(str(tmp_path / "nope.log"), real=real)
     assert r.returncode == 2
     assert r.stdout == ""
-    assert r.stderr.strip().splitlines() == [f"error: log file not found: {tmp_path / 'nope.log'}"]
+    assert r.stderr.strip().splitlines() == [f"abbisect: error: log file not found: {tmp_path / 'nope.log'}"]
 
 
 def test_undecodable_bytes_do_not_crash(tmp_path):

@@ -121,14 +121,3 @@ def scan(logs: tuple[str, ...], fail_on: str, as_json: bool) -> None:
     if failed:
         raise SystemExit(1)
 
-
-if __name__ == "__main__":
-    # Standalone use (and the tests): mirror the main CLI's handling of the user-facing error.
-    try:
-        scan.main(standalone_mode=False)
-    except UserError as exc:
-        click.echo(f"error: {exc}", err=True)
-        raise SystemExit(2) from None
-    except click.ClickException as exc:
-        exc.show()
-        raise SystemExit(exc.exit_code) from None
