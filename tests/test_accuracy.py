@@ -9,13 +9,12 @@ import json
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.builtin.history import planted_history
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")
-def drift(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("drift") / "engine"
-    return repo, planted_history(repo, 8, {5: "arith_drift"})
+def drift(planted):
+    return planted(8, {5: "arith_drift"})
 
 
 def _recipe(tmp_path, repo, **section):

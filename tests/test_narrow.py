@@ -10,7 +10,6 @@ import json
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.builtin.history import planted_history
 from abbisect.narrow.ddmin import Result, ddmin, split
 from abbisect.narrow.deltas import Launch, apply, differences
 
@@ -71,10 +70,9 @@ SWITCHES = [
 
 
 @pytest.fixture(scope="module")
-def features(tmp_path_factory):
+def features(planted):
     """Feature flags at 1, a bug that needs two of them together at 5."""
-    repo = tmp_path_factory.mktemp("features") / "engine"
-    return repo, planted_history(repo, 8, {1: "feature_flags", 5: "feature_bug"})
+    return planted(8, {1: "feature_flags", 5: "feature_bug"})
 
 
 def _recipe(tmp_path, repo, **overrides):
@@ -93,6 +91,7 @@ def _narrow(tmp_path, cache_dir, path, *args, name="out"):
     return proc, data, out
 
 
+@pytest.mark.e2e
 def test_narrow_names_both_flags_and_the_switches_that_work_around_the_bug(tmp_path, cache_dir, features):
     repo, shas = features
     proc, data, out = _narrow(tmp_path, cache_dir, _recipe(tmp_path, repo), "--ref", shas[-1])
@@ -120,6 +119,7 @@ def test_narrow_names_both_flags_and_the_switches_that_work_around_the_bug(tmp_p
     assert again["workarounds"] == data["workarounds"] and again["minimal"] == data["minimal"]
 
 
+@pytest.mark.e2e
 def test_probes_run_at_once_on_free_slots(tmp_path, cache_dir, features):
     repo, shas = features
     proc, data, _out = _narrow(tmp_path, cache_dir, _recipe(tmp_path, repo), "--ref", shas[-1], "--slots", "2",
@@ -130,6 +130,7 @@ def test_probes_run_at_once_on_free_slots(tmp_path, cache_dir, features):
     assert any(b[0] < a[1] for a, b in itertools.pairwise(spans)), spans  # some probes' servers ran at once
 
 
+@pytest.mark.e2e
 def test_a_bisect_with_narrow_puts_the_workaround_table_in_bisect_md(tmp_path, cache_dir, features):
     repo, shas = features
     out = tmp_path / "bis"
@@ -144,6 +145,7 @@ def test_a_bisect_with_narrow_puts_the_workaround_table_in_bisect_md(tmp_path, c
     assert "#### Workarounds: feature switches at this commit" in md and "Narrowest workaround" in md
 
 
+@pytest.mark.e2e
 def test_a_launch_that_does_not_fail_has_nothing_to_narrow(tmp_path, cache_dir, features):
     repo, shas = features
     proc, data, _ = _narrow(tmp_path, cache_dir, _recipe(tmp_path, repo), "--ref", shas[2])

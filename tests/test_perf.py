@@ -15,7 +15,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
 
-from abbisect.builtin.history import PERF_DEMO_SLOW, planted_history
+from abbisect.builtin.history import PERF_DEMO_SLOW
 
 DEMO = REPO_ROOT / "recipes" / "perf-demo.yaml"
 
@@ -31,6 +31,8 @@ def _passes(trial: dict) -> list[dict]:
     return trial["extras"]["perf"]["passes"]
 
 
+@pytest.mark.alone
+@pytest.mark.e2e
 def test_a_performance_ab_finds_the_planted_slowdown(tmp_path, cache_dir):
     data, out = _run(tmp_path, cache_dir, DEMO)
     s = data["assessment"]
@@ -51,6 +53,8 @@ def test_a_performance_ab_finds_the_planted_slowdown(tmp_path, cache_dir):
     assert (out / "perf.svg").read_text().startswith("<svg") and "Every pass of tpot_median" in md
 
 
+@pytest.mark.alone
+@pytest.mark.e2e
 def test_a_vs_a_is_never_different_and_says_the_noise_floor(tmp_path, cache_dir):
     """Same on a quiet machine (benchmarks/RESULTS.md: 20 A-vs-As of 20). On a busy one (this suite beside an
     engine on 2 cores) launches measured at different moments can differ by a few percent, and the honest
@@ -71,9 +75,8 @@ def test_a_vs_a_is_never_different_and_says_the_noise_floor(tmp_path, cache_dir)
 
 
 @pytest.fixture(scope="module")
-def slow_history(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("slow") / "engine"
-    return repo, planted_history(repo, 10, {6: "slow_tokens"})
+def slow_history(planted):
+    return planted(10, {6: "slow_tokens"})
 
 
 def _perf_recipe(tmp_path, repo):
@@ -83,6 +86,8 @@ def _perf_recipe(tmp_path, repo):
     return write_recipe(tmp_path / "perf.yaml", recipe)
 
 
+@pytest.mark.alone
+@pytest.mark.e2e
 def test_a_performance_bisect_names_the_slowing_commit(tmp_path, cache_dir, slow_history):
     repo, shas = slow_history
     path = _perf_recipe(tmp_path, repo)
@@ -101,6 +106,8 @@ def test_a_performance_bisect_names_the_slowing_commit(tmp_path, cache_dir, slow
     assert all(s["result"]["extras"]["perf"]["passes"] for s in state["steps"])  # the samples are saved
 
 
+@pytest.mark.alone
+@pytest.mark.e2e
 def test_a_resumed_performance_bisect_never_measures_a_finished_commit_again(tmp_path, cache_dir, slow_history):
     repo, shas = slow_history
     path = _perf_recipe(tmp_path, repo)
@@ -135,6 +142,7 @@ def test_a_resumed_performance_bisect_never_measures_a_finished_commit_again(tmp
         assert _passes(after[step["sha"]]["result"]) == _passes(step["result"])
 
 
+@pytest.mark.e2e
 def test_a_performance_verdict_refuses_trials_that_would_share_the_machine(tmp_path, cache_dir, slow_history):
     repo, shas = slow_history
     path = _perf_recipe(tmp_path, repo)

@@ -12,6 +12,8 @@ from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.builtin.history import planted_history
 
+pytestmark = pytest.mark.e2e
+
 PROMPTS = ["What is two plus two?", "Explain what a hash table is.", "List three uses of copper.",
            "Name a prime number."]
 
@@ -26,9 +28,8 @@ def _bisect(tmp_path, cache_dir, recipe: dict, good: str, bad: str, *extra: str,
 
 
 @pytest.fixture(scope="module")
-def batch_history(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("batch") / "engine"
-    return repo, planted_history(repo, 6, {3: "batch_bug"})
+def batch_history(planted):
+    return planted(6, {3: "batch_bug"})
 
 
 def test_a_batch_only_bug_is_found_with_concurrency_and_missed_without(tmp_path, cache_dir, batch_history):
@@ -68,9 +69,8 @@ def test_batch_invariance_shows_the_answers_that_change_with_the_batch(tmp_path,
 
 
 @pytest.fixture(scope="module")
-def flaky_history(tmp_path_factory):
-    repo = tmp_path_factory.mktemp("flaky") / "engine"
-    return repo, planted_history(repo, 6, {3: "flaky_crash"})
+def flaky_history(planted):
+    return planted(6, {3: "flaky_crash"})
 
 
 def test_a_flaky_crash_is_found_from_failure_rates(tmp_path, cache_dir, flaky_history):
@@ -94,10 +94,9 @@ def test_a_flaky_crash_is_found_from_failure_rates(tmp_path, cache_dir, flaky_hi
 
 
 @pytest.fixture(scope="module")
-def two_bugs(tmp_path_factory):
+def two_bugs(planted):
     """An out-of-memory crash at 3 (fixed at 5) inside the range of the bug searched for, a crash at 6."""
-    repo = tmp_path_factory.mktemp("twobugs") / "engine"
-    return repo, planted_history(repo, 9, {3: "other_crash", 5: "fix_other_crash", 6: "crash_at_start"})
+    return planted(9, {3: "other_crash", 5: "fix_other_crash", 6: "crash_at_start"})
 
 
 def test_a_candidate_failing_another_way_is_skipped_and_listed(tmp_path, cache_dir, two_bugs):
