@@ -6,7 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 from conftest import abbisect, toy_recipe, write_recipe
+
+pytestmark = pytest.mark.e2e
 
 
 def _run(tmp_path: Path, repo: Path, name: str, **over) -> tuple[dict, str, str]:

@@ -14,6 +14,8 @@ from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.builtin.history import Commit, _git, build_history, commit
 
+pytestmark = pytest.mark.e2e
+
 
 def merge(repo: Path, branch: str, message: str, n: int) -> str:
     date = f"@{1_767_225_600 + 3600 * n} +0000"

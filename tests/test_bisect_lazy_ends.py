@@ -13,6 +13,8 @@ from abbisect.bisect import history
 from abbisect.bisect.search import NEW, OLD, bisect
 from abbisect.builtin.history import Commit, build_history
 
+pytestmark = pytest.mark.e2e
+
 BUG = 5  # t5 breaks the answer (the toy engine's wrong scale); t0..t4 are good, t5..t8 bad
 
 

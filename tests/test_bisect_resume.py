@@ -152,6 +152,7 @@ CASES = [  # (trial index, stage, signal): the ends are trials 0 and 1
 ]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("trial,stage,sig", CASES)
 def test_interrupted_bisect_resumes_without_repeating_a_trial(tmp_path, history, module_cache, reference,
                                                               trial, stage, sig):
@@ -192,6 +193,7 @@ def test_interrupted_bisect_resumes_without_repeating_a_trial(tmp_path, history,
         end_our_servers(mark)
 
 
+@pytest.mark.e2e
 def test_resume_needs_nothing_else_and_checks_what_is_repeated(tmp_path, history, module_cache, reference):
     """A finished bisect resumed replays every trial (0 launches); repeated arguments must agree."""
     repo, shas = history
@@ -220,6 +222,7 @@ def test_resume_needs_nothing_else_and_checks_what_is_repeated(tmp_path, history
     assert missing.returncode == 2 and "no state.json" in missing.stderr
 
 
+@pytest.mark.e2e
 def test_state_is_written_before_the_ends_are_tested(tmp_path, history, module_cache):
     repo, shas = history
     recipe, mark = recipe_for(tmp_path, repo)
@@ -234,6 +237,7 @@ def test_state_is_written_before_the_ends_are_tested(tmp_path, history, module_c
         end_our_servers(mark)
 
 
+@pytest.mark.e2e
 def test_secrets_stay_out_of_state_and_resume_reads_the_recipe_again(tmp_path, history, module_cache):
     repo, shas = history
     secret = "hf_resume_secret_value_42"
@@ -258,6 +262,7 @@ def test_secrets_stay_out_of_state_and_resume_reads_the_recipe_again(tmp_path, h
     assert changed.returncode == 2 and "not the recipe the bisect started with" in changed.stderr
 
 
+@pytest.mark.e2e
 def test_interrupted_lazy_bisect_resumes_lazily_without_repeating_a_trial(tmp_path, history, module_cache):
     """`--ends lazy` interrupted at its second candidate's query: the printed command resumes it in lazy mode
     (no end tested, since the answer does not rest on one), the same answer, the finished trial replayed."""

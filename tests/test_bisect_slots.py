@@ -11,6 +11,8 @@ from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.builtin.history import Commit, build_history
 
+pytestmark = pytest.mark.e2e
+
 CULPRIT = 13
 
 

@@ -185,6 +185,7 @@ def run_printed_git_commands(md: str, cache: Path, expect: str, res: dict, recip
     assert any("rev-parse refs/bisect/" in line for line in lines)
 
 
+@pytest.mark.e2e
 def test_done_when_release_tag_vs_main_first_parent_bare_clone(upstream, tmp_path, cache_dir) -> None:
     """--good v0.5.18 --bad main: the tag is on a release branch. The merge base is tested, the fix's merge
     on main is named, the backport and its release tag are reported, and the printed `git bisect run
@@ -211,6 +212,7 @@ def test_done_when_release_tag_vs_main_first_parent_bare_clone(upstream, tmp_pat
     run_printed_git_commands(md, cache_dir, s["M120"], res, tmp_path / "r.yaml", cwd=tmp_path)
 
 
+@pytest.mark.e2e
 def test_merge_base_with_the_bad_ends_verdict_searches_the_release_branch(upstream, tmp_path, cache_dir) -> None:
     """--good v0.5.19 --bad pre-fix: the merge base is bad like main's end, so the fix is on the release
     branch: git would stop ("the merge base is bad"), abbisect searches merge-base..v0.5.19 and names the
@@ -228,6 +230,7 @@ def test_merge_base_with_the_bad_ends_verdict_searches_the_release_branch(upstre
     run_printed_git_commands(md, cache_dir, s["bp1"], res, tmp_path / "r.yaml", cwd=tmp_path)
 
 
+@pytest.mark.e2e
 def test_regression_across_branches_names_the_releases_carrying_the_culprit(upstream_crash, tmp_path,
                                                                             cache_dir) -> None:
     """--good v0.6.0 --bad main: merge base good (git's own case); the crash's merge is found, and v0.6.1
@@ -241,6 +244,7 @@ def test_regression_across_branches_names_the_releases_carrying_the_culprit(upst
     run_printed_git_commands(md, cache_dir, s["M130"], res, tmp_path / "r.yaml")
 
 
+@pytest.mark.e2e
 def test_regression_on_one_line_printed_commands_agree_in_a_non_bare_clone(upstream, tmp_path, cache_dir) -> None:
     src, s = upstream
     clone = tmp_path / "clone"
@@ -251,6 +255,7 @@ def test_regression_on_one_line_printed_commands_agree_in_a_non_bare_clone(upstr
     run_printed_git_commands(md, cache_dir, s["bug"], res, tmp_path / "r.yaml")
 
 
+@pytest.mark.e2e
 def test_fix_on_one_line_printed_commands_agree_in_a_bare_clone(upstream, tmp_path, cache_dir) -> None:
     """A fix search prints terms git accepts (old=broken, new=fixed, check --invert)."""
     src, s = upstream
@@ -261,6 +266,7 @@ def test_fix_on_one_line_printed_commands_agree_in_a_bare_clone(upstream, tmp_pa
     run_printed_git_commands(md, cache_dir, s["M120"], res, tmp_path / "r.yaml")
 
 
+@pytest.mark.e2e
 def test_untestable_merge_base_stops_with_the_evidence(tmp_path, cache_dir) -> None:
     """The release branch was cut at a commit that does not install: no range can be chosen."""
     repo = tmp_path / "engine"
@@ -285,6 +291,7 @@ def test_untestable_merge_base_stops_with_the_evidence(tmp_path, cache_dir) -> N
     assert any(line.endswith(f"{a1}  # merge base: exit 125") for line in checks)
 
 
+@pytest.mark.e2e
 def test_server_that_runs_git_serves_under_git_bisect_run(upstream, tmp_path, cache_dir) -> None:
     """git bisect run exports GIT_DIR=. in a bare clone; the engine's own `git rev-parse` at start must
     not see it (it would fail and the commit would be called crashed)."""
@@ -304,6 +311,7 @@ def test_server_that_runs_git_serves_under_git_bisect_run(upstream, tmp_path, ca
     assert "crashed" not in run.stdout + run.stderr
 
 
+@pytest.mark.e2e
 def test_dry_run_plans_both_ends_counts_and_midpoints_without_building(upstream_crash, tmp_path) -> None:
     src, s = upstream_crash
     cache = tmp_path / "cache"
@@ -341,6 +349,7 @@ def test_rerun_command_drops_the_result_folder() -> None:
     assert rerun_command("abbisect bisect r.yaml --output=x --resume d --bad b") == "abbisect bisect r.yaml --bad b"
 
 
+@pytest.mark.e2e
 def test_across_branches_full_history_names_the_pull_requests_commit(upstream, tmp_path, cache_dir) -> None:
     """Without --first-parent the fix is the PR's own commit (p1), not its merge; the backport's trailer names
     it. Checked against git bisect run in a non-bare clone."""
@@ -354,6 +363,7 @@ def test_across_branches_full_history_names_the_pull_requests_commit(upstream, t
     run_printed_git_commands(md, cache_dir, s["p1"], res, tmp_path / "r.yaml")
 
 
+@pytest.mark.e2e
 def test_git_bisect_run_in_a_linked_worktree(upstream, tmp_path, cache_dir) -> None:
     """`git bisect run abbisect check` from a linked worktree of the recipe's repository judges the
     worktree's commit (no GIT_DIR is exported there)."""
@@ -372,6 +382,7 @@ def test_git_bisect_run_in_a_linked_worktree(upstream, tmp_path, cache_dir) -> N
     assert _git(wt, "rev-parse", "refs/bisect/bad") == s["bug"]
 
 
+@pytest.mark.e2e
 def test_check_under_git_bisect_run_in_the_cache_clone_needs_no_network(upstream, tmp_path, cache_dir) -> None:
     """The printed `git -C <cache clone> bisect run abbisect check` works offline: the clone git is bisecting
     in is not fetched at every step (its source is gone here)."""
@@ -400,6 +411,7 @@ def checkout_clone(cache: Path, source: Path) -> Path:
     return Cache(cache).clone(f"file://{source}")
 
 
+@pytest.mark.e2e
 def test_criss_cross_ends_test_every_merge_base(tmp_path, cache_dir) -> None:
     """Two branches that merged each other have two merge bases: both are tested (as git does), and the
     search excludes everything below them."""

@@ -54,6 +54,7 @@ def test_select_is_lru_and_only_evictable_kinds():
     assert select(found, 10_000, None, now=10) == []
 
 
+@pytest.mark.e2e
 def test_list_and_gc_through_the_cli(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     _run(tmp_path, engine_repo, cache, "broken", "fixed", "one")
@@ -82,6 +83,7 @@ def test_list_and_gc_through_the_cli(tmp_path, engine_repo):
     _run(tmp_path, engine_repo, cache, "healthy0", "fixed", "two")
 
 
+@pytest.mark.e2e
 def test_gc_keeps_what_another_process_uses(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     _run(tmp_path, engine_repo, cache, "broken", "fixed", "one")
@@ -104,6 +106,7 @@ def test_gc_keeps_what_another_process_uses(tmp_path, engine_repo):
     assert not venvs[0].exists()
 
 
+@pytest.mark.e2e
 def test_gc_removes_least_recently_used_first(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     _run(tmp_path, engine_repo, cache, "broken", "fixed", "one")
@@ -119,6 +122,7 @@ def test_gc_removes_least_recently_used_first(tmp_path, engine_repo):
     assert not old.exists() and new.is_dir()
 
 
+@pytest.mark.e2e
 def test_automatic_budget_evicts_earlier_entries(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     _run(tmp_path, engine_repo, cache, "broken", "fixed", "one")
@@ -144,6 +148,7 @@ def _nested_engine(tmp_path: Path) -> Path:
     return repo
 
 
+@pytest.mark.e2e
 def test_sparse_worktree_of_a_clone(tmp_path):
     cache = tmp_path / "cache"
     repo = _nested_engine(tmp_path)
@@ -157,6 +162,7 @@ def test_sparse_worktree_of_a_clone(tmp_path):
     assert not (trees[0] / "docs").exists()
 
 
+@pytest.mark.e2e
 def test_overlay_build_drops_the_worktree(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     wheels = tmp_path / "wheels"

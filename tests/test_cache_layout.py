@@ -37,6 +37,7 @@ def _listing(cache: Path) -> set[tuple[str, str]]:
     return {(e["kind"], str(Path(data["cache"]) / e["path"])) for e in data["entries"]}
 
 
+@pytest.mark.e2e
 def test_cache_paths_are_what_cache_list_shows(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     _, out = run_ab(tmp_path, engine_repo, cache, "broken", "fixed")
@@ -71,6 +72,7 @@ packages = ["toyengine"]
 """
 
 
+@pytest.mark.e2e
 def test_trial_key_is_the_same_before_and_after_the_build(tmp_path):
     """The trial cache keys a trial before it runs (no worktree yet) and stores it after (worktree built):
     the env plan inside the key reads the commit's tree in both cases, so the second run is a hit."""

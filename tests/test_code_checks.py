@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -34,6 +36,7 @@ def test_mypy_finds_nothing() -> None:
     assert re.search(r"Success: no issues found in \d+ source files", proc.stdout), proc.stdout
 
 
+@pytest.mark.e2e  # a cold type check of a copy of the whole package: a minute or two, the e2e tier's cost
 def test_registries_hold_modules_to_their_protocols(tmp_path: Path) -> None:
     """An adapter or a strategy module that drifts from its Protocol is a type error where it is registered
     (ADAPTERS, STRATEGIES), not an AttributeError in the middle of a trial."""

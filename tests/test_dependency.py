@@ -38,6 +38,7 @@ def dep_recipe(engine_repo: Path, wheels: Path, **overrides) -> dict:
     return toy_recipe(engine_repo, install={"strategy": "editable", "find_links": [str(wheels)]}, **overrides)
 
 
+@pytest.mark.e2e
 def test_ab_across_two_versions_of_a_dependency(tmp_path, engine_repo, cache_dir, wheels):
     recipe = write_recipe(tmp_path / "r.yaml", dep_recipe(engine_repo, wheels, sides={
         "a": {"ref": "fixed", "pins": ["toydep==1.1.0"]}, "b": {"ref": "fixed", "pins": ["toydep==1.3.0"]}}))
@@ -64,6 +65,7 @@ def test_ab_across_two_versions_of_a_dependency(tmp_path, engine_repo, cache_dir
     assert "package lists are identical" in (tmp_path / "same" / "report.md").read_text()
 
 
+@pytest.mark.e2e
 def test_bisect_over_five_versions_names_the_first_bad_one(tmp_path, engine_repo, cache_dir, wheels):
     rec = dep_recipe(engine_repo, wheels, bisect={"over": {"package": "toydep",
                                                            "versions": {"from": "1.0", "to": "1.5.0rc1"},
@@ -83,6 +85,7 @@ def test_bisect_over_five_versions_names_the_first_bad_one(tmp_path, engine_repo
     assert "| `toydep` | 1.1.0 | 1.2.0 | named |" in md  # the decisive A/B's package diff
 
 
+@pytest.mark.e2e
 def test_bisect_over_the_dependency_commits(tmp_path, engine_repo, cache_dir, wheels, dep_repo):
     repo, shas = dep_repo
     rec = dep_recipe(engine_repo, wheels, bisect={"over": {"repo": str(repo), "engine_ref": "fixed"}})
@@ -118,6 +121,7 @@ def test_version_ranges_and_diffs(wheels):
     assert [r[3] for r in diff.rows] == ["named", "", "required by dep"] and diff.unexplained == ("other",)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("over, msg", [
     ({"package": "x"}, "needs 'versions'"),
     ({"package": "x", "repo": ".", "versions": ["1"]}, "either package"),
@@ -129,6 +133,7 @@ def test_bad_over_is_one_line(tmp_path, engine_repo, cache_dir, over, msg):
     assert proc.returncode == 2 and msg in proc.stderr and "Traceback" not in proc.stderr
 
 
+@pytest.mark.e2e
 def test_bisect_dry_run_over_versions(tmp_path, engine_repo, cache_dir, wheels):
     rec = dep_recipe(engine_repo, wheels, bisect={"over": {"package": "toydep", "versions": VERSIONS,
                                                            "engine_ref": "fixed"}})
@@ -141,6 +146,7 @@ def test_bisect_dry_run_over_versions(tmp_path, engine_repo, cache_dir, wheels):
     assert not (tmp_path / "results").exists()
 
 
+@pytest.mark.e2e
 def test_bisect_dry_run_over_dependency_commits_shows_its_install_commands(tmp_path, engine_repo, cache_dir,
                                                                               wheels, dep_repo):
     repo, shas = dep_repo

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT, abbisect
 
 from abbisect.score import load_catalogue, scan_text
@@ -18,6 +19,7 @@ sm100_fp8_mqa_logits.cuh(283): error: static assertion failed with "Invalid kNum
 """
 
 
+@pytest.mark.e2e
 def test_seed_recipe_is_a_dependency_ab_that_dry_runs(tmp_path):
     recipe = REPO_ROOT / "recipes" / "sglang-deepgemm-static-assert.yaml"
     proc = abbisect("run", str(recipe), "--dry-run", cwd=tmp_path, cache=tmp_path / "cache")
@@ -35,6 +37,7 @@ def test_seed_recipe_is_a_dependency_ab_that_dry_runs(tmp_path):
     assert proc.returncode == 0 and "pins sgl-deep-gemm==0.2.0" in proc.stdout
 
 
+@pytest.mark.e2e
 def test_engine_commit_variant_dry_runs(tmp_path):
     recipe = REPO_ROOT / "recipes" / "sglang-deepgemm-static-assert-engine.yaml"
     proc = abbisect("run", str(recipe), "--dry-run", cwd=tmp_path, cache=tmp_path / "cache")
@@ -53,6 +56,7 @@ def test_catalogue_names_the_kernel_and_its_template_parameters():
     assert {m.id for m in scan_text(other, load_catalogue())} == {"static_assertion_failed"}
 
 
+@pytest.mark.e2e
 def test_bad_pin_is_one_line(tmp_path):
     recipe = REPO_ROOT / "recipes" / "sglang-deepgemm-static-assert.yaml"
     proc = abbisect("run", str(recipe), "--dry-run", "--a-pin", "==1.0", cwd=tmp_path, cache=Path(tmp_path))

@@ -68,6 +68,7 @@ packages = ["toyengine"]
 """
 
 
+@pytest.mark.e2e
 def test_dry_run_plans_the_env_key_and_steps_the_real_run_builds(tmp_path: Path) -> None:
     links = tmp_path / "links"
     _wheel(links, "toy-kernel", "1.0", {"toy_kernel/__init__.py": b"BUILD = 'cu13'\n"})

@@ -110,6 +110,7 @@ def _compiled(python: str) -> str:
     return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
+@pytest.mark.e2e
 def test_the_commits_own_wheel_of_the_asked_variant_is_built_in(vllm_history: dict) -> None:
     h = vllm_history
     env = _build(h, h["a"], _install(h, variant="cu129"))
@@ -136,6 +137,7 @@ def test_missing_commit_and_wrong_variant_are_untestable_with_the_reason(vllm_hi
         assert not wrong.ok and f"no per-commit wheel for {h['a']} (variant {variant})" in wrong.error
 
 
+@pytest.mark.e2e
 def test_nearest_wheel_only_when_the_recipe_allows_it_and_says_so(vllm_history: dict) -> None:
     h = vllm_history
     env = _build(h, h["b"], _install(h, variant="cu129", nearest_wheel=True))
@@ -145,6 +147,7 @@ def test_nearest_wheel_only_when_the_recipe_allows_it_and_says_so(vllm_history: 
     assert env.facts["note"].startswith(f"compiled parts from {h['a']}, the nearest first-parent ancestor")
 
 
+@pytest.mark.e2e
 def test_eras_without_metadata_and_without_the_location_switch(vllm_history: dict) -> None:
     h = vllm_history
     legacy = _build(h, h["legacy"], _install(h))

@@ -10,10 +10,14 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
+
 from abbisect import checkout
 from abbisect.environment import ensure_env
 from abbisect.environment.store import MARKER
 from abbisect.recipe import make_install
+
+pytestmark = pytest.mark.e2e
 
 # The second command sleeps only when the test asks (a shell variable: not part of the env key).
 SLOW = make_install(strategy="command", commands=["{uv} pip install --python {python} -e {src}",

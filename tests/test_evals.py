@@ -136,6 +136,7 @@ def test_sampling_is_a_seeded_prefix_and_fewshot_never_shows_the_item(builtin):
 # --- real servers ------------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_the_builtin_set_is_answered_fully_by_a_healthy_toy_commit(toy, builtin):
     with server(toy["healthy"]) as base:
         run = run_eval(base, "toy-model", builtin, builtin.sample(), max_tokens=32, concurrency=8, timeout=20)
@@ -147,6 +148,7 @@ def test_the_builtin_set_is_answered_fully_by_a_healthy_toy_commit(toy, builtin)
     assert again == run
 
 
+@pytest.mark.e2e
 def test_arith_drift_flips_thirty_of_the_340_sums_and_the_paired_test_sees_it(toy, builtin):
     section = load_recipe(write_recipe(Path(toy["healthy"].parent / "r.yaml"), {
         "name": "acc", "engine": {"kind": "command", "repo": "builtin:demo"}, "launch": {"command": ["x"]},
@@ -164,6 +166,7 @@ def test_arith_drift_flips_thirty_of_the_340_sums_and_the_paired_test_sees_it(to
     assert cmp.call is Call.DIFFERENT and cmp.lost == 30 and cmp.p < 1e-8
 
 
+@pytest.mark.e2e
 def test_concurrency_really_sends_that_many_at_once(tmp_path, toy):
     items = [{"id": f"s{i}", "prompt": "SLOW: 0.2", "answer": "0.2"} for i in range(16)]
     slow = EvalSet.load(str(_set(tmp_path, items)))
@@ -227,6 +230,7 @@ def _eval_recipe(tmp_path: Path, engine_repo: Path, **section) -> Path:
     return write_recipe(tmp_path / "acc.yaml", data)
 
 
+@pytest.mark.e2e
 def test_an_under_powered_recipe_is_refused_before_anything_is_built(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     recipe = _eval_recipe(tmp_path, engine_repo, n=100)
@@ -277,6 +281,7 @@ BAD_SETS = [
 ]
 
 
+@pytest.mark.e2e
 def test_a_bad_eval_set_is_one_line_naming_the_line(tmp_path, engine_repo):
     def recipe(items: list[dict]) -> Path:
         _set(tmp_path, items, "bad.jsonl")
@@ -292,6 +297,7 @@ def test_a_bad_eval_set_is_one_line_naming_the_line(tmp_path, engine_repo):
     assert "'eval.set': bad.jsonl: line 2: id 'a' again (first on line 1)" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_a_set_is_read_from_the_recipes_folder_and_pinned_by_its_hash(tmp_path, engine_repo):
     (tmp_path / "evals").mkdir()
     items = [json.loads(line) for line in (REPO_ROOT / "abbisect/builtin/evals/arith_facts.jsonl").open()]

@@ -46,6 +46,7 @@ def test_slots_and_gpu_lists():
     assert not any(s.shared for s in slots_for([[0], [1]], 1)) and not slots_for([], 2)[0].shared
 
 
+@pytest.mark.e2e
 def test_local_parallel_runs_slots_at_once(tmp_path, engine_repo, cache_dir):
     # a second of loading each, so two trials run at the same time only if the slots really are parallel
     specs = _specs(tmp_path, engine_repo, cache_dir, ["broken", "fixed"], env={"TOYENGINE_LOAD_SECONDS": "1.5"})
@@ -62,6 +63,7 @@ def test_local_parallel_runs_slots_at_once(tmp_path, engine_repo, cache_dir):
     assert any(line.startswith("slot 1:") for line in seen)
 
 
+@pytest.mark.e2e
 def test_gpu_slot_pins_the_trial(tmp_path, engine_repo, cache_dir):
     """On a CPU machine the slot's GPU is still what the trial pins (hygiene is skipped with its notice)."""
     (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["fixed"])
@@ -70,6 +72,7 @@ def test_gpu_slot_pins_the_trial(tmp_path, engine_repo, cache_dir):
     assert result.extras["gpu_before"]["skipped"] and result.extras["gpu_before"]["notice"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("when", ["launching", "loading"])
 def test_cancel_kills_the_trial_process_and_its_server(tmp_path, engine_repo, cache_dir, when, test_mark):
     """Stopped as its server is being started (the trial has just said "launch") or while it loads: the
@@ -122,6 +125,7 @@ def ray_cluster():
     ray.shutdown()
 
 
+@pytest.mark.e2e
 def test_ray_runs_trials_as_tasks(tmp_path, engine_repo, cache_dir, ray_cluster):
     from abbisect.trial.executors import RayExecutor
 
@@ -133,6 +137,7 @@ def test_ray_runs_trials_as_tasks(tmp_path, engine_repo, cache_dir, ray_cluster)
     assert _overlap(*(r.extras["placement"] for r in results))
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("retries,expected", [(2, "ok"), (0, "infra_error")])
 def test_ray_worker_lost_mid_trial(tmp_path, engine_repo, cache_dir, ray_cluster, retries, expected):
     """Kill the worker running a trial: Ray retries it elsewhere; without retries it is infra_error (skip),

@@ -185,6 +185,7 @@ def test_a_slot_alone_on_its_gpus_keeps_whole_gpu_hygiene(tmp_path):
     assert placed.slot is None and placed.recipe.gpus == [1] and placed.recipe.gpu_share is None
 
 
+@pytest.mark.e2e
 def test_a_trial_on_a_shared_slot_waits_for_its_slots_previous_server(tmp_path, engine_repo, cache_dir,
                                                                       monkeypatch):
     """The pipeline through its hygiene hook, in this process, the toy engine on slot 2 of four sharing GPU 0:
@@ -220,6 +221,7 @@ def test_a_trial_on_a_shared_slot_waits_for_its_slots_previous_server(tmp_path, 
     assert len(ledgers.launches(2)) == 2 and ledgers.launches(2)[-1]["sha"] == spec.sha
 
 
+@pytest.mark.e2e
 def test_a_trial_whose_share_never_comes_free_is_not_launched(tmp_path, engine_repo, cache_dir, monkeypatch):
     """The pipeline's hook: slot 1's share is never free (another program holds 120 GiB of the recorded H200):
     after the wait (ABBISECT_GPU_SLOT_WAIT_S, 1 s here) the trial is infra_error with the reason, no server was

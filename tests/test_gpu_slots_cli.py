@@ -19,6 +19,8 @@ from conftest import abbisect, toy_recipe, write_recipe
 from abbisect import checkout
 from abbisect.cli import EXIT_CODES
 
+pytestmark = pytest.mark.e2e
+
 SHIM = Path(__file__).with_name("nvml_shim")
 TAPE = Path(__file__).with_name("data") / "nvml" / "h200_shared.json"
 

@@ -91,6 +91,7 @@ def test_the_command_engine_fills_its_placeholder():
     assert adapter("command").plan(whole, "py", None, "h", 1).argv == ("py", "s.py", "--mem", "1", "--frac=1")
 
 
+@pytest.mark.e2e
 def test_a_bad_result_is_reused_only_from_a_share_at_least_as_large(tmp_path, engine_repo, cache_dir):
     """The share is not in the trial key: a crash at 0.45 of a GPU may be the share's doing, so a run on the
     whole GPU tries again; what it finds there stands for a run at 0.45. A good result at 0.45 stands for the

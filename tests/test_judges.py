@@ -48,6 +48,7 @@ def test_exit_codes_mean_what_git_bisect_run_says(code, outcome):
     assert outcome_of_exit(code) == outcome
 
 
+@pytest.mark.e2e
 def test_check_with_a_script(tmp_path, reword, cache_dir):
     repo, _ = reword
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
@@ -67,6 +68,7 @@ def test_check_with_a_script(tmp_path, reword, cache_dir):
     assert again.returncode == 1 and "(cached)" in again.stderr
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("script,why", [
     ("no-such-judge-command", "not found"),
     (f"{sys.executable} missing_judge.py", "not found"),
@@ -82,6 +84,7 @@ def test_a_script_that_cannot_judge_is_a_skip_never_bad(tmp_path, reword, cache_
     assert why in json.loads(proc.stdout)["data"]["verdict"]["reasons"][0]
 
 
+@pytest.mark.e2e
 def test_bisect_with_the_recipe_script_finds_a_change_the_built_in_rules_allow(tmp_path, reword, cache_dir):
     repo, shas = reword
     (tmp_path / "judges").mkdir()
@@ -99,6 +102,7 @@ def test_bisect_with_the_recipe_script_finds_a_change_the_built_in_rules_allow(t
     assert any("said famous" in s["evidence"] for s in res["steps"])
 
 
+@pytest.mark.e2e
 def test_run_with_a_script_judges_each_side(tmp_path, reword, cache_dir):
     repo, _ = reword
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
@@ -111,6 +115,7 @@ def test_run_with_a_script_judges_each_side(tmp_path, reword, cache_dir):
     assert "ok → bad" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_run_interactive(tmp_path, reword, cache_dir):
     repo, _ = reword
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
@@ -122,6 +127,7 @@ def test_run_interactive(tmp_path, reword, cache_dir):
     assert proc.stderr.count("good, bad, skip or retry?") == 2
 
 
+@pytest.mark.e2e
 def test_interactive_bisect_answered_on_stdin(tmp_path, reword, cache_dir):
     """Four trials asked in git's order (ends, then the midpoint, then the next); one retry re-runs a trial."""
     repo, shas = reword
@@ -142,6 +148,7 @@ def test_interactive_bisect_answered_on_stdin(tmp_path, reword, cache_dir):
     assert closed.returncode == 2 and "no answer on stdin" in closed.stderr
 
 
+@pytest.mark.e2e
 def test_check_interactive(tmp_path, reword, cache_dir):
     repo, _ = reword
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
@@ -150,6 +157,7 @@ def test_check_interactive(tmp_path, reword, cache_dir):
     assert "capital of France" in proc.stderr
 
 
+@pytest.mark.e2e
 def test_script_and_interactive_together_is_a_usage_error(tmp_path, reword, cache_dir):
     repo, _ = reword
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(repo))
@@ -179,6 +187,7 @@ def dated(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     return repo, s
 
 
+@pytest.mark.e2e
 def test_dates_as_ends(tmp_path, dated, cache_dir):
     repo, s = dated
     out = tmp_path / "out"

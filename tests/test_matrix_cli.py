@@ -75,6 +75,7 @@ def built(runs):
     return work, cache, sha, json.loads(r.stdout)["data"], r.stderr
 
 
+@pytest.mark.e2e
 def test_cells_from_run_bisect_and_check(built):
     work, _, sha, data, stderr = built
     cells = {c["commit"]: c for c in data["cells"]}
@@ -111,6 +112,7 @@ def test_cells_from_run_bisect_and_check(built):
     assert "5 cells" in stderr and "2 transitions, 1 conflicts" in stderr
 
 
+@pytest.mark.e2e
 def test_markdown_csv_and_pictures(built):
     work, _, _, data, _ = built
     out = work / "results" / "matrix"
@@ -141,6 +143,7 @@ def test_markdown_csv_and_pictures(built):
     assert all(t["fingerprint"]["key"] and "build" in t["timings"] for t in bisect["trials"])
 
 
+@pytest.mark.e2e
 def test_env_key_marks_cells_and_without_matplotlib_it_still_works(built, tmp_path):
     work, cache, sha, data, _ = built
     key = data["cells"][0]["stack_key"] or data["cells"][-1]["stack_key"]
@@ -173,6 +176,7 @@ def test_env_key_marks_cells_and_without_matplotlib_it_still_works(built, tmp_pa
     assert here.returncode == 0 and f"on GPU stack {mine}" in here.stderr
 
 
+@pytest.mark.e2e
 def test_trial_cache_adds_evidence_to_the_same_cells(built, tmp_path):
     work, cache, sha, data, _ = built
     r = abbisect(
@@ -199,6 +203,7 @@ def test_trial_cache_adds_evidence_to_the_same_cells(built, tmp_path):
     assert all(after[k] > before[k] for k in before) and after[sha["broken"]] >= 4
 
 
+@pytest.mark.e2e
 def test_bad_folders_are_one_line_errors(tmp_path):
     (tmp_path / "empty").mkdir()
     for args, needle in (

@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
+pytestmark = pytest.mark.e2e
+
 PY = sys.executable
 
 

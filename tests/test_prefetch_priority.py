@@ -7,10 +7,13 @@ import json
 import os
 from pathlib import Path
 
+import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.builtin.history import Commit, build_history
 from abbisect.environment.store import BACKGROUND_NICE
+
+pytestmark = pytest.mark.e2e
 
 
 def test_prefetch_builds_run_niced(tmp_path: Path):

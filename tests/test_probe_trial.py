@@ -12,10 +12,10 @@ from triton_kernels import GEMM_WITH_LAUNCHER
 
 from abbisect.builtin.history import _git
 
-pytestmark = pytest.mark.skipif(
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(
     importlib.util.find_spec("triton") is None or importlib.util.find_spec("torch") is None,
     reason="the probe cross-compiles with triton and drives the launcher with CPU torch: "
-           "pip install 'triton==3.6.0' torch (the test extra has both)")
+           "pip install 'triton==3.6.0' torch (the test extra has both)")]
 
 KERNEL = GEMM_WITH_LAUNCHER
 

@@ -22,6 +22,8 @@ from conftest import REPO_ROOT, abbisect, marked_pids, toy_recipe, write_recipe
 
 from abbisect.builtin.history import Commit, build_history
 
+pytestmark = pytest.mark.e2e
+
 # A launch wrapper around the toy server with misbehaviour on request (environment of the recipe):
 # ABBISECT_TEST_IGNORE_TERM ignores SIGTERM; ABBISECT_TEST_LOOP_ON makes answers to prompts containing
 # that word a loop (the others stay healthy); ABBISECT_TEST_KILL_TRIAL, in a checkout with the lm_head bug,
@@ -227,6 +229,7 @@ def test_a_lost_trial_process_is_infra_error_and_never_a_verdict(tmp_path, cache
 # --- teardown -------------------------------------------------------------------------------------
 
 
+@pytest.mark.alone
 def test_a_server_that_ignores_sigterm_is_killed_after_the_grace(tmp_path, engine_repo, cache_dir, test_mark):
     mark = test_mark
     recipe = wrapped(

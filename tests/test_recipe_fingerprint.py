@@ -110,6 +110,7 @@ def test_a_changed_key_reuses_or_invalidates_the_cached_trial(name, before, afte
     assert (new == old) is reused, f"changing {name} {'invalidated' if reused else 'reused'} the cached trial"
 
 
+@pytest.mark.e2e
 def test_a_new_teardown_timeout_reuses_both_cached_sides(tmp_path, engine_repo, cache_dir):
     """`timeouts.teardown` changed between two `abbisect run`s: the second takes both sides from the cache."""
     data = toy_recipe(engine_repo, sides={"a": "healthy0", "b": "broken"},
@@ -126,6 +127,7 @@ def test_a_new_teardown_timeout_reuses_both_cached_sides(tmp_path, engine_repo, 
     assert [second[s]["verdict"] for s in "ab"] == [first[s]["verdict"] for s in "ab"]
 
 
+@pytest.mark.e2e
 def test_a_cached_timeout_stands_only_for_a_run_that_would_not_wait_longer(tmp_path, engine_repo, cache_dir):
     """timeouts.ready is not in the key, yet a server that needs 4 s to load, timed out at 2 s (confirmed by
     the second side) and cached, is tried again when the ready timeout grows to 20 s, and then it is ok."""

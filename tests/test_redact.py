@@ -8,6 +8,7 @@ import os
 import random
 from pathlib import Path
 
+import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.infra.logstream import CappedLog
@@ -255,6 +256,7 @@ def _grep_tree(root: Path, secrets: tuple[str, ...]) -> list[str]:
     return hits
 
 
+@pytest.mark.e2e
 def test_planted_secret_is_never_written(tmp_path, engine_repo):
     cache = tmp_path / "cache"
     work = tmp_path / "work"
@@ -288,6 +290,7 @@ def test_planted_secret_is_never_written(tmp_path, engine_repo):
     assert os.environ.get("OUTER_SECRET") is None
 
 
+@pytest.mark.e2e
 def test_trial_seam_prints_no_secret(tmp_path, engine_repo, cache_dir):
     """`python -m abbisect.trial SPEC.json` (what executors run elsewhere) prints the result without secrets."""
     import json

@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
 _RACE = """
@@ -30,6 +31,7 @@ def test_racing_processes_get_distinct_folders(tmp_path):
     assert all(Path(f).is_dir() and not any(Path(f).iterdir()) for f in folders)
 
 
+@pytest.mark.e2e
 def test_output_pointing_at_a_file_is_a_user_error(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, sides={"a": "fixed", "b": "fixed"}))
     (tmp_path / "afile").write_text("keep me")
@@ -42,6 +44,7 @@ def _snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
 
 
+@pytest.mark.e2e
 def test_cached_run_writes_only_its_own_folder(tmp_path, engine_repo, cache_dir):
     recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo, sides={"a": "broken", "b": "fixed"}))
     first, second, third = tmp_path / "first", tmp_path / "second", tmp_path / "third"

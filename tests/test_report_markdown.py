@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
 
@@ -59,6 +60,7 @@ def _tables_have_headers(md: str) -> None:
             assert all(header), f"empty table header: {lines[n - 1]}"
 
 
+@pytest.mark.e2e
 def test_forty_long_outputs_fit_one_comment(tmp_path, engine_repo, cache_dir):
     prompts = [f"LONG: {3000 + n}" for n in range(40)] + [f"ECHO: {NASTY}"]
     path = write_recipe(tmp_path / "r.yaml", _echo_recipe(engine_repo, prompts))
@@ -83,6 +85,7 @@ def test_forty_long_outputs_fit_one_comment(tmp_path, engine_repo, cache_dir):
     assert "abbisect run r.yaml" in report and "started 20" in report and "save as <code>r.yaml</code>" in report
 
 
+@pytest.mark.e2e
 def test_twenty_megabyte_answer_gives_bounded_files(tmp_path, engine_repo, cache_dir):
     path = write_recipe(tmp_path / "r.yaml", _echo_recipe(engine_repo, ["BIG: 20", "ECHO: short"]))
     out = tmp_path / "out"
@@ -97,6 +100,7 @@ def test_twenty_megabyte_answer_gives_bounded_files(tmp_path, engine_repo, cache
     assert "more characters cut" in data["a"]["outputs"][0]["text"]
 
 
+@pytest.mark.e2e
 def test_github_links_and_portable_repo(tmp_path, engine_repo, cache_dir):
     clone = tmp_path / "clone"
     subprocess.run(["git", "clone", "-q", str(engine_repo), str(clone)], check=True)
@@ -128,6 +132,7 @@ def test_github_links_and_portable_repo(tmp_path, engine_repo, cache_dir):
     assert [rerun[s]["verdict"]["status"] for s in "ab"] == [res[s]["verdict"]["status"] for s in "ab"]
 
 
+@pytest.mark.e2e
 def test_bisect_report_one_reproduce_and_nested_headings(tmp_path, engine_repo, cache_dir):
     path = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
     out = tmp_path / "bis"

@@ -14,6 +14,8 @@ import pandas as pd
 import pytest
 from conftest import abbisect, marked_pids, run_ab, toy_recipe, write_recipe
 
+pytestmark = pytest.mark.e2e
+
 
 def test_broken_vs_fixed(tmp_path, engine_repo, cache_dir):
     res, out = run_ab(tmp_path, engine_repo, cache_dir, "broken", "fixed")

@@ -30,6 +30,8 @@ from conftest import abbisect, marked_pids, toy_recipe, write_recipe
 
 from abbisect.builtin.history import Commit, build_history
 
+pytestmark = pytest.mark.e2e
+
 HISTORY = [Commit("v1", tag="v1"), Commit("docs"), Commit("tidy"), Commit("more docs"),
            Commit("Dispatch quantisation to linear layers only", "break_scale"), Commit("cleanup"),
            Commit("polish"), Commit("release", tag="v2")]

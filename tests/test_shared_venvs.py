@@ -8,9 +8,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.builtin.history import Commit, build_history
+
+pytestmark = pytest.mark.e2e
 
 
 def _run(tmp_path: Path, repo: Path, cache: Path, a: str, b: str, name: str, **over) -> dict:

@@ -56,6 +56,7 @@ def _py(python: str, code: str) -> str:
     return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
+@pytest.mark.e2e
 def test_overlay_keeps_the_wheels_compiled_files_and_takes_the_commits_python(tmp_path: Path, wheel: Path) -> None:
     cache = tmp_path / "cache"
     install = make_install(strategy="overlay", wheel=str(wheel))

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import toy_recipe
 
 from abbisect import checkout
@@ -14,6 +15,7 @@ from abbisect.recipe import parse_recipe
 from abbisect.trial.spec import TrialResult, trial_spec
 
 
+@pytest.mark.e2e
 def test_trial_runs_from_a_json_spec_in_another_process(tmp_path, engine_repo, cache_dir):
     recipe = parse_recipe(toy_recipe(engine_repo))
     rev = checkout.resolve(engine_repo, "broken")

@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import REPO_ROOT, abbisect, run_ab, toy_recipe, write_recipe
 
 from abbisect.recipe import parse_recipe
@@ -17,6 +18,7 @@ from abbisect.report.text import WRAP, cell
 from abbisect.verdict.rules import SHOWN, _listed
 
 
+@pytest.mark.e2e
 def test_a_report_says_its_verdict_first_and_explains_its_words(tmp_path, engine_repo, cache_dir):
     _, out = run_ab(tmp_path, engine_repo, cache_dir, "broken", "fixed")
     report = (out / "report.md").read_text()
@@ -31,6 +33,7 @@ def test_a_report_says_its_verdict_first_and_explains_its_words(tmp_path, engine
     assert "not explained by the named packages" not in report
 
 
+@pytest.mark.e2e
 def test_identical_package_lists_are_said_once_not_printed_twice(tmp_path, engine_repo, cache_dir):
     _, out = run_ab(tmp_path, engine_repo, cache_dir, "fixed", "fixed")
     report = (out / "report.md").read_text()
@@ -62,6 +65,7 @@ def test_a_count_of_degenerate_outputs_is_followed_by_every_one_or_a_count_of_th
     assert _listed(many) == [*many[:SHOWN], "… and 3 more (all in results.json)"]
 
 
+@pytest.mark.e2e
 def test_a_dist_shim_version_is_said_to_be_the_shims(tmp_path, engine_repo, cache_dir):
     """The engine reads its version through the recipe's dist-info shim: the report says so."""
     res, out = run_ab(tmp_path, engine_repo, cache_dir, "fixed", "fixed",
@@ -87,6 +91,7 @@ def test_a_remote_that_is_a_local_folder_is_no_source_for_a_stranger(tmp_path):
     assert engine_source(recipe) == "<a local checkout named engine, with no public remote>"
 
 
+@pytest.mark.e2e
 def test_bisect_md_names_no_path_of_this_machine(tmp_path, engine_repo, cache_dir):
     """A local engine whose origin is a local folder, a stand-in launch script and a --script judge, all at
     paths of this machine: bisect.md and its outputs name none of them."""
