@@ -128,6 +128,11 @@ def test_a_mask_replaces_exactly_the_value():
         "UNKNOWN_TOKEN=1 HF_TOKEN=***)value` DB_PASSWORD='***';")  # not known: up to a closing bracket
     assert red.data({"env": {"HF_TOKEN": "${HF_TOKEN}"}, "argv": ["HF_TOKEN=${HF_TOKEN}"]}) == {
         "env": {"HF_TOKEN": "${HF_TOKEN}"}, "argv": ["HF_TOKEN=${HF_TOKEN}"]}
+    # a command of the recipe (its launch wrapper) names the variables without their values: it stays runnable
+    command = """printf 'DB_PASSWORD=%s HF_TOKEN=%-8s\\n' "$DB_PASSWORD" "$HF_TOKEN"; HF_TOKEN=$HF_TOKEN x"""
+    assert red.data({"command": [command, "HF_TOKEN=${HF_TOKEN:-none}"]}) == {
+        "command": [command, "HF_TOKEN=${HF_TOKEN:-none}"]}
+    assert red.text("DB_PASSWORD=%sabc HF_TOKEN=$") == "DB_PASSWORD=*** HF_TOKEN=***"
     assert red.env({"HF_TOKEN": "${HF_TOKEN}", "DB_PASSWORD": "p)ss w0rd"}) == {"HF_TOKEN": "${HF_TOKEN}",
                                                                                 "DB_PASSWORD": MASK}
 

@@ -278,6 +278,7 @@ def test_no_secret_in_any_file_or_stream_and_nothing_structured_corrupted(sweep)
     results = json.loads((ab_dir / "results.json").read_text())
     assert [results[side]["spec"]["sha"] for side in "ab"] == [shas[0], shas[-1]]
     assert all("INFO tok=***reqreq 200" in results[side]["launch"]["log_tail"] for side in "ab")
+    assert all(results[side]["spec"]["recipe"]["launch"]["command"][2] == WRAPPER for side in "ab")  # runnable
     cached = [json.loads(p.read_text()) for p in (s["cache"] / "trials").glob("*.json")]
     assert cached and all(c["spec"]["sha"] in shas for c in cached)
     for spec in [results[side]["spec"] for side in "ab"] + [c["spec"] for c in cached]:
@@ -289,6 +290,7 @@ def test_no_secret_in_any_file_or_stream_and_nothing_structured_corrupted(sweep)
         recipe_block = rerun[rerun.index("```yaml"):]
         assert "REF_SECRET: ${SWEEP_REF}" in recipe_block and "LABEL: ${SWEEP_X}" in recipe_block
         assert "DB_PASSWORD: '***'" in recipe_block and "HF_TOKEN: '***'" in recipe_block
+        assert "DB_PASSWORD=%s MY_TOKEN=%s LABEL=%s" in recipe_block  # the wrapper names them: no value to mask
     assert (matrix / "matrix.json").is_file()
     assert (s["cache"] / "fingerprint.key").stat().st_mode & 0o777 == 0o600
     print(f"sweep: {elapsed:.0f} s of commands")

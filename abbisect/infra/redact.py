@@ -18,7 +18,8 @@ How a secret is masked depends on where it is; a mask replaces exactly the value
   its length;
 - where it is named, in text and in any string of structured data (`NAME=value`, `NAME: value`,
   `"NAME": "value"`): always; the value known to the recipe is masked whole, another value up to the first
-  space, quote or closing bracket;
+  space, quote or closing bracket, unless it is a reference or a placeholder (`NAME=$VAR`, `NAME=%s`: a
+  command in a rerun recipe stays runnable);
 - anywhere else (`Redactor.text`, any string of `Redactor.data`, `StreamMask` over a log's bytes): a value
   of at least ANYWHERE characters wherever it occurs (a letter written right after it by another process's
   interleaved line included), a value of MIN_SECRET to ANYWHERE - 1 characters only as a whole value (not
@@ -62,7 +63,10 @@ _URL_TOKEN = re.compile(r"https?://([^/@\s:]+)@")
 _SEP = rb"[\"']?(?: ?= ?|: ?)[\"']?"
 _VALUE_CHAR = rb"[^\s\"',;)\]}`|<>]"
 _VALUE_END = re.compile(rb"[\s\"',;)\]}`|<>]")
-_REFERENCES_VALUE = rb"(?:\$\{\w+\})+(?!" + _VALUE_CHAR + rb")"  # NAME=${VAR} shows no value: left as it is
+# What follows a name without being a value, left as it is (unless it is the recipe's own value): a reference
+# (NAME=${VAR}, NAME=$VAR, NAME=${VAR:-x}) or a format's placeholder (printf 'NAME=%s\n'), so a command in a
+# rerun recipe still runs as printed.
+_PLACEHOLDER = rb"(?:\$\{?\w|%[-+ #0-9.]*[a-zA-Z](?![A-Za-z0-9_]))"
 MAX_NAMED = 4096
 _WORD = rb"A-Za-z0-9_"
 _IS_WORD = re.compile(rb"[" + _WORD + rb"]")
@@ -222,10 +226,12 @@ class Redactor:
         parts = [b"(?:" + free + b")"] if free else []
         if self.names:
             alt = b"|".join(re.escape(n.encode()) for n in sorted(self.names, key=len, reverse=True))
-            namesep = rb"(?P<name>(?<![" + _WORD + rb"])(?:" + alt + rb"))(?P<sep>" + _SEP + rb")"
+            # not a name where it is referred to: $NAME, ${NAME:-default}
+            namesep = rb"(?P<name>(?<![$" + _WORD + rb"])(?<!\$\{)(?:" + alt + rb"))(?P<sep>" + _SEP + rb")"
             known = [re.escape(f) + rb"(?!" + _VALUE_CHAR + rb")" for f in self.named_forms]
-            value = b"|".join([*known, *([free] if free else []), _VALUE_CHAR + b"{1,%d}" % MAX_NAMED])
-            parts.insert(0, namesep + rb"(?!\*\*\*)(?!" + _REFERENCES_VALUE + rb")(?:" + value + b")")
+            other = b"|".join([*([free] if free else []), _VALUE_CHAR + b"{1,%d}" % MAX_NAMED])
+            value = b"|".join([*known, rb"(?!" + _PLACEHOLDER + rb")(?:" + other + b")"])
+            parts.insert(0, namesep + rb"(?!\*\*\*)(?:" + value + b")")
         return (re.compile(b"|".join(parts)) if parts else None, re.compile(namesep) if namesep else None)
 
     def stream(self) -> StreamMask | None:
