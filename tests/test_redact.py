@@ -112,6 +112,8 @@ def test_every_value_the_recipe_holds_is_a_source():
     assert red.text(text) == ("probe 2 (+ env SHORT_TOKEN=***): *** + SWITCH_TOKEN=*** ***; "
                               "git+https://builder:***@git.example.org/pkg.git pw; https://***@example.org/w.whl "
                               "SOME_FLAG=1")
+    mask = StreamMask(red)  # a log fed a byte at a time: the same
+    assert b"".join(mask.feed(bytes([c])) for c in text.encode()) + mask.flush() == red.text(text).encode()
 
 
 def test_a_mask_replaces_exactly_the_value():

@@ -211,10 +211,15 @@ class Redactor:
                                for f in (v, json.dumps(v)[1:-1], repr(v)[1:-1]) if f})
 
     @cached_property
+    def credential_forms(self) -> tuple[bytes, ...]:
+        """Each credential with the `@` that follows it in a URL: where such a match starts, and rare enough
+        in a log to be looked for however short the credential is."""
+        return tuple(c.encode(errors="surrogateescape") + b"@" for c in self.credentials)
+
+    @cached_property
     def anchors(self) -> tuple[bytes, ...]:
         """What every match starts with: a value's form, a credential or a name (found at memchr speed)."""
-        return (*self.forms, *(c.encode(errors="surrogateescape") for c in self.credentials),
-                *(n.encode() for n in self.names))
+        return (*self.forms, *self.credential_forms, *(n.encode() for n in self.names))
 
     @cached_property
     def _patterns(self) -> tuple[re.Pattern[bytes] | None, re.Pattern[bytes] | None]:
@@ -293,7 +298,7 @@ class StreamMask:
     def __init__(self, redactor: Redactor) -> None:
         self.rx, self.namesep = redactor._patterns
         # the forms a stream may end inside of: a value's free-text forms and the credentials
-        self.forms = (*redactor.forms, *(c.encode(errors="surrogateescape") for c in redactor.credentials))
+        self.forms = (*redactor.forms, *redactor.credential_forms)
         self.named_forms = (*redactor.named_forms, *redactor.forms)  # what may follow a name
         self.names = tuple(n.encode() for n in redactor.names)
         self.anchors = redactor.anchors
