@@ -60,14 +60,16 @@ def test_data_masks_keys_and_strings():
             "log_tail": [f"loaded with {FROM_ENV}"], "n": 3}
     clean = red.data(data)
     assert LITERAL not in repr(clean) and FROM_ENV not in repr(clean) and BUILD not in repr(clean)
-    assert clean["recipe"]["env"]["MY_API"] == MASK and clean["recipe"]["env"]["PLAIN"] == "visible-value"
+    # a reference names where the value comes from and holds none of it: a rerun block must keep it
+    assert clean["recipe"]["env"]["MY_API"] == "${OUTER_SECRET}" and clean["recipe"]["env"]["PLAIN"] == "visible-value"
     assert clean["n"] == 3
 
 
 def test_expand_reads_references_only_at_launch():
     assert expand_env({"A": "${X}", "B": "pre-${Y}-post", "C": "$HOME"}, {"X": "1", "Y": "2"}) == {
         "A": "1", "B": "pre-2-post", "C": "$HOME"}
-    assert mask_env({"HF_TOKEN": "abc", "A": "${X}", "B": "b"}) == {"HF_TOKEN": MASK, "A": MASK, "B": "b"}
+    assert mask_env({"HF_TOKEN": "abc", "A": "${X}", "B": "b", "C": "Bearer x${X}", "API_KEY": "${K}"}) == {
+        "HF_TOKEN": MASK, "A": "${X}", "B": "b", "C": MASK, "API_KEY": "${K}"}
 
 
 def test_guard_keeps_message_type():
@@ -88,6 +90,65 @@ def test_secret_names_by_segments():
         assert not looks_secret(name), name
     red = Redactor.from_recipe({"env": {"TOKENIZERS_PARALLELISM": "false", "HFTOKEN": "hf_0123456789abcdef"}}, {})
     assert red.names == {"HFTOKEN"}
+
+
+def test_every_value_the_recipe_holds_is_a_source():
+    """narrow.passing.env, each narrow switch's env, bisect.over.install.env and the credentials of a URL (a
+    pin, an index URL) are secrets as env and install.env are."""
+    recipe = {"env": {"PLAIN": "x"},
+              "narrow": {"passing": {"env": {"HF_TOKEN": "hf_PASSLITERAL_abcdef123456", "SHORT_TOKEN": "short2x"}},
+                         "switches": [{"id": "mine.token", "env": {"SWITCH_TOKEN": "sw_switch_value_0042"}},
+                                      {"id": "mine.plain", "env": {"SOME_FLAG": "1"}}]},
+              "bisect": {"over": {"repo": "dep", "install": {"env": {"DEP_PASSWORD": "dep_pw_9876543"}}}},
+              "install": {"pins": ["pkg @ git+https://builder:pw@git.example.org/pkg.git"]},
+              "sides": {"a": {"ref": "v1", "pins": ["https://ghp_sidetoken0123456@example.org/w.whl"]},
+                        "b": {"ref": "v2"}}}
+    red = Redactor.from_recipe(recipe, {})
+    assert red.names == {"HF_TOKEN", "SHORT_TOKEN", "SWITCH_TOKEN", "DEP_PASSWORD"}
+    assert set(red.credentials) == {"pw", "ghp_sidetoken0123456"}
+    text = ("probe 2 (+ env SHORT_TOKEN=short2x): hf_PASSLITERAL_abcdef123456 + SWITCH_TOKEN=sw_switch_value_0042 "
+            "dep_pw_9876543; git+https://builder:pw@git.example.org/pkg.git pw; "
+            "https://ghp_sidetoken0123456@example.org/w.whl SOME_FLAG=1")
+    assert red.text(text) == ("probe 2 (+ env SHORT_TOKEN=***): *** + SWITCH_TOKEN=*** ***; "
+                              "git+https://builder:***@git.example.org/pkg.git pw; https://***@example.org/w.whl "
+                              "SOME_FLAG=1")
+    mask = StreamMask(red)  # a log fed a byte at a time: the same
+    assert b"".join(mask.feed(bytes([c])) for c in text.encode()) + mask.flush() == red.text(text).encode()
+
+
+def test_a_mask_replaces_exactly_the_value():
+    """narrow's differences, in a code span: neither the `)` nor the closing backtick is swallowed, and a
+    reference stays a reference."""
+    red = Redactor.from_recipe({"env": {"HF_TOKEN": "${HF_TOKEN}", "DB_PASSWORD": "p)ss w0rd"},
+                                "narrow": {"passing": {"env": {"HF_TOKEN": "hf_PASSLITERAL_abcdef123456"}}}},
+                               {"HF_TOKEN": "hf_from_the_environment_77"})
+    shown = "`env HF_TOKEN=${HF_TOKEN} (instead of HF_TOKEN=hf_PASSLITERAL_abcdef123456)`"
+    assert red.text(shown) == "`env HF_TOKEN=${HF_TOKEN} (instead of HF_TOKEN=***)`"
+    assert red.text("`HF_TOKEN=hf_from_the_environment_77`, [DB_PASSWORD=p)ss w0rd]") == (
+        "`HF_TOKEN=***`, [DB_PASSWORD=***]")
+    assert red.text("UNKNOWN_TOKEN=1 HF_TOKEN=unknown)value` DB_PASSWORD='other';") == (
+        "UNKNOWN_TOKEN=1 HF_TOKEN=***)value` DB_PASSWORD='***';")  # not known: up to a closing bracket
+    assert red.data({"env": {"HF_TOKEN": "${HF_TOKEN}"}, "argv": ["HF_TOKEN=${HF_TOKEN}"]}) == {
+        "env": {"HF_TOKEN": "${HF_TOKEN}"}, "argv": ["HF_TOKEN=${HF_TOKEN}"]}
+    # a command of the recipe (its launch wrapper) names the variables without their values: it stays runnable
+    command = """printf 'DB_PASSWORD=%s HF_TOKEN=%-8s\\n' "$DB_PASSWORD" "$HF_TOKEN"; HF_TOKEN=$HF_TOKEN x"""
+    assert red.data({"command": [command, "HF_TOKEN=${HF_TOKEN:-none}"]}) == {
+        "command": [command, "HF_TOKEN=${HF_TOKEN:-none}"]}
+    assert red.text("DB_PASSWORD=%sabc HF_TOKEN=$") == "DB_PASSWORD=*** HF_TOKEN=***"
+    assert red.env({"HF_TOKEN": "${HF_TOKEN}", "DB_PASSWORD": "p)ss w0rd"}) == {"HF_TOKEN": "${HF_TOKEN}",
+                                                                                "DB_PASSWORD": MASK}
+
+
+def test_the_named_rule_applies_to_every_string_of_structured_data():
+    """narrow.json's labels and changes, results.json's strings: a short value under its own name is masked,
+    and nothing else of the string."""
+    red = Redactor.from_recipe({"name": "demo", "env": {"SHORT_TOKEN": "short2x", "LABEL": "${X}"}}, {"X": "demo"})
+    data = {"label": "+ env SHORT_TOKEN=short2x, + --seed 1", "change": "+ SHORT_TOKEN=short2x",
+            "evidence": 'launched with {"SHORT_TOKEN": "short2x"}', "name": "demo", "sha": "5e2d09c870",
+            "prompt": "Is short2x a word?"}
+    assert red.data(data) == {"label": "+ env SHORT_TOKEN=***, + --seed 1", "change": "+ SHORT_TOKEN=***",
+                              "evidence": 'launched with {"SHORT_TOKEN": "***"}', "name": "demo",
+                              "sha": "5e2d09c870", "prompt": "Is short2x a word?"}
 
 
 PEM = ("-----BEGIN PRIVATE KEY-----\n"
@@ -122,19 +183,33 @@ def test_short_values_are_masked_only_where_named_and_structure_is_never_rewritt
         "recipe": {"env": {"MY_TOKEN": "09c8", "LABEL": "${X}", "TOKENIZERS_PARALLELISM": "false"}},
         "launch": {"env": {"DB_PASSWORD": "hunter2", "PLAIN": "demo"}}}
     masked = red.data(data)
-    assert masked["recipe"]["env"] == {"MY_TOKEN": MASK, "LABEL": MASK, "TOKENIZERS_PARALLELISM": "false"}
+    assert masked["recipe"]["env"] == {"MY_TOKEN": MASK, "LABEL": "${X}", "TOKENIZERS_PARALLELISM": "false"}
     assert masked["launch"]["env"] == {"DB_PASSWORD": MASK, "PLAIN": "demo"}
     assert {k: masked[k] for k in ("name", "sha", "out_dir", "prompts")} == {
         k: data[k] for k in ("name", "sha", "out_dir", "prompts")}
 
 
-def test_long_values_are_masked_as_whole_values_only():
-    token = "hf_0123456789abcdefXYZ"
-    red = Redactor.from_recipe({"env": {"HF_TOKEN": token}}, {})
-    assert red.text(f"a {token}, ({token}) x{token} {token}9 '{token}'") == (
-        f"a {MASK}, ({MASK}) x{token} {token}9 '{MASK}'")
-    assert red.data({"argv": ["--token", token], "id": f"run-{token}"}) == {"argv": ["--token", MASK],
-                                                                             "id": f"run-{MASK}"}
+def test_values_of_8_to_11_characters_are_masked_as_whole_values_only():
+    word = "k3yb0ard9"  # 9 characters: may occur inside a longer word by chance
+    red = Redactor.from_recipe({"env": {"DB_PASSWORD": word}}, {})
+    assert red.text(f"a {word}, ({word}) x{word} {word}9 '{word}'") == (
+        f"a {MASK}, ({MASK}) x{word} {word}9 '{MASK}'")
+    assert red.data({"argv": ["--pw", word], "id": f"run-{word}", "sha": f"ab{word}cd"}) == {
+        "argv": ["--pw", MASK], "id": f"run-{MASK}", "sha": f"ab{word}cd"}
+
+
+def test_a_value_of_12_characters_or_more_is_masked_wherever_it_is():
+    """Two processes writing one log put a letter right after the value (interleaved lines): still masked."""
+    token = "hf_TESTSECRET_abcdefghijklmnop"
+    twelve = "abcdefghijkl"
+    red = Redactor.from_recipe({"env": {"HF_TOKEN": token, "OTHER_KEY": twelve}}, {})
+    assert red.text(f"tok={token}reqreq x{token} {token}9 '{token}'") == f"tok={MASK}reqreq x{MASK} {MASK}9 '{MASK}'"
+    assert red.text(f"id-{twelve}z and {twelve[:-1]}z") == f"id-{MASK}z and {twelve[:-1]}z"
+    assert red.data({"argv": ["--token", token], "id": f"run-{token}x"}) == {"argv": ["--token", MASK],
+                                                                              "id": f"run-{MASK}x"}
+    mask = StreamMask(red)  # cut anywhere in a stream, a letter after it in the next chunk
+    got = b"".join(mask.feed(bytes([c])) for c in f"tok={token}reqreq\n".encode()) + mask.flush()
+    assert got == f"tok={MASK}reqreq\n".encode()
 
 
 def test_a_multi_line_value_is_masked_raw_escaped_and_line_by_line():

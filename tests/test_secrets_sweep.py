@@ -1,10 +1,14 @@
 """The secret sweep: secrets of every kind planted in one toy-engine recipe, printed by the real server (a
 launch wrapper) and by a build step, through run, bisect (interrupted by SIGINT, then resumed), check, a run
-stopped by SIGTERM, a check killed by SIGKILL, narrow (two probes) and matrix (compare launches nothing and
-reads only files: nothing to print); then every file under the result folders and the
-cache, and every stdout and stderr, is searched for every long form of every secret and for each short one's
-NAME=value form: zero hits. And nothing structured was corrupted by masking: shas, folder names, the recipe's
-name, the prompts and their expect patterns, the bisect's answer and its resume, the exit codes.
+stopped by SIGTERM, a check killed by SIGKILL, narrow (two probes; then a second recipe whose passing launch
+and switches hold secrets of their own, short ones under their names among them, narrowed by delta debugging
+and switches) and matrix (compare launches nothing and reads only files: nothing to print); the server also
+writes a value with letters right after it, as two processes' interleaved lines do. Then every file under the
+result folders and the cache, and every stdout and stderr, is searched for every long form of every secret
+and for each short one's NAME=value form: zero hits; no artefact holds an invisible character. And nothing
+structured was corrupted by masking: shas, folder names, the recipe's name, the prompts and their expect
+patterns, the bisect's answer and its resume, the exit codes; the reports' rerun recipes keep each
+`${VAR}` reference as it is.
 
 One module-scoped history and cache: every venv is the recipe's own (its install.env is in the key), and the
 ends of the bisect come from the run's trial cache.
@@ -52,6 +56,13 @@ REF = "ref_" + _random(20)  # HF-like value read by reference from the user's en
 BUILD = "bt_" + _random(20)  # install.env, echoed by an install step
 SHORT = "hunter2"
 MARK = _random(12)
+# narrow's own sources: the passing launch's literal HF_TOKEN and REF_SECRET, a switch's token, short values
+# under their own names (one in the failing launch of the second recipe, one in a switch)
+PASS = "hf_PASS" + _random(20)
+PASS_REF = "pr_" + _random(20)
+SWITCH = "sw_" + _random(20)
+SHORT_NARROW, SHORT_SWITCH = "short2x", "sw2x"
+INVISIBLE = re.compile("[\u200b-\u200d\u2060\ufeff]")
 
 # The real server process prints them (bash, then exec of the toy engine): raw, with a logger's prefix on
 # each line, inside a dict's repr (newlines as the two characters \n), named, split across two writes.
@@ -65,6 +76,9 @@ while IFS= read -r line; do printf 'INFO key: %s\n' "$line"; done <<< "$TLS_PRIV
 printf 'DB_PASSWORD=%s MY_TOKEN=%s LABEL=%s\n' "$DB_PASSWORD" "$MY_TOKEN" "$LABEL"
 printf 'Authorization: Bearer %s; ref %s\n' "$HF_TOKEN" "$REF_SECRET"
 printf 'TOKENIZERS_PARALLELISM=%s\n' "$TOKENIZERS_PARALLELISM"
+printf 'switch SWITCH_TOKEN=%s SW_TOKEN=%s; raw %s\n' "${SWITCH_TOKEN:-unset}" "${SW_TOKEN:-unset}" "${SWITCH_TOKEN:-unset}"
+if [ -n "$SHORT_TOKEN" ]; then printf 'refusing to start with SHORT_TOKEN=%s\n' "$SHORT_TOKEN"; exit 3; fi
+printf 'INFO tok=%s' "$HF_TOKEN"; printf 'reqreq 200\n'
 exec "$0" -m toyengine.server "$@"
 '''
 PROMPTS = [{"prompt": "The capital of France is", "expect": "(?i)paris"},
@@ -88,12 +102,26 @@ def sweep(tmp_path_factory):
         prompts=PROMPTS, verdict={"bad_if": ["degenerate", "crashed_at_startup"]}, bisect={"prefetch": 2},
         narrow={"passing": {"flags": ["--seed", "1"]}, "catalogue": False})
     recipe["launch"]["command"] = ["bash", "-c", WRAPPER, "{python}", "--host", "{host}", "--port", "{port}"]
+    recipe["narrow"]["passing"]["env"] = {**recipe["env"], "HF_TOKEN": PASS}
     (root / "recipe").mkdir()
     path = write_recipe(root / "recipe" / "demo.yaml", recipe)  # the user's own file: not searched
+    # The second: SHORT_TOKEN makes the start fail (the wrapper); the passing launch has other secrets and no
+    # SHORT_TOKEN; one switch adds a token, the other drops SHORT_TOKEN (the workaround) and adds a short one.
+    passing = {**recipe["env"], "HF_TOKEN": PASS, "REF_SECRET": PASS_REF}
+    narrow_recipe = {**recipe, "name": "demo-narrow", "env": {**recipe["env"], "SHORT_TOKEN": SHORT_NARROW},
+                     "narrow": {"passing": {"env": passing}, "catalogue": False,
+                                "help": ["{python}", "-m", "toyengine.server", "--help"],
+                                "switches": [{"id": "command.another-token", "feature": "a token of its own",
+                                              "env": {"SWITCH_TOKEN": SWITCH}},
+                                             {"id": "command.unset-short-token", "feature": "the short token unset",
+                                              "replaces": ["SHORT_TOKEN"],
+                                              "env": {"SWITCH_TOKEN": SWITCH, "SW_TOKEN": SHORT_SWITCH}}]}}
+    narrow_path = write_recipe(root / "recipe" / "narrow.yaml", narrow_recipe)
     work = root / "work"
     work.mkdir()
     env = {"SWEEP_REF": REF, "SWEEP_X": "demo", "ABBISECT_LOG_CAP_BYTES": str(CAP)}
-    return {"root": root, "repo": repo, "shas": shas, "short": short, "recipe": path, "work": work,
+    return {"root": root, "repo": repo, "shas": shas, "short": short, "recipe": path, "narrow": narrow_path,
+            "work": work,
             "cache": root / "cache", "env": env, "streams": []}
 
 
@@ -143,7 +171,10 @@ def _forms(short: str) -> dict[str, str]:
     found = {"pem": body, "pem escaped": body.replace("\n", "\\n"), "split": SPLIT, "split head": SPLIT[:8],
              "split tail": SPLIT[8:], "hf": HF, "ref": REF, "build": BUILD,
              "DB_PASSWORD=": f"DB_PASSWORD={SHORT}", "DB_PASSWORD json": f'"DB_PASSWORD": "{SHORT}"',
-             "MY_TOKEN=": f"MY_TOKEN={short}", "LABEL=": "LABEL=demo"}
+             "MY_TOKEN=": f"MY_TOKEN={short}", "LABEL=": "LABEL=demo", "pass": PASS, "pass ref": PASS_REF,
+             "switch": SWITCH, "SHORT_TOKEN=": f"SHORT_TOKEN={SHORT_NARROW}",
+             "SHORT_TOKEN json": f'"SHORT_TOKEN": "{SHORT_NARROW}"', "short narrow quoted": f'"{SHORT_NARROW}"',
+             "SW_TOKEN=": f"SW_TOKEN={SHORT_SWITCH}", "short switch quoted": f'"{SHORT_SWITCH}"'}
     found.update({f"pem line {n}": line for n, line in enumerate(body.splitlines())})
     return found
 
@@ -188,6 +219,22 @@ def test_no_secret_in_any_file_or_stream_and_nothing_structured_corrupted(sweep)
     assert [p["label"] for p in narrowed["probes"]][:2] == ["the recipe's launch", "narrow.passing"], narrowed
     probe_logs = [p.read_text() for p in (work / "narrow").rglob("server.log")]
     assert len(probe_logs) == 2 and all("DB_PASSWORD=*** MY_TOKEN=***" in log for log in probe_logs)
+    narrow_md = (work / "narrow" / "narrow.md").read_text()
+    assert "`env HF_TOKEN=*** (instead of HF_TOKEN=***)`" in narrow_md, narrow_md
+    # the second recipe at v1: the start fails with SHORT_TOKEN; delta debugging and the switches find it
+    second = json.loads(_cli(s, "narrow", str(s["narrow"]), "--ref", "v1", "-o", str(work / "narrow2"), "--json",
+                             expect=0).stdout)["data"]
+    assert [second["deltas"][i]["key"] for i in second["minimal"]] == ["SHORT_TOKEN"], second["deltas"]
+    assert second["workarounds"] == ["command.unset-short-token"]
+    assert sorted((d["key"], d["value"], d["was"]) for d in second["deltas"]) == [
+        ("HF_TOKEN", "***", "***"), ("REF_SECRET", "${SWEEP_REF}", "***"), ("SHORT_TOKEN", "***", None)]
+    narrow2_md = (work / "narrow2" / "narrow.md").read_text()
+    for shown in ("`env REF_SECRET=${SWEEP_REF} (instead of REF_SECRET=***)`", "`+ env SHORT_TOKEN=***`",
+                  "`− SHORT_TOKEN=***, + SWITCH_TOKEN=***, + SW_TOKEN=***`", "| `command.unset-short-token` |"):
+        assert shown in narrow2_md, (shown, narrow2_md)
+    probe2_logs = [p.read_text() for p in (work / "narrow2").rglob("server.log")]
+    assert any("refusing to start with SHORT_TOKEN=***" in log for log in probe2_logs)
+    assert any("switch SWITCH_TOKEN=*** SW_TOKEN=***; raw ***" in log for log in probe2_logs)
     matrix = work / "matrix"
     _cli(s, "matrix", str(work / "results"), str(bis), "-o", str(matrix), "--checks", "--trial-cache",
          "--no-plots", "--json", expect=0)
@@ -197,6 +244,8 @@ def test_no_secret_in_any_file_or_stream_and_nothing_structured_corrupted(sweep)
     forms = _forms(s["short"])
     assert _grep([work, s["cache"]], forms) == []
     assert [(args, k) for args, text in s["streams"] for k, v in forms.items() if v in text] == []
+    shown = [p for p in work.rglob("*") if p.suffix in (".md", ".json", ".csv") and p.is_file()]
+    assert [p for p in shown if INVISIBLE.search(p.read_text())] == []
 
     # ... and yet the server and the build step received the real values and printed them, masked.
     logs = [p.read_text() for p in ab_dir.rglob("server.log")]
@@ -206,6 +255,7 @@ def test_no_secret_in_any_file_or_stream_and_nothing_structured_corrupted(sweep)
         assert "TOKENIZERS_PARALLELISM=false" in log  # not a secret: shown
         assert "INFO key: ***" in log and "{'key': '***\\n', 'hf': '***'}" in log
         assert "elided: head and tail kept" in log  # the cap cut this log, and kept no part of SPLIT
+        assert "INFO tok=***reqreq 200" in log  # a letter right after the value: still masked
     printed = "".join(p.read_text() for p in (s["cache"] / "envs").glob("*/build.log"))
     built = set(re.findall(r"^build token: \*\*\* for ([0-9a-f]{40})$", printed, re.MULTILINE))
     tested = {st["sha"] for st in resumed["steps"]} | {shas[0], shas[-1], shas[2]}
@@ -227,6 +277,8 @@ def test_no_secret_in_any_file_or_stream_and_nothing_structured_corrupted(sweep)
         assert data["outputs"][1]["prompt"] == PROMPTS[1]["prompt"]
     results = json.loads((ab_dir / "results.json").read_text())
     assert [results[side]["spec"]["sha"] for side in "ab"] == [shas[0], shas[-1]]
+    assert all("INFO tok=***reqreq 200" in results[side]["launch"]["log_tail"] for side in "ab")
+    assert all(results[side]["spec"]["recipe"]["launch"]["command"][2] == WRAPPER for side in "ab")  # runnable
     cached = [json.loads(p.read_text()) for p in (s["cache"] / "trials").glob("*.json")]
     assert cached and all(c["spec"]["sha"] in shas for c in cached)
     for spec in [results[side]["spec"] for side in "ab"] + [c["spec"] for c in cached]:
@@ -234,6 +286,11 @@ def test_no_secret_in_any_file_or_stream_and_nothing_structured_corrupted(sweep)
     assert (s["cache"] / "checks" / "demo").is_dir()
     report = (ab_dir / "report.md").read_text()
     assert "Is it false that two plus two is four?" in report and "(?i)true|false" in report
+    for rerun in (report, (bis / "bisect.md").read_text()):  # a reference reruns as printed; a literal is masked
+        recipe_block = rerun[rerun.index("```yaml"):]
+        assert "REF_SECRET: ${SWEEP_REF}" in recipe_block and "LABEL: ${SWEEP_X}" in recipe_block
+        assert "DB_PASSWORD: '***'" in recipe_block and "HF_TOKEN: '***'" in recipe_block
+        assert "DB_PASSWORD=%s MY_TOKEN=%s LABEL=%s" in recipe_block  # the wrapper names them: no value to mask
     assert (matrix / "matrix.json").is_file()
     assert (s["cache"] / "fingerprint.key").stat().st_mode & 0o777 == 0o600
     print(f"sweep: {elapsed:.0f} s of commands")

@@ -14,7 +14,7 @@ from conftest import REPO_ROOT, abbisect, run_ab, toy_recipe, write_recipe
 from abbisect.recipe import parse_recipe
 from abbisect.report.markdown import _args
 from abbisect.report.portable import Portable, engine_source
-from abbisect.report.text import WRAP, cell
+from abbisect.report.text import RUN_SHOWN, Notes, cell, table
 from abbisect.verdict.rules import SHOWN, _listed
 
 
@@ -41,18 +41,30 @@ def test_identical_package_lists_are_said_once_not_printed_twice(tmp_path, engin
     assert "Full package lists" not in report
 
 
-def test_a_long_unbroken_output_can_wrap_in_its_cell():
+INVISIBLE = re.compile("[\u200b-\u200d\u2060\ufeff]")
+
+
+def test_a_long_unbroken_run_is_shortened_in_its_cell_and_listed_in_full_below_the_table():
+    """No invisible break points (a user copies and greps what the report shows): a run too long for a column
+    is shortened, and the table lists it in full; a full sha and a switch id are never shortened."""
     looping = "Cement" * 40
-    shown = cell(looping, 90)
-    assert WRAP in shown and not re.search(rf"[^\s{WRAP}]{{25}}", shown)
-    assert shown.replace(WRAP, "") == cell(looping, 90).replace(WRAP, "")  # nothing but break points added
-    assert WRAP not in cell("two plus two is four", 90)
+    notes = Notes()
+    sha = "903fef3ace96402133e626cdf5802395abf85f97"
+    rows = [[cell(looping, 90, notes), cell(f"probe sglang.disable-cuda-graph at {sha}", 90, notes)]]
+    shown = table(["output", "probe"], rows, notes)
+    assert not INVISIBLE.search(shown)
+    assert f"| {looping[:RUN_SHOWN]}…[1] | probe sglang.disable-cuda-graph at {sha} |" in shown
+    assert shown.endswith(f"- [1] `{looping}`")
+    assert cell(looping, 90) == looping[:89] + "…"  # prose (no notes): cut at its limit only
+    assert cell("two plus two is four", 90, notes) == "two plus two is four" and len(notes.values) == 1
+    quiet = Notes(listed=False)  # the outputs table: the full outputs follow it
+    assert cell(looping, 90, quiet) == looping[:RUN_SHOWN] + "…" and table(["a"], [["x"]], quiet).count("\n") == 2
 
 
 def test_non_default_args_are_cut_between_arguments_never_inside_one():
     args = {f"option_number_{n}": f"value-{n}" * 3 for n in range(30)}
     shown = _args(args)
-    listed = re.sub(r" \(\+\d+ more; all in server\.log\)$", "", shown).replace(WRAP, "")
+    listed = re.sub(r" \(\+\d+ more; all in server\.log\)$", "", shown)
     assert shown.endswith("more; all in server.log)") and "…" not in listed
     assert all(re.fullmatch(r"option\\_number\\_\d+='(value-\d+){3}'", item) for item in listed.split(", "))
     assert _args({"dtype": "float32"}) == "dtype='float32'" and _args({}) == "— (none)"

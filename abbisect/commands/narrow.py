@@ -62,6 +62,7 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     from abbisect import checkout
     from abbisect.infra.envelope import dumps
     from abbisect.narrow.driver import Narrower
+    from abbisect.narrow.model import masked
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.narrow import headline, narrow_json, render_narrow
     from abbisect.report.portable import reproduce_command
@@ -81,9 +82,9 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     command = reproduce_command(sys.argv[1:], Path(path))
     narrower = Narrower(rec, repo, rev, cache.root, out, trials.fetch, progress, from_recipe(rec), command)
-    run = narrower.narrow(use_switches=switches)
+    run = masked(narrower.narrow(use_switches=switches), red)  # what the reports show: secrets out first
     results = [(f"probe{p.n}", p.trials[0]) for p in run.probes if p.trials]
-    md = portable_for(rec, cache, repo, Path(path), out).text(render_narrow(run, command))
+    md = portable_for(rec, cache, repo, Path(path), out).render(lambda: render_narrow(run, command))
     data = narrow_json(run)
     write_results(out, md, data, results, names=("narrow.md", "narrow.json"), redactor=red)
     progress(Final(headline(run).replace("`", "")))

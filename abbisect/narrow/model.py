@@ -4,11 +4,12 @@ the failure."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
 from abbisect.checkout import Revision
+from abbisect.infra.redact import Redactor
 from abbisect.narrow.deltas import Delta, Launch
 from abbisect.recipe import Recipe
 from abbisect.trial.spec import TrialResult
@@ -71,3 +72,24 @@ class NarrowRun:
     @property
     def found(self) -> bool:
         return bool(self.workarounds) or bool(self.minimal)
+
+
+def masked(run: NarrowRun, red: Redactor) -> NarrowRun:
+    """The run as its reports show it (narrow.md, narrow.json, bisect.md): every launch's secret values
+    masked under their names, a difference of a secret variable masked on both sides (`was` included), and
+    the labels, changes and evidence masked as text, before anything is rendered or escaped."""
+    def launch(x: Launch) -> Launch:
+        return Launch(tuple(red.text(f) for f in x.flags), red.env(x.env), tuple(red.text(p) for p in x.pins))
+
+    def value(d: Delta, v: tuple[str, ...] | str | None) -> tuple[str, ...] | str | None:
+        if v is None:
+            return None
+        if d.kind == "env" and isinstance(v, str):
+            return red.env({d.key: v})[d.key] if d.key in red.names else red.text(v)
+        return tuple(red.text(t) for t in v) if isinstance(v, tuple) else red.text(v)
+
+    probes = [replace(p, label=red.text(p.label), launch=launch(p.launch), evidence=red.text(p.evidence),
+                      change=red.text(p.change)) for p in run.probes]
+    return replace(run, failing=launch(run.failing), passing=launch(run.passing) if run.passing else None,
+                   deltas=[replace(d, value=value(d, d.value), was=value(d, d.was)) for d in run.deltas],
+                   probes=probes, message=red.text(run.message), command=red.text(run.command))

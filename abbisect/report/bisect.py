@@ -35,7 +35,7 @@ from abbisect.report.narrow import headline as narrow_headline
 from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
 from abbisect.report.perf import along_bisect, metric_table, told
 from abbisect.report.portable import Portable
-from abbisect.report.text import cell, code, details, table
+from abbisect.report.text import Notes, cell, code, details, table
 from abbisect.trial.spec import TrialResult
 
 
@@ -141,12 +141,13 @@ def found_block(run: BisectRun) -> list[str]:
         return []
     info = run.commits[res.first_new]
     urls = run.links
+    notes = Notes()
     if run.variable.kind.noun == "version":
         rows = [["version", f"`{info.subject}`"]]
     else:
         pr = f"[#{info.pr}]({urls['pr']})" if info.pr and urls.get("pr") else f"#{info.pr}" if info.pr else "—"
         rows = [["sha", f"[`{info.sha}`]({urls['commit']})" if urls.get("commit") else f"`{info.sha}`"],
-                ["subject", cell(info.subject, 120)], ["author", cell(info.author, 60)],
+                ["subject", cell(info.subject, 120, notes)], ["author", cell(info.author, 60, notes)],
                 ["date", info.date], ["PR", pr]]
     engine = run.variable.engine
     if engine is not None:
@@ -155,20 +156,21 @@ def found_block(run: BisectRun) -> list[str]:
              "**regression** (old end good, new end bad)"]]
     if urls.get("compare"):
         rows.append(["compare with its parent", f"[{(run.found_parent or '')[:10]}…{res.first_new[:10]}]({urls['compare']})"])
-    return [table(["field", "value"], rows), ""]
+    return [table(["field", "value"], rows, notes), ""]
 
 
 def trail(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
     several = any(len(s.trials) > 1 for s in run.steps)  # repeats: how many launches each verdict rests on
     rows = []
+    notes = Notes()
     for s in run.steps:
         role = s.role if s.needed else f"{s.role} (no longer needed)"
-        rows.append([str(s.n), f"`{s.sha[:10]}`", cell(run.subject(s.sha), 50), role, f"**{s.outcome}**", s.status,
-                     *([str(len(s.trials))] if several else []),
-                     cell(s.evidence, budget.cell), f"{s.seconds:.1f} s" + (" (cached)" if s.cached else "")
+        rows.append([str(s.n), f"`{s.sha[:10]}`", cell(run.subject(s.sha), 50, notes), role, f"**{s.outcome}**",
+                     s.status, *([str(len(s.trials))] if several else []),
+                     cell(s.evidence, budget.cell, notes), f"{s.seconds:.1f} s" + (" (cached)" if s.cached else "")
                      + (" (before the resume)" if s.replayed else "")])
     return table(["step", "commit", "subject", "role", "verdict", "status", *(["launches"] if several else []),
-                  "evidence", "time"], _elide(rows, budget.rows, "steps"))
+                  "evidence", "time"], _elide(rows, budget.rows, "steps"), notes)
 
 
 def another_failure(step: Step) -> str:
@@ -185,11 +187,12 @@ def how_sure_block(run: BisectRun) -> list[str]:
     if not c:
         return ["### How sure", "", ("The found commit and its parent were each tested once, and the verdict "
                                      "is a rule on one trial; `--confirm always` runs them again, fresh."), ""]
-    rows = [[who, f"`{c[who]['sha'][:10]}`", f"**{c[who]['outcome']}**", cell(c[who]["evidence"], 160)]
+    notes = Notes()
+    rows = [[who, f"`{c[who]['sha'][:10]}`", f"**{c[who]['outcome']}**", cell(c[who]["evidence"], 160, notes)]
             for who in ("parent", "found")]
     lines = ["### How sure", "", (f"**{c['level'].capitalize()}**: {c['sentence']} "
                                   f"({c['launches']} fresh launch(es) each)."), "",
-             table(["", "commit", "verdict", "evidence"], rows), ""]
+             table(["", "commit", "verdict", "evidence"], rows, notes), ""]
     if c.get("compared", {}).get("text"):
         lines += [f"Parent vs found, run again: {c['compared']['text']}.", ""]
     revert = c.get("revert")
@@ -402,8 +405,8 @@ def ends_mode_line(run: BisectRun) -> str:
 def bisect_files(run: BisectRun, reproduce: list[str], portable: Portable, doc: dict, engine_source: str,
                  recipe_file: Path) -> dict[str, str]:
     """{file name: text}: bisect.md (fits one GitHub comment, no local path) and the decisive outputs.
-    `portable` replaces this machine's paths, `doc` is the portable recipe, `engine_source` where a stranger
-    gets the engine's history."""
+    `portable` masks the recipe's secrets and replaces this machine's paths (before any text is cut or
+    escaped), `doc` is the portable recipe, `engine_source` where a stranger gets the engine's history."""
     # `git -C REPO bisect run` runs its command inside REPO: the recipe is named by an absolute path there.
     repo, recipe = shlex.quote(str(run.repo)), shlex.quote(str(recipe_file.resolve()))
     commands = [c.replace(f"-C {repo} ", '-C "$ENGINE_REPO" ').replace(f" {recipe}", ' "$RECIPE"')
@@ -411,12 +414,13 @@ def bisect_files(run: BisectRun, reproduce: list[str], portable: Portable, doc: 
     if any("$ENGINE_REPO" in c for c in commands):
         commands.insert(0, f"# ENGINE_REPO: a git clone of {engine_source}; "
                            "RECIPE: the absolute path of the recipe above, saved as a file")
-    files = {"bisect.md": fit(lambda budget: portable.text(render_bisect(run, commands, budget, doc,
-                                                                                 recipe_file.name)))}
+    files = {"bisect.md": fit(lambda budget: portable.render(lambda: render_bisect(run, commands, budget, doc,
+                                                                                   recipe_file.name)))}
     ab = decisive_ab(run)
     if ab is not None and (ab.a.outputs or ab.b.outputs):
-        files[OUTPUTS_FILE] = portable.text(outputs_document(f"abbisect bisect `{run.recipe.name}`: parent vs found",
-                                                             [("parent", ab.a), ("found", ab.b)]))
+        decisive = ab
+        files[OUTPUTS_FILE] = portable.render(lambda: outputs_document(
+            f"abbisect bisect `{run.recipe.name}`: parent vs found", [("parent", decisive.a), ("found", decisive.b)]))
     return files
 
 

@@ -19,7 +19,7 @@ import yaml
 from abbisect.infra.serial import load
 from abbisect.query.chat import tag
 from abbisect.report.packages import render_packages, side_variable
-from abbisect.report.text import CELL, cell, details, esc, heading, table
+from abbisect.report.text import CELL, Notes, cell, details, esc, heading, shown, table
 from abbisect.trial.spec import TrialResult
 
 COMMENT_LIMIT = 65_536  # GitHub's limit for an issue comment, in characters
@@ -45,6 +45,7 @@ BUDGETS = (Budget(), Budget(cell=90, output=1500, rows=60), Budget(cell=60, outp
 
 def fence(text: str, lang: str = "text") -> str:
     """A code block that no content can close early: one backtick more than the longest run inside."""
+    text = shown(text)
     longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
     ticks = "`" * max(3, longest + 1)
     return f"{ticks}{lang}\n{text}\n{ticks}"
@@ -52,6 +53,7 @@ def fence(text: str, lang: str = "text") -> str:
 
 def clip(text: str, limit: int | None, where: str = OUTPUTS_FILE) -> str:
     """`text` cut to `limit` characters with a marker saying how much is left out and where it is."""
+    text = shown(text)
     if limit is None or len(text) <= limit:
         return text
     return text[:limit] + f"\n… [{len(text) - limit:,} more characters; the full text is in {where}]"
@@ -125,7 +127,7 @@ def launches_block(ab) -> str:
     """One row per launch of each side, in the order they ran (A, B, A, B …)."""
     metric = (ab.recipe.get("perf") or {}).get("metric")
 
-    def shown(t: TrialResult) -> str:
+    def said_of(t: TrialResult) -> str:
         said = f"{t.verdict.status} → {t.verdict.outcome}"
         if metric:  # a performance verdict: the launch's median of the metric
             from abbisect.assess.perf import fmt, metric_values
@@ -141,7 +143,7 @@ def launches_block(ab) -> str:
 
     rows = []
     for k, (ta, tb) in enumerate(zip(ab.trials("a"), ab.trials("b"))):
-        rows.append([str(k + 1), shown(ta), shown(tb), "cached" if ta.cached and tb.cached else "fresh"])
+        rows.append([str(k + 1), said_of(ta), said_of(tb), "cached" if ta.cached and tb.cached else "fresh"])
     return table(["launch", f"A `{r_ref(ab.a)}`", f"B `{r_ref(ab.b)}`", "result"], rows)
 
 
@@ -170,15 +172,16 @@ def _elide(rows: list[list[str]], limit: int | None, what: str) -> list[list[str
 
 def outputs_table(a: TrialResult, b: TrialResult, divergences, budget: Budget = Budget()) -> str:
     rows = []
+    shortened = Notes(listed=False)  # the full outputs follow the table
     for n, (oa, ob) in enumerate(zip(a.outputs, b.outputs)):
         d = divergences[n] if n < len(divergences) else None
         where = "—" if d is None else ("identical" if d.identical else f"char {d.char_index} (sim {d.similarity:.2f})")
         la = a.analyses[n].label if n < len(a.analyses) else ""
         lb = b.analyses[n].label if n < len(b.analyses) else ""
         which = tag(oa).removeprefix(oa.prompt_id).strip()  # its copy, pass, requests in flight
-        rows.append([cell(oa.prompt, 40) + (f" _({cell(which, 40)})_" if which else ""),
-                     f"{cell(oa.error or oa.text, budget.cell)} _({la})_",
-                     f"{cell(ob.error or ob.text, budget.cell)} _({lb})_", where])
+        rows.append([cell(oa.prompt, 40, shortened) + (f" _({cell(which, 40)})_" if which else ""),
+                     f"{cell(oa.error or oa.text, budget.cell, shortened)} _({la})_",
+                     f"{cell(ob.error or ob.text, budget.cell, shortened)} _({lb})_", where])
     return table(["prompt", "A output", "B output", "first divergence"], _elide(rows, budget.rows, "prompts"))
 
 
@@ -191,18 +194,19 @@ def evidence_block(label: str, r: TrialResult, budget: Budget = Budget()) -> str
         parts += ["", details(f"{label}: build log tail", fence(clip(r.env.error or "", 4000, "build.log")))]
     if r.launch and (r.launch.status != "ready" or r.launch.crashed_while_serving):
         parts += ["", details(f"{label}: server log tail",
-                              fence("\n".join(line[:400] for line in r.launch.log_tail[-budget.log_lines:])))]
+                              fence("\n".join(shown(line)[:400] for line in r.launch.log_tail[-budget.log_lines:])))]
     if r.first_exception:
         parts += ["", (f"First exception in the log (root cause), line {r.first_exception[0]}: "
                       f"{cell(r.first_exception[1], 200)}")]
     if r.signatures:
-        shown = r.signatures[: budget.log_lines]
-        more = f" (first {len(shown)} shown; all in server.log)" if len(shown) < len(r.signatures) else ""
-        sig_rows = [[f"`{s.id}`", s.severity, str(s.line_no), cell(", ".join(s.groups), 40), cell(s.meaning, 80)]
-                    for s in shown]
+        matched = r.signatures[: budget.log_lines]
+        more = f" (first {len(matched)} shown; all in server.log)" if len(matched) < len(r.signatures) else ""
+        notes = Notes()
+        sig_rows = [[f"`{s.id}`", s.severity, str(s.line_no), cell(", ".join(s.groups), 40, notes),
+                     cell(s.meaning, 80, notes)] for s in matched]
         parts += ["", details(f"{label}: matched log lines ({len(r.signatures)}){more}",
-                              table(["signature", "severity", "line", "captured", "meaning"], sig_rows) + "\n\n" +
-                              fence("\n".join(f"{s.line_no}: {s.line[:300]}" for s in shown)))]
+                              table(["signature", "severity", "line", "captured", "meaning"], sig_rows, notes) + "\n\n" +
+                              fence("\n".join(f"{s.line_no}: {shown(s.line)[:300]}" for s in matched)))]
     return "\n".join(parts)
 
 
@@ -219,6 +223,7 @@ def full_outputs(label: str, r: TrialResult, limit: int | None = 4000) -> str:
 
 def facts_block(a: TrialResult, b: TrialResult) -> str:
     rows = []
+    notes = Notes()
     for label, r in (("A", a), ("B", b)):
         facts = r.launch.facts if r.launch else {}
         version = facts.get("version")
@@ -228,8 +233,8 @@ def facts_block(a: TrialResult, b: TrialResult) -> str:
         if version and str(version) in shims.values():  # the engine reads its version from the shim
             version = f"{version} (= the recipe's dist-info shim; the engine may read it, not the commit's own version)"
         args = facts.get("non_default_args", facts.get("server_args", "—"))
-        rows.append([label, cell(str(version or "—"), 120), _args(args)])
-    return table(["side", "engine version (from its log)", "non-default args (from its log)"], rows)
+        rows.append([label, cell(str(version or "—"), 120, notes), _args(args, notes=notes)])
+    return table(["side", "engine version (from its log)", "non-default args (from its log)"], rows, notes)
 
 
 def _shims(r: TrialResult) -> dict[str, str]:
@@ -237,18 +242,19 @@ def _shims(r: TrialResult) -> dict[str, str]:
     return dict(r.spec.recipe.install.dist_shims)
 
 
-def _args(args: object, limit: int = 160) -> str:
+def _args(args: object, limit: int = 160, notes: Notes | None = None) -> str:
     """The engine's non-default arguments, cut between two arguments (never inside one), with how many more."""
-    items = [f"{k}={v!r}" for k, v in args.items()] if isinstance(args, dict) else [str(args)]
+    # as shown (paths replaced, secrets masked) before the cut is decided: a long local path is short as shown
+    items = [shown(f"{k}={v!r}") for k, v in args.items()] if isinstance(args, dict) else [shown(str(args))]
     if not any(items):
         return "— (none)"
-    shown: list[str] = []
+    listed: list[str] = []
     for item in items:
-        if shown and len(", ".join([*shown, item])) > limit:
+        if listed and len(", ".join([*listed, item])) > limit:
             break
-        shown.append(item)
-    more = len(items) - len(shown)
-    return cell(", ".join(shown), limit + 40) + (f" (+{more} more; all in server.log)" if more else "")
+        listed.append(item)
+    more = len(items) - len(listed)
+    return cell(", ".join(listed), limit + 40, notes) + (f" (+{more} more; all in server.log)" if more else "")
 
 
 def fingerprint_block(a: TrialResult, b: TrialResult) -> str:

@@ -10,16 +10,16 @@ from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump
 from abbisect.narrow.model import NarrowRun, Probe
 from abbisect.report.markdown import reproduce_block
-from abbisect.report.text import cell, code, heading, table
+from abbisect.report.text import Notes, cell, code, heading, table
 from abbisect.verdict.status import Outcome
 
 
-def _result(p: Probe) -> str:
+def _result(p: Probe, notes: Notes) -> str:
     if p.outcome == Outcome.GOOD:
-        return f"**passes** ({cell(p.evidence, 80)})"
+        return f"**passes** ({cell(p.evidence, 80, notes)})"
     if p.outcome == Outcome.BAD:
         return f"still fails ({p.status})"
-    return f"untestable ({p.status}: {cell(p.evidence, 60)})"
+    return f"untestable ({p.status}: {cell(p.evidence, 60, notes)})"
 
 
 def headline(run: NarrowRun) -> str:
@@ -43,10 +43,11 @@ def workaround_table(run: NarrowRun, level: int = 3) -> list[str]:
     if not probes:
         return []
     ordered = [*run.workarounds, *(p for p in probes if p.outcome != Outcome.GOOD)]
-    rows = [[f"`{p.switch}`", cell(p.feature, 70), code(p.change, 90), _result(p),
+    full = Notes()
+    rows = [[f"`{p.switch}`", cell(p.feature, 70, full), code(p.change, 90), _result(p, full),
              {1: "one kernel", 2: "one feature", 3: "a whole mode"}[p.breadth]] for p in ordered]
     lines = [heading(level, "Workarounds: feature switches at this commit"), "",
-             table(["switch", "what it turns off", "change to the launch", "result", "breadth"], rows), ""]
+             table(["switch", "what it turns off", "change to the launch", "result", "breadth"], rows, full), ""]
     if run.workarounds:
         best = run.workarounds[0]
         lines += [f"Narrowest workaround: `{best.switch}` — {cell(best.feature, 120)} ({code(best.change, 120)}).", ""]
@@ -76,10 +77,11 @@ def minimal_block(run: NarrowRun, level: int = 3) -> list[str]:
 
 
 def probes_table(run: NarrowRun, level: int = 3) -> list[str]:
-    rows = [[str(p.n), p.kind, cell(p.label, 70), f"**{p.outcome}**", p.status, cell(p.evidence, 90),
+    notes = Notes()
+    rows = [[str(p.n), p.kind, cell(p.label, 70, notes), f"**{p.outcome}**", p.status, cell(p.evidence, 90, notes),
              f"{p.seconds:.1f} s" + (" (cached)" if p.cached else "")] for p in run.probes]
     return [heading(level, "Every probe"), "",
-            table(["probe", "kind", "launch", "verdict", "status", "evidence", "time"], rows), ""]
+            table(["probe", "kind", "launch", "verdict", "status", "evidence", "time"], rows, notes), ""]
 
 
 def render_narrow(run: NarrowRun, reproduce: str) -> str:

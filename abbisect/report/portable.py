@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from abbisect.infra import git
 from abbisect.infra.cache import WORKTREES, Cache
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import BUILTIN_PREFIX, PackagedModel, Recipe
+from abbisect.report.text import shown_as
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
 # Absolute paths of at least two parts, not inside a URL or a $VARIABLE path (an HTTP path like /v1/models is
@@ -93,13 +95,15 @@ def portable_recipe(recipe: Recipe, cache: Cache | Path) -> dict:
 
 @dataclass(frozen=True)
 class Portable:
-    """Local paths → placeholders, longest first (a path inside the cache before the cache itself)."""
+    """What a stranger may see of a text: the recipe's secrets masked, then local paths → placeholders,
+    longest first (a path inside the cache before the cache itself)."""
 
     pairs: tuple[tuple[str, str], ...] = ()
+    redactor: Redactor | None = None
 
     @classmethod
     def build(cls, cache: Cache | Path, repo: Path | None = None, recipe_file: Path | None = None,
-              out: Path | None = None, model: str | None = None) -> Portable:
+              out: Path | None = None, model: str | None = None, redactor: Redactor | None = None) -> Portable:
         pairs: dict[str, str] = {}
         if model and model.startswith("/"):  # a prepared model may be gone (gc) and still be named in a result
             pairs[model] = "$MODEL"
@@ -114,9 +118,18 @@ class Portable:
         if home not in ("/", ""):
             pairs[home] = "~"
         ordered = sorted(((k, v) for k, v in pairs.items() if len(k) > 1), key=lambda kv: len(kv[0]), reverse=True)
-        return cls(tuple(ordered))
+        return cls(tuple(ordered), redactor)
+
+    def render(self, render: Callable[[], str]) -> str:
+        """A document for people: every untrusted text made portable as it enters a markdown primitive, before
+        it is cut or escaped (`shown_as`), and the whole document once more for what the renderer wrote
+        itself (a ref in a code span, a command)."""
+        with shown_as(self.text):
+            return self.text(render())
 
     def text(self, text: str) -> str:
+        if self.redactor is not None:
+            text = self.redactor.text(text)
         for old, new in self.pairs:
             text = text.replace(old, new)
         # A commit's worktree (e.g. an editable install in a package list) is named by its commit.

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from abbisect.assess.accuracy import eval_run
 from abbisect.infra.cache import Cache
+from abbisect.infra.redact import Redactor
 from abbisect.query.evals import pair
 from abbisect.recipe import PackagedModel, Recipe
 from abbisect.report.accuracy import flipped_items
@@ -24,23 +25,26 @@ def model_path(recipe: Recipe, cache: Cache | Path) -> str | None:
 
 
 def portable_for(recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_file: Path | None, out: Path) -> Portable:
-    return Portable.build(cache, repo, recipe_file, out, model_path(recipe, cache))
+    """What a stranger may see of this recipe's reports: its secrets masked, this machine's paths replaced."""
+    return Portable.build(cache, repo, recipe_file, out, model_path(recipe, cache), Redactor.from_recipe(recipe))
 
 
 def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_file: Path | None, out: Path) -> dict[str, str]:
-    """{file name: text} of an A/B's markdown; local paths replaced."""
+    """{file name: text} of an A/B's markdown; secrets masked and local paths replaced before any rendering."""
     portable = portable_for(recipe, cache, repo, recipe_file, out)
     doc = portable_recipe(recipe, cache)
-    report = fit(lambda budget: portable.text(render_ab(ab, budget, recipe=doc,
-                                                                  recipe_file=recipe_file.name if recipe_file else None)))
+    report = fit(lambda budget: portable.render(lambda: render_ab(
+        ab, budget, recipe=doc, recipe_file=recipe_file.name if recipe_file else None)))
     files = {"report.md": report}
     if ab.a.outputs or ab.b.outputs:
-        files[OUTPUTS_FILE] = portable.text(outputs_document(f"abbisect A/B `{ab.name}`", [("A", ab.a), ("B", ab.b)]))
+        files[OUTPUTS_FILE] = portable.render(lambda: outputs_document(f"abbisect A/B `{ab.name}`",
+                                                                       [("A", ab.a), ("B", ab.b)]))
     runs = (eval_run(ab.trials("a")), eval_run(ab.trials("b"))) if recipe.eval is not None else (None, None)
     if runs[0] is not None and runs[1] is not None:
-        flipped = flipped_items(runs[0], runs[1], pair(runs[0], runs[1]))
-        files[OUTPUTS_FILE] = portable.text((files.get(OUTPUTS_FILE, f"# abbisect A/B `{ab.name}`") + "\n\n"
-                                             + flipped).strip() + "\n")
+        a_run, b_run = runs[0], runs[1]
+        flipped = portable.render(lambda: flipped_items(a_run, b_run, pair(a_run, b_run)))
+        files[OUTPUTS_FILE] = (files.get(OUTPUTS_FILE, portable.text(f"# abbisect A/B `{ab.name}`")) + "\n\n"
+                               + flipped).strip() + "\n"
     if recipe.perf is not None and (picture := svg(recipe.perf, ab.trials("a"), ab.trials("b"))):
         files["perf.svg"] = picture
     return files
