@@ -203,6 +203,23 @@ def toy_recipe(repo: Path, **overrides) -> dict:
     return recipe
 
 
+def readme_exit_codes() -> dict[str, dict[str, int]]:
+    """The README's exit-code table (a row per code, a column per command) as {command: {ending: code}}."""
+    lines = (REPO_ROOT / "README.md").read_text().split("## Exit codes", 1)[1].splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("| "))
+    end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
+    rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines[start:end] if ln.startswith("| ")]
+    header, body = rows[0], rows[1:]
+    table: dict[str, dict[str, int]] = {}
+    for row in body:
+        code = int(row[0])
+        for heading, cell in zip(header[1:], row[1:]):
+            for command in re.findall(r"`([a-z]+)`", heading):
+                for ending in filter(None, (e.strip() for e in cell.split(","))):
+                    table.setdefault(command, {})[ending] = code
+    return table
+
+
 def write_recipe(path: Path, recipe: dict) -> Path:
     path.write_text(yaml.safe_dump(recipe, sort_keys=False))
     return path

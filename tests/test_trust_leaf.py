@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
+from conftest import REPO_ROOT, abbisect, readme_exit_codes, toy_recipe, write_recipe
 
 ANSWER_CAP = 1024 * 1024  # ABBISECT_ANSWER_CAP_BYTES's default (README)
 
@@ -278,13 +278,13 @@ def test_quiet_and_verbose_work_after_the_command_too(tmp_path, engine_repo, cac
 
 @pytest.mark.e2e
 def test_env_matrix_cache_and_schema_help_carry_their_exit_codes(tmp_path, cache_dir):
-    readme = (REPO_ROOT / "README.md").read_text()
+    readme = readme_exit_codes()
     rows = {"ok": 0, "usage": 2, "infra": 2, "internal": 70, "interrupted": 130, "terminated": 143}
     for args in (["env"], ["matrix"], ["cache"], ["cache", "list"], ["cache", "gc"], ["schema"]):
         text = " ".join(abbisect(*args, "--help", cwd=tmp_path, cache=cache_dir).stdout.split())
         assert "Exit codes: " + ", ".join(f"{code} {name}" for name, code in rows.items()) + "." in text, args
         for name, code in rows.items():
-            assert f"| `{args[0]}` | {code} | {name} |" in readme, (args, name)
+            assert readme[args[0]][name] == code, (args, name)
 
 
 @pytest.mark.e2e
