@@ -9,6 +9,7 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
 from test_gpu_slots_cli import SHIM, TAPE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,6 +32,7 @@ def test_the_dry_run_plans_one_slot_and_four_sharing_gpu_0(tmp_path):
     assert "server.py 0 --share 0.22 --cap-mib 2048 --device cuda" in out and "--share 1 " in out
 
 
+@pytest.mark.e2e  # the script runs two real bisects (one slot, four sharing a GPU) of the toy engine
 def test_the_script_rehearsed_under_recorded_nvml(tmp_path):
     env = {"PYTHONPATH": os.pathsep.join([str(SHIM), os.environ.get("PYTHONPATH", "")]),
            "ABBISECT_TEST_NVML_TAPE": str(TAPE), "FIXTURE_DEVICE": "cpu", "N": "10", "CULPRIT": "6"}
