@@ -79,7 +79,8 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     progress(f"narrow [bold]{rec.name}[/bold] at {rev.ref} ({rev.short}) → {out}")
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     command = reproduce_command(sys.argv[1:], Path(path))
-    narrower = Narrower(rec, repo, rev, cache.root, out, trials.fetch, progress, from_recipe(rec), command)
+    narrower = Narrower(rec, repo, rev, cache.root, out, trials.fetch, progress, from_recipe(rec, cache.root),
+                        command)
     run = narrower.narrow(use_switches=switches)
     results = [(f"probe{p.n}", p.trials[0]) for p in run.probes if p.trials]
     md = portable_for(rec, cache, repo, Path(path), out).text(render_narrow(run, command))

@@ -23,8 +23,9 @@ def model_path(recipe: Recipe, cache: Cache | Path) -> str | None:
     return recipe.model
 
 
-def portable_for(recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_file: Path | None, out: Path) -> Portable:
-    return Portable.build(cache, repo, recipe_file, out, model_path(recipe, cache))
+def portable_for(recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_file: Path | None, out: Path,
+                 node_caches: list[str] | None = None) -> Portable:
+    return Portable.build(cache, repo, recipe_file, out, model_path(recipe, cache), node_caches or ())
 
 
 def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_file: Path | None, out: Path) -> dict[str, str]:
