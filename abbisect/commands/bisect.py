@@ -176,7 +176,8 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     if executor is not None:
         progress(f"{len(executor.slots)} slot(s) on the {executor.name} executor: "
                  + ", ".join(s.label() for s in executor.slots))
-    trials = TrialCache(cache, machine_key(), enabled=not opts["no_cache"])
+    # Keyed by where the trials run: this machine, or the nodes of a cluster.
+    trials = TrialCache(cache, executor.machine_key() if executor else machine_key(), enabled=not opts["no_cache"])
     oracle = Oracle(rec, variable, out, trials.fetch, lambda spec: trials.get(spec) is not None, progress,
                     retries=rec.bisect.retries, judge=judge, executor=executor,
                     # no background build while a performance trial measures: it would slow some passes; none

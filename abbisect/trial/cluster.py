@@ -14,6 +14,7 @@ verdict. A node that joins mid-bisect takes the next trials that wait for a slot
 
 from __future__ import annotations
 
+import hashlib
 import os
 import queue
 import socket
@@ -30,6 +31,7 @@ from abbisect.infra.errors import InfraError, UserError
 from abbisect.infra.redact import Redactor
 from abbisect.infra.serial import dump, load
 from abbisect.infra.supervisor import own_process_groups, reap_orphans
+from abbisect.trial.cache import machine_key
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.remote import Parcels, delivery, land, localized
 from abbisect.trial.slots import Slot, infra_result, placed
@@ -122,6 +124,21 @@ class RayExecutor:
         if gpus and have.get("GPU", 0) < gpus:
             raise UserError(f"a slot needs {gpus} GPU(s) and the Ray cluster has {have.get('GPU', 0):g}")
 
+    def machine_key(self) -> str:
+        """The nodes' own machine keys, asked of each live node with a slot: one key when they are alike (the
+        same as a local run's on such a machine), else one for the mix, so a cluster's results are never
+        served to a run on other hardware. A node that joins later is not asked."""
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        need = self.resource or ("GPU" if any(s.gpus for s in self.slots) else "CPU")
+        ask = self.ray.remote(_node_machine_key)
+        refs = [ask.options(num_cpus=0, scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)
+                            ).remote() for n in self.ray.nodes() if n["Alive"] and n["Resources"].get(need)]
+        keys = sorted(set(self.ray.get(refs, timeout=300)))
+        if len(keys) == 1:
+            return keys[0]
+        return hashlib.sha256(("cluster " + " ".join(keys)).encode()).hexdigest()[:12]
+
     def submit(self, spec: TrialSpec, slot: Slot, progress: Progress) -> Future[TrialResult]:
         holder: dict = {}
         progress(f"{slot.label()}: sent to Ray")
@@ -208,6 +225,11 @@ class RayExecutor:
         for future in list(self.running):
             self.cancel(future)
         self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def _node_machine_key() -> str:
+    """Runs on a node: its machine key (platform, Python, GPUs and driver)."""
+    return machine_key()
 
 
 def _notices_to_stderr(ray) -> None:

@@ -27,6 +27,7 @@ from abbisect.infra.cache import Cache
 from abbisect.infra.errors import UserError
 from abbisect.infra.proc import abbisect_path, scrubbed_env
 from abbisect.infra.serial import dump, load
+from abbisect.trial.cache import machine_key
 from abbisect.trial.pipeline import RESULT_MARK
 from abbisect.trial.slots import Executor, Slot, infra_result, on_slot, placed, slots_for
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
@@ -111,6 +112,9 @@ class LocalParallel:
         self.running[future] = holder
         future.add_done_callback(lambda f: self.running.pop(f, None))
         return future
+
+    def machine_key(self) -> str:
+        return machine_key()  # this machine's
 
     def _worker(self, slot: Slot) -> _Worker:
         with self.lock:

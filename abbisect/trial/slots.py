@@ -87,6 +87,9 @@ class Executor(Protocol):
 
     def submit(self, spec: TrialSpec, slot: Slot, progress: Progress) -> Future[TrialResult]: ...
 
+    def machine_key(self) -> str:
+        """The machines the trials run on, for the trial cache's key (trial/cache.py `machine_key`)."""
+
     def cancel(self, future: Future[TrialResult]) -> None: ...
 
     def shutdown(self) -> None: ...
