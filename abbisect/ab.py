@@ -173,7 +173,7 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
 def side_slots(recipe: Recipe, progress: Progress) -> list:
     """The two slots of an A/B at once (`ab.parallel`): the first two `gpus` slots, whose GPUs must be the
     same model; without GPUs, two CPU slots (no same-GPU hygiene: nothing to check)."""
-    from abbisect.trial.executors import slots_for
+    from abbisect.trial.slots import slots_for
 
     if recipe.gpus is not None and len(recipe.gpu_slots) < 2:
         raise UserError("ab.parallel: true needs two GPU slots, one a side: gpus: [[0], [1]] "

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import re
 import shutil
+import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from abbisect.infra.cache import Cache, hold, release, remove_if_unused
 from abbisect.infra.errors import InfraError, UserError
-from abbisect.infra.git import GitError, call, git, is_repository
+from abbisect.infra.git import GitError, call, git, is_repository, succeeds
 from abbisect.infra.git import resolve as resolve_sha
 from abbisect.infra.locks import file_lock
 from abbisect.infra.progress import warn
@@ -165,3 +167,50 @@ def discard(repo: Path, dest: Path) -> bool:
         git(repo, "worktree", "prune")
     return removed
 
+
+def bundle(repo: Path, shas: list[str], dest: Path) -> list[str]:
+    """A git bundle at `dest` of every commit another machine needs to check out `shas`: the histories of the
+    repository's branches and tags and of each sha (a sha on no branch included). Returns the bundle's tips.
+
+    git bundles only what refs name, and a commit may be on none: the refs are made in a scratch git
+    directory that borrows the repository's objects (git's alternates), so the user's repository is only
+    read, as everywhere else."""
+    objects = git(repo, "rev-parse", "--path-format=absolute", "--git-common-dir").strip() + "/objects"
+    with tempfile.TemporaryDirectory(prefix="abbisect-bundle-") as tmp:
+        scratch = Path(tmp) / "scratch.git"
+        git(Path(tmp), "init", "--quiet", "--bare", str(scratch))
+        (scratch / "objects" / "info" / "alternates").write_text(objects + "\n")
+        listed = git(repo, "for-each-ref", "--format=%(objectname) %(refname)", "refs/heads", "refs/tags")
+        refs = [line.split(" ", 1) for line in listed.splitlines() if line.strip()]
+        updates = "".join(f"update {name} {sha}\n" for sha, name in refs)
+        updates += "".join(f"update refs/abbisect/{sha} {sha}\n" for sha in shas)
+        proc = call(["update-ref", "--stdin"], scratch, input=updates)
+        if proc.returncode != 0:
+            raise InfraError(f"cannot bundle {', '.join(s[:10] for s in shas)} of {repo}: {proc.stderr.strip()}")
+        try:
+            git(scratch, "bundle", "create", "--quiet", str(dest), "--all")
+        except GitError as exc:
+            raise InfraError(f"cannot bundle the commits of {repo}: {exc}") from None
+        return git(scratch, "rev-list", "--all").split()
+
+
+def from_bundle(dest: Path, sha: str, read: Callable[[], bytes]) -> Path:
+    """A bare repository at `dest` (in this machine's cache) that holds `sha`: created once, and fetched into
+    from the bundle `read()` returns only when it lacks the commit (a node's later trials read nothing)."""
+    with file_lock(Cache.lock(dest)):
+        if not (dest / "HEAD").exists():
+            if dest.exists():  # half-made: ours, in the cache
+                shutil.rmtree(dest)
+            git(dest.parent, "init", "--quiet", "--bare", str(dest))
+        if succeeds(dest, "cat-file", "-e", f"{sha}^{{commit}}"):
+            return dest
+        with tempfile.NamedTemporaryFile(dir=dest, suffix=".bundle") as fh:
+            fh.write(read())
+            fh.flush()
+            try:
+                git(dest, "fetch", "--quiet", "--no-write-fetch-head", fh.name, "+refs/*:refs/*")
+            except GitError as exc:
+                raise InfraError(f"cannot read the bundle of {sha[:10]} into {dest}: {exc}") from None
+        if not succeeds(dest, "cat-file", "-e", f"{sha}^{{commit}}"):
+            raise InfraError(f"the bundle sent for {sha[:10]} does not hold it")
+    return dest

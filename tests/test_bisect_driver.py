@@ -25,7 +25,7 @@ from abbisect.bisect.search import bisect as git_bisect
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
 from abbisect.recipe import Recipe
-from abbisect.trial.executors import Slot
+from abbisect.trial.slots import Slot
 from abbisect.trial.spec import TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 from abbisect.verdict.status import Outcome, Status

@@ -1,5 +1,6 @@
 """Executors through real trials of the toy engine: local slots in parallel (processes), and a real local
-Ray cluster whose custom resource stands in for GPU slots; a lost worker is retried or is infra_error."""
+Ray instance whose custom resource stands in for GPU slots; a lost worker is retried or is infra_error.
+(A cluster of several nodes that share no folder: tests/test_cluster.py.)"""
 
 from __future__ import annotations
 
@@ -14,8 +15,9 @@ from conftest import marked_pids, toy_recipe
 from abbisect import checkout
 from abbisect.infra.errors import UserError
 from abbisect.recipe import parse_recipe
-from abbisect.trial.executors import LocalParallel, Slot, on_slot, parse_gpus, slots_for
+from abbisect.trial.executors import LocalParallel
 from abbisect.trial.pipeline import run_trial
+from abbisect.trial.slots import Slot, on_slot, parse_gpus, slots_for
 from abbisect.trial.spec import trial_spec
 
 
@@ -113,21 +115,23 @@ def test_cancel_kills_the_trial_process_and_its_server(tmp_path, engine_repo, ca
     assert ex.workers == {}
 
 
-ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'abbisect[ray]')")
-
-
 @pytest.fixture(scope="module")
-def ray_cluster():
-    """A real local Ray instance; `abbisect_slot` stands in for the GPUs of a slot."""
+def ray_node(tmp_path_factory):
+    """A real local Ray instance, started here; `abbisect_slot` stands in for the GPUs of a slot. Its workers
+    build in a cache of their own (ABBISECT_CACHE_DIR of the node), not the spec's: a node of a cluster has
+    only its own."""
+    ray = pytest.importorskip("ray", reason="Ray is not installed (pip install 'abbisect[ray]')")
+    node_cache = tmp_path_factory.mktemp("ray-node-cache")
     ray.init(num_cpus=2, resources={"abbisect_slot": 2}, include_dashboard=False, log_to_driver=False,
-             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
-    yield
+             runtime_env={"env_vars": {"PYTHONPATH": os.environ.get("PYTHONPATH", ""),
+                                       "ABBISECT_CACHE_DIR": str(node_cache)}})
+    yield node_cache
     ray.shutdown()
 
 
 @pytest.mark.e2e
-def test_ray_runs_trials_as_tasks(tmp_path, engine_repo, cache_dir, ray_cluster):
-    from abbisect.trial.executors import RayExecutor
+def test_ray_runs_trials_as_tasks(tmp_path, engine_repo, cache_dir, ray_node):
+    from abbisect.trial.cluster import RayExecutor
 
     specs = _specs(tmp_path, engine_repo, cache_dir, ["broken", "fixed"], env={"TOYENGINE_LOAD_SECONDS": "1.5"})
     ex = RayExecutor(slots_for([], 2), resource="abbisect_slot")
@@ -135,29 +139,52 @@ def test_ray_runs_trials_as_tasks(tmp_path, engine_repo, cache_dir, ray_cluster)
     assert [r.verdict.status for r in results] == ["degenerate", "ok"]
     assert all(r.extras["placement"]["executor"] == "ray" for r in results)
     assert _overlap(*(r.extras["placement"] for r in results))
+    # built on the node, in its own cache; the logs came back into the run's trial folders
+    assert all(r.env and r.env.path.startswith(str(ray_node)) for r in results)
+    assert all(r.extras["placement"]["node"]["cache"] == str(ray_node) for r in results)
+    for r in results:
+        assert r.launch and Path(r.launch.log_path) == Path(r.spec.out_dir) / "server.log"
+        assert Path(r.launch.log_path).read_text().strip() and (Path(r.spec.out_dir) / "build.log").is_file()
+        assert r.spec.cache_dir == str(cache_dir)
+
+
+def _ray_worker_of(pid: int) -> int | None:
+    """The Ray worker a trial's server descends from (its process title starts with ray::)."""
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+            title = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return None
+        if title.startswith(b"ray::"):
+            return pid
+        pid = int(stat.rsplit(")", 1)[1].split()[1])
+    return None
 
 
 @pytest.mark.e2e
 @pytest.mark.parametrize("retries,expected", [(2, "ok"), (0, "infra_error")])
-def test_ray_worker_lost_mid_trial(tmp_path, engine_repo, cache_dir, ray_cluster, retries, expected):
-    """Kill the worker running a trial: Ray retries it elsewhere; without retries it is infra_error (skip),
+def test_ray_worker_lost_mid_trial(tmp_path, engine_repo, cache_dir, ray_node, retries, expected, test_mark):
+    """Kill the worker running a trial: the trial is sent again; without retries it is infra_error (skip),
     never the commit's verdict."""
-    from abbisect.trial.executors import RayExecutor
+    from abbisect.trial.cluster import RayExecutor
 
-    (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["fixed"], env={"TOYENGINE_LOAD_SECONDS": "3"})
+    (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["fixed"],
+                     env={"TOYENGINE_LOAD_SECONDS": "3", "ABBISECT_TEST_MARK": test_mark})
     ex = RayExecutor(slots_for([], 1), resource="abbisect_slot", retries=retries)
-    pid_file = tmp_path / "worker.pid"
-    ex.pid_files[spec.sha] = str(pid_file)
-    future = ex.submit(spec, ex.slots[0], lambda m: None)
+    lines: list[str] = []
+    future = ex.submit(spec, ex.slots[0], lines.append)
     deadline = time.monotonic() + 120
-    while not pid_file.exists() and time.monotonic() < deadline:
+    while not marked_pids(test_mark) and time.monotonic() < deadline:
         time.sleep(0.1)
-    first = int(pid_file.read_text())
-    pid_file.unlink()
-    os.kill(first, signal.SIGKILL)
+    workers = {w for p in marked_pids(test_mark) if (w := _ray_worker_of(p))}
+    assert len(workers) == 1, workers
+    os.kill(workers.pop(), signal.SIGKILL)
     result = future.result(timeout=300)
     assert result.verdict.status == expected
+    lost = result.extras["placement"]["lost"]
+    assert len(lost) == 1 and "WorkerCrashedError" in lost[0]["error"]
     if expected == "infra_error":
         assert result.verdict.outcome == "skip" and "Ray could not run the trial" in result.verdict.reasons[0]
     else:
-        assert Path(pid_file).exists() and int(pid_file.read_text()) != first
+        assert any("lost mid-trial" in line and "sent again" in line for line in lines)

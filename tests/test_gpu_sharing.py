@@ -30,8 +30,8 @@ from abbisect.gpu.sharing import (
 )
 from abbisect.infra.supervisor import TOKEN_VAR
 from abbisect.recipe import parse_recipe
-from abbisect.trial.executors import Slot, on_slot
 from abbisect.trial.pipeline import run_trial
+from abbisect.trial.slots import Slot, on_slot
 from abbisect.trial.spec import TrialSpec, trial_spec
 
 H200_TOTAL = 143_771

@@ -9,7 +9,7 @@ import pytest
 from pydantic import ValidationError
 
 from abbisect.recipe import Verdicts
-from abbisect.trial.executors import infra_result
+from abbisect.trial.slots import infra_result
 from abbisect.verdict.rules import PROBE_STATUS, Evidence, judge, status_of
 from abbisect.verdict.status import BAD_RULES, SKIP_RULES, Status
 

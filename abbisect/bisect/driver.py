@@ -21,8 +21,8 @@ from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.bisect.policies import EndsFirst, LazyEnds, Multisection, Rounds, Sequential
 from abbisect.bisect.search import Graph, SearchState
 from abbisect.bisect.state import write_state
-from abbisect.trial.executors import Slot
 from abbisect.trial.judges import Judge
+from abbisect.trial.slots import Slot
 from abbisect.trial.spec import Progress
 
 

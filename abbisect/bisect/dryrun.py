@@ -15,8 +15,8 @@ from abbisect.bisect.history import order_ends
 from abbisect.bisect.search import NEW, OLD, start
 from abbisect.infra.cache import Cache
 from abbisect.recipe import Recipe
-from abbisect.trial.executors import slots_for
 from abbisect.trial.plan import render_env, render_plan
+from abbisect.trial.slots import slots_for
 
 
 def _label(repo: Path, sha: str) -> str:

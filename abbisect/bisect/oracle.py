@@ -24,9 +24,9 @@ from abbisect.infra.serial import load
 from abbisect.recipe import Recipe
 from abbisect.score import resemblance
 from abbisect.trial import judges
-from abbisect.trial.executors import Executor, Slot
 from abbisect.trial.judges import Judge
 from abbisect.trial.pipeline import run_trial
+from abbisect.trial.slots import Executor, Slot
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
 from abbisect.verdict.status import Outcome
 

@@ -28,8 +28,8 @@ from abbisect.bisect.search import NEW, OLD, SKIP, Graph, Mark, SearchState, sta
 from abbisect.bisect.variables import Variable
 from abbisect.checkout import Revision
 from abbisect.recipe import Recipe
-from abbisect.trial.executors import Slot
 from abbisect.trial.judges import Judge
+from abbisect.trial.slots import Slot
 from abbisect.verdict.status import Outcome
 
 Ends = Mapping[str, Sample]  # {"good": …, "bad": …}: the ends' trials, for relative verdicts

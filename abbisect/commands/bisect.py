@@ -174,15 +174,18 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     progress(f"state: {out / 'state.json'} (if interrupted, resume with: {resume_cmd})")
     interrupted_hint(f"resume with: {resume_cmd}")
     judge = make_judge(opts["script"], opts["interactive"], opts["script_dir"])
-    executor = from_recipe(rec)
+    executor = from_recipe(rec, cache.root)
     if executor is not None:
         progress(f"{len(executor.slots)} slot(s) on the {executor.name} executor: "
                  + ", ".join(s.label() for s in executor.slots))
-    trials = TrialCache(cache, machine_key(), enabled=not opts["no_cache"])
+    # Keyed by where the trials run: this machine, or the nodes of a cluster.
+    trials = TrialCache(cache, executor.machine_key() if executor else machine_key(), enabled=not opts["no_cache"])
     oracle = Oracle(rec, variable, out, trials.fetch, lambda spec: trials.get(spec) is not None, progress,
                     retries=rec.bisect.retries, judge=judge, executor=executor,
-                    # no background build while a performance trial measures: it would slow some passes
-                    prefetch=0 if (executor and len(executor.slots) > 1) or rec.perf else rec.bisect.prefetch)
+                    # no background build while a performance trial measures: it would slow some passes; none
+                    # here when trials run on other machines (each node builds its own)
+                    prefetch=0 if (executor and (len(executor.slots) > 1 or executor.remote)) or rec.perf
+                    else rec.bisect.prefetch)
     driver = Driver(oracle, progress, judge, red.data)
     driver.save(run)  # before the ends are tested: an interrupt at any moment leaves a resumable folder
     try:
@@ -214,7 +217,8 @@ def _narrow_at_answer(run: BisectRun, cache, out: Path, fetch, progress):
     sha = run.found_parent if run.mode is Mode.FIX and run.found_parent else run.result.first_new
     rev = Revision(sha[:10], sha, run.subject(sha))
     progress(f"narrowing the failure at {rev.short} ({'the last broken commit' if run.mode is Mode.FIX else 'the found commit'})")
-    narrower = Narrower(run.recipe, run.repo, rev, cache.root, out / "narrow", fetch, progress, from_recipe(run.recipe))
+    narrower = Narrower(run.recipe, run.repo, rev, cache.root, out / "narrow", fetch, progress,
+                        from_recipe(run.recipe, cache.root))
     return narrower.narrow()
 
 
@@ -222,6 +226,7 @@ def _write(run: BisectRun, opts: dict, cache, out: Path, red: Redactor, say: Cal
     """bisect.md, bisect.json, outputs and logs in the run's folder; the headline and where it is, printed."""
     from abbisect.report.bisect import bisect_files, bisect_json, headline, reproduce_commands
     from abbisect.report.files import write_results
+    from abbisect.report.nodes import node_caches
     from abbisect.report.portable import engine_source, portable_recipe, reproduce_command
     from abbisect.report.render import portable_for
 
@@ -230,7 +235,8 @@ def _write(run: BisectRun, opts: dict, cache, out: Path, red: Redactor, say: Cal
     if not run.variable.kind.git_drivable:  # git cannot drive a walk over package versions or another repository
         reproduce = reproduce[:1]
     results = [(str(s.role), s.result) for s in run.steps if s.result is not None]
-    files = bisect_files(run, reproduce, portable_for(run.recipe, cache, run.repo, recipe_file, out),
+    portable = portable_for(run.recipe, cache, run.repo, recipe_file, out, node_caches(run))
+    files = bisect_files(run, reproduce, portable,
                          portable_recipe(run.recipe, cache), engine_source(run.recipe), recipe_file)
     write_results(out, files.pop("bisect.md"), bisect_json(run), results, names=("bisect.md", "bisect.json"),
                   redactor=red, extra=files)

@@ -79,9 +79,10 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     interrupted_hint(f"{out} holds the probes run before the interruption; the same command again takes every "
                      "finished probe from the trial cache")
     progress(f"narrow [bold]{rec.name}[/bold] at {rev.ref} ({rev.short}) → {out}")
-    trials = TrialCache(cache, machine_key(), enabled=not no_cache)
+    executor = from_recipe(rec, cache.root)
+    trials = TrialCache(cache, executor.machine_key() if executor else machine_key(), enabled=not no_cache)
     command = reproduce_command(sys.argv[1:], Path(path))
-    narrower = Narrower(rec, repo, rev, cache.root, out, trials.fetch, progress, from_recipe(rec), command)
+    narrower = Narrower(rec, repo, rev, cache.root, out, trials.fetch, progress, executor, command)
     run = masked(narrower.narrow(use_switches=switches), red)  # what the reports show: secrets out first
     results = [(f"probe{p.n}", p.trials[0]) for p in run.probes if p.trials]
     md = portable_for(rec, cache, repo, Path(path), out).render(lambda: render_narrow(run, command))

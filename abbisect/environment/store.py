@@ -52,6 +52,7 @@ class EnvResult:
     # the compiled wheel used and whose commit it is, a Rust build skipped, …
     facts: dict[str, str] = field(default_factory=dict)
     base: str | None = None  # the shared venv of the dependencies this one is layered on
+    base_reused: bool | None = None  # that shared venv found built (None: there is none)
 
 
 @dataclass(frozen=True)
@@ -149,17 +150,20 @@ def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cac
                          plan.facts)
     start = time.monotonic()
     facts = dict(plan.facts)
+    base_reused: bool | None = None
     if base is not None:
         base_ctx, base_key = base
-        ok, reused, error = _ensure(base_ctx, base_key, list(plan.steps[:plan.shared_steps]), sha, timeout, on_step, redactor)
-        facts["dependencies"] = f"shared venv {base_key} ({'reused' if reused else 'built for this commit'})"
+        ok, base_reused, error = _ensure(base_ctx, base_key, list(plan.steps[:plan.shared_steps]), sha, timeout,
+                                         on_step, redactor)
+        facts["dependencies"] = f"shared venv {base_key} ({'reused' if base_reused else 'built for this commit'})"
         if not ok:
             return EnvResult(False, key, str(ctx.venv), ctx.python, False, round(time.monotonic() - start, 3),
-                             str(base_ctx.venv.parent / "build.log"), shown, f"shared dependencies: {error}", facts)
+                             str(base_ctx.venv.parent / "build.log"), shown, f"shared dependencies: {error}", facts,
+                             base_reused=base_reused)
     # Time spent reusing is waiting for a concurrent (background) build of the same venv.
     ok, reused, error = _ensure(ctx, key, list(plan.steps[plan.shared_steps:]), sha, timeout, on_step, redactor)
     return EnvResult(ok, key, str(ctx.venv), ctx.python, reused, round(time.monotonic() - start, 3), str(log), shown,
-                     error, facts, str(base[0].venv) if base else None)
+                     error, facts, str(base[0].venv) if base else None, base_reused)
 
 
 def _ensure(ctx: BuildContext, key: str, steps: list[Step], sha: str, timeout: float,

@@ -6,6 +6,7 @@ Entries (one folder or file each) by kind:
     models     models/<name>                   converted checkpoints and the converter venv
     trials     trials/<key>.json (+ folder)    cached trial results and their logs
     clones     repos/<key>, builtin/<name>, demo-engine, wheels/<file>   repositories and base wheels
+               shipped/<digest>                a file a cluster's driver sent this node (an eval set, a wheel)
 
 Every entry has a sibling `<entry>.lock` (held exclusively while it is created) and `<entry>.use`
 (held shared by every process that uses it; flock locks die with their process, so a killed abbisect
@@ -32,7 +33,7 @@ from abbisect.infra.locks import locked_open
 
 # The top-level folders of the cache: `Cache` below is the only place that joins them into paths.
 WORKTREES, ENVS, MODELS, TRIALS = "worktrees", "envs", "models", "trials"
-REPOS, BUILTIN, WHEELS, DEMO_ENGINE = "repos", "builtin", "wheels", "demo-engine"
+REPOS, BUILTIN, WHEELS, DEMO_ENGINE, SHIPPED = "repos", "builtin", "wheels", "demo-engine", "shipped"
 SERVERS, CHECKS, CRASH_LOG, FINGERPRINT_KEY = "servers", "checks", "crash.log", "fingerprint.key"
 GPU_SLOTS = "gpu-slots"
 
@@ -43,7 +44,7 @@ LAYOUT: dict[str, tuple[tuple[str, int], ...]] = {
     "venvs": ((ENVS, 1),),
     "models": ((MODELS, 1),),
     "trials": ((TRIALS, 1),),
-    "clones": ((REPOS, 1), (BUILTIN, 1), (WHEELS, 1), (DEMO_ENGINE, 0)),
+    "clones": ((REPOS, 1), (BUILTIN, 1), (WHEELS, 1), (DEMO_ENGINE, 0), (SHIPPED, 1)),
 }
 # What automatic eviction may take: cheap to rebuild from what stays (clones, models, trial results).
 EVICTABLE = ("worktrees", "venvs")
@@ -174,6 +175,15 @@ class Cache:
     def clone(self, url: str) -> Path:
         """The bare clone of a remote repository: `repos/<url-key>`."""
         return self.root / REPOS / short_key(url)
+
+    def shipped_repo(self, origin: str) -> Path:
+        """The bare repository of a cluster node that holds the commits a driver sent it in git bundles of its
+        repository `origin` (a path or URL of the driver's machine): `repos/<key>`."""
+        return self.root / REPOS / short_key(f"shipped {origin}")
+
+    def shipped(self, digest: str, name: str) -> Path:
+        """A file a driver sent a cluster node, by its content: `shipped/<digest>/<name>`."""
+        return self.root / SHIPPED / digest / name
 
     def builtin(self, name: str) -> Path:
         """A built-in history: `builtin/<name>`."""

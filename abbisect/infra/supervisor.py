@@ -43,6 +43,15 @@ TOKEN_VAR = "ABBISECT_SERVER_TOKEN"  # every process of a launch carries it (fou
 TICK_S = 0.1
 _WATCHED = {signal.SIGTERM, signal.SIGINT}
 _PR_SET_CHILD_SUBREAPER = 36
+_OWN_GROUP = threading.Event()
+
+
+def own_process_groups() -> None:
+    """From now on each supervisor starts in a process group of its own. For a Ray worker (a cluster's trial):
+    Ray ends a worker, and a cancelled or orphaned task's, by SIGKILL to the worker's whole process group,
+    which would take the supervisor with it and leave its server running; in a group of its own the
+    supervisor sees the worker's pipe close and ends the family, as after any other death of abbisect."""
+    _OWN_GROUP.set()
 
 
 @dataclass(frozen=True)
@@ -201,7 +210,8 @@ def spawn(argv: list[str] | tuple[str, ...], env: dict[str, str], cwd: str | Pat
         try:
             watchdog = subprocess.Popen([sys.executable, "-m", "abbisect.infra.supervisor"], stdin=subprocess.PIPE,
                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                                        pass_fds=(stdout,), env=scrubbed_env({"PYTHONPATH": abbisect_path()}))
+                                        pass_fds=(stdout,), env=scrubbed_env({"PYTHONPATH": abbisect_path()}),
+                                        process_group=0 if _OWN_GROUP.is_set() else None)
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, held)
         child = Supervised(watchdog, list(argv), token, record)

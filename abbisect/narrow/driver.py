@@ -23,8 +23,8 @@ from abbisect.narrow.ddmin import Result, ddmin
 from abbisect.narrow.deltas import Delta, Launch, apply, differences
 from abbisect.narrow.model import NarrowRun, Probe, ProbeKind
 from abbisect.recipe import Recipe
-from abbisect.trial.executors import Executor, Slot
 from abbisect.trial.pipeline import run_trial
+from abbisect.trial.slots import Executor, Slot
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec, trial_spec
 from abbisect.verdict.status import Outcome
 

@@ -33,6 +33,7 @@ from abbisect.report.markdown import (
 )
 from abbisect.report.narrow import headline as narrow_headline
 from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
+from abbisect.report.nodes import node_of, nodes_block, nodes_json
 from abbisect.report.perf import along_bisect, metric_table, told
 from abbisect.report.portable import Portable
 from abbisect.report.text import Notes, cell, code, details, table
@@ -161,16 +162,18 @@ def found_block(run: BisectRun) -> list[str]:
 
 def trail(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
     several = any(len(s.trials) > 1 for s in run.steps)  # repeats: how many launches each verdict rests on
+    nodes = {s.n: node_of(run, s.result) for s in run.steps}  # on a cluster: the node each ran on
+    on_nodes = any(nodes.values())
     rows = []
     notes = Notes()
     for s in run.steps:
         role = s.role if s.needed else f"{s.role} (no longer needed)"
         rows.append([str(s.n), f"`{s.sha[:10]}`", cell(run.subject(s.sha), 50, notes), role, f"**{s.outcome}**",
-                     s.status, *([str(len(s.trials))] if several else []),
+                     s.status, *([str(len(s.trials))] if several else []), *([nodes[s.n]] if on_nodes else []),
                      cell(s.evidence, budget.cell, notes), f"{s.seconds:.1f} s" + (" (cached)" if s.cached else "")
                      + (" (before the resume)" if s.replayed else "")])
     return table(["step", "commit", "subject", "role", "verdict", "status", *(["launches"] if several else []),
-                  "evidence", "time"], _elide(rows, budget.rows, "steps"), notes)
+                  *(["node"] if on_nodes else []), "evidence", "time"], _elide(rows, budget.rows, "steps"), notes)
 
 
 def another_failure(step: Step) -> str:
@@ -369,6 +372,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += perf_block(run)
     lines += accuracy_block(run)
     lines += ["### Trail", "", trail(run, budget), ""]
+    lines += nodes_block(run)
     if run.unstable:
         lines += [(f"The good end answered {len(run.unstable)} prompt(s) differently when run twice "
                    f"({', '.join(run.unstable[:8])}): noise of the engine, left out of every comparison."), ""]
@@ -441,7 +445,7 @@ def bisect_json(run: BisectRun) -> dict:
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
             "releases": dump(run.releases) if run.releases else None,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "slots": run.slots, "executor": run.executor, "rounds": run.rounds,
+            "slots": run.slots, "executor": run.executor, "rounds": run.rounds, "nodes": nodes_json(run),
             "ends": {"mode": run.ends_mode, "asked": run.ends_asked, "fallback": run.ends_fallback,
                      "lazy": run.ends_lazy},
             "trials": [trial_record(run, s) for s in run.steps if s.result is not None]}

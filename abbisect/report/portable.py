@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -103,8 +103,11 @@ class Portable:
 
     @classmethod
     def build(cls, cache: Cache | Path, repo: Path | None = None, recipe_file: Path | None = None,
-              out: Path | None = None, model: str | None = None, redactor: Redactor | None = None) -> Portable:
-        pairs: dict[str, str] = {}
+              out: Path | None = None, model: str | None = None, redactor: Redactor | None = None,
+              node_caches: Sequence[str] = ()) -> Portable:
+        """`node_caches`: the caches of the cluster nodes that ran trials (their venvs are named in results),
+        folders of other machines, replaced like this one's."""
+        pairs: dict[str, str] = {cache: "$ABBISECT_CACHE_DIR" for cache in node_caches}
         if model and model.startswith("/"):  # a prepared model may be gone (gc) and still be named in a result
             pairs[model] = "$MODEL"
         if repo is not None:

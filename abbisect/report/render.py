@@ -24,9 +24,11 @@ def model_path(recipe: Recipe, cache: Cache | Path) -> str | None:
     return recipe.model
 
 
-def portable_for(recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_file: Path | None, out: Path) -> Portable:
+def portable_for(recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_file: Path | None, out: Path,
+                 node_caches: list[str] | None = None) -> Portable:
     """What a stranger may see of this recipe's reports: its secrets masked, this machine's paths replaced."""
-    return Portable.build(cache, repo, recipe_file, out, model_path(recipe, cache), Redactor.from_recipe(recipe))
+    return Portable.build(cache, repo, recipe_file, out, model_path(recipe, cache), Redactor.from_recipe(recipe),
+                          node_caches or ())
 
 
 def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_file: Path | None, out: Path) -> dict[str, str]:

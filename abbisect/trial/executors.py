@@ -1,4 +1,5 @@
-"""Where trials run: one interface, three places — this process, local slots in parallel, a Ray cluster.
+"""Where trials run: one interface (`slots.Executor`), three places — this process, local slots in parallel
+(here), a Ray cluster (`cluster.py`).
 
 A trial is `TrialSpec` JSON in, `TrialResult` JSON out (`abbisect.trial`), so an executor only decides
 where and on which GPUs: it gives the spec its slot (`recipe.gpus` becomes the slot's GPUs, so the trial
@@ -20,90 +21,16 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Protocol
 
-from abbisect.gpu.sharing import SlotPlace
 from abbisect.infra.cache import Cache
 from abbisect.infra.errors import UserError
 from abbisect.infra.proc import abbisect_path, scrubbed_env
 from abbisect.infra.serial import dump, load
-from abbisect.recipe.gpus import neighbours, parse_gpu_option
-from abbisect.trial.pipeline import RESULT_MARK, run_trial
+from abbisect.trial.cache import machine_key
+from abbisect.trial.pipeline import RESULT_MARK
+from abbisect.trial.slots import Executor, Slot, infra_result, on_slot, placed, slots_for
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
-from abbisect.verdict.rules import Verdict
-from abbisect.verdict.status import Outcome, Status
-
-
-@dataclass(frozen=True)
-class Slot:
-    """Where one trial at a time runs: its GPUs (None: no GPU pinning, a CPU engine), the share of each GPU's
-    memory its server takes (None: the whole GPU) and the other slots on one of its GPUs."""
-
-    index: int
-    gpus: tuple[int, ...] | None
-    share: float | None = None
-    shared_with: tuple[int, ...] = ()
-
-    @property
-    def shared(self) -> bool:
-        """Another slot's trials run on one of this slot's GPUs at the same time (timings are not its own)."""
-        return bool(self.shared_with)
-
-    def label(self) -> str:
-        if self.gpus is None:
-            return f"slot {self.index}"
-        share = f", share {self.share:g}" if self.share is not None else ""
-        return f"slot {self.index} (GPU {','.join(map(str, self.gpus))}{share})"
-
-
-def slots_for(gpu_slots: list[list[int]], count: int, share: float | None = None) -> list[Slot]:
-    """GPU slots when the recipe names them (a GPU in several slots when they share it, each taking `share`
-    of it), else `count` slots without GPUs (CPU engines)."""
-    if gpu_slots:
-        return [Slot(i, tuple(g), share, neighbours(gpu_slots, i)) for i, g in enumerate(gpu_slots)]
-    return [Slot(i, None) for i in range(max(count, 1))]
-
-
-def parse_gpus(text: str) -> list[list[int]]:
-    """The slots' GPUs of `--gpus` (0,1,2,3; 0+1,2+3; 0x4 …); its share too: recipe.gpus.parse_gpu_option."""
-    return [list(s) for s in parse_gpu_option(text).slots]
-
-
-def on_slot(spec: TrialSpec, slot: Slot, run: str = "") -> TrialSpec:
-    """The spec placed on `slot`: its GPUs and share in the recipe; on a slot that shares its GPUs, the slot's
-    place in `run` (whose ledgers per-slot hygiene reads)."""
-    if slot.gpus is None:
-        return spec
-    recipe = spec.recipe.model_copy(update={"gpus": list(slot.gpus), "gpu_share": slot.share})
-    place = SlotPlace(slot.index, run, slot.shared_with) if slot.shared else None
-    return replace(spec, recipe=recipe, slot=place)
-
-
-def placed(result: TrialResult, executor: str, slot: Slot, started: float) -> TrialResult:
-    """The result with where and when it ran (the timeline of a parallel bisect is drawn from these)."""
-    where = {"executor": executor, "slot": slot.index, "gpus": list(slot.gpus) if slot.gpus else None,
-             "share": slot.share, "shared_with": list(slot.shared_with),
-             "start": round(started, 3), "end": round(time.time(), 3)}
-    return replace(result, extras={**result.extras, "placement": where})
-
-
-def infra_result(spec: TrialSpec, reason: str) -> TrialResult:
-    """The result of a trial that the executor could not carry out (not the commit's fault)."""
-    return TrialResult(spec, None, None, (), (), (), (), None, Verdict(Status.INFRA_ERROR, Outcome.SKIP, (reason,)),
-                       {}, {"executor_error": reason})
-
-
-class Executor(Protocol):
-    name: str
-    slots: list[Slot]
-
-    def submit(self, spec: TrialSpec, slot: Slot, progress: Progress) -> Future[TrialResult]: ...
-
-    def cancel(self, future: Future[TrialResult]) -> None: ...
-
-    def shutdown(self) -> None: ...
 
 
 class _Worker:
@@ -164,6 +91,7 @@ class LocalParallel:
     the slot's next process is started at once, so it is warm when the next round comes."""
 
     name = "local"
+    remote = False
 
     def __init__(self, slots: list[Slot]):
         self.slots = slots
@@ -184,6 +112,9 @@ class LocalParallel:
         self.running[future] = holder
         future.add_done_callback(lambda f: self.running.pop(f, None))
         return future
+
+    def machine_key(self) -> str:
+        return machine_key()  # this machine's
 
     def _worker(self, slot: Slot) -> _Worker:
         with self.lock:
@@ -255,80 +186,9 @@ def _kill_group(proc: subprocess.Popen) -> None:
         pass
 
 
-def _ray_trial(spec_dict: dict, pid_file: str | None = None) -> dict:
-    """Runs on a Ray worker: the trial with the GPUs Ray gave this task, JSON back."""
-    import ray
-
-    if pid_file:  # lets a test find (and kill) the worker that runs this trial
-        Path(pid_file).write_text(str(os.getpid()))
-    spec = load(TrialSpec, spec_dict)
-    gpus = ray.get_gpu_ids()
-    if gpus:
-        spec = replace(spec, recipe=spec.recipe.model_copy(update={"gpus": [int(g) for g in gpus]}))
-    return dump(run_trial(spec))
-
-
-class RayExecutor:
-    """Each trial a Ray task: `num_gpus` = the slot's size (or one unit of a custom resource standing in
-    for a slot); a worker or node lost mid-trial is retried elsewhere by Ray (`retries`), and if it is
-    still lost the trial is `infra_error`. Venvs and worktrees are built on the node that runs the trial,
-    in the spec's cache folder: on a cluster, a path every node has (a shared file system) or the same
-    local path on each node."""
-
-    name = "ray"
-
-    def __init__(self, slots: list[Slot], address: str | None = None, resource: str | None = None,
-                 retries: int = 2, init: dict | None = None):
-        try:
-            import ray
-        except ImportError:
-            raise UserError("the Ray executor needs Ray: pip install 'abbisect[ray]'") from None
-        if any(s.shared for s in slots):
-            raise UserError("slots that share a GPU (gpus.per_gpu, --gpus 0x4) run on the local executor: Ray "
-                            "places its tasks on GPUs itself, so a slot's previous server cannot be told apart")
-        self.ray = ray
-        self.slots, self.resource, self.retries = slots, resource, retries
-        if not ray.is_initialized():
-            ray.init(address=address, include_dashboard=False, log_to_driver=False, **(init or {}))
-        self.task = ray.remote(_ray_trial)
-        self.refs: dict[Future[TrialResult], object] = {}
-        self.pid_files: dict[str, str] = {}  # sha -> file, for tests that kill a worker
-
-    def submit(self, spec: TrialSpec, slot: Slot, progress: Progress) -> Future[TrialResult]:
-        opts: dict = {"max_retries": self.retries, "num_cpus": 0}
-        if self.resource:
-            opts["resources"] = {self.resource: 1}
-        if slot.gpus:
-            opts["num_gpus"] = len(slot.gpus)
-        progress(f"{slot.label()}: sent to Ray")
-        ref = self.task.options(**opts).remote(dump(spec), self.pid_files.get(spec.sha))
-        raw = ref.future()
-        result: Future[TrialResult] = Future()
-        started = time.time()
-
-        def done(f) -> None:
-            try:
-                result.set_result(placed(load(TrialResult, f.result()), self.name, slot, started))
-            except Exception as exc:  # noqa: BLE001 -- any Ray failure is the executor's, not the commit's
-                result.set_result(infra_result(spec, f"Ray could not run the trial: {type(exc).__name__}: "
-                                                     f"{str(exc).splitlines()[0] if str(exc) else ''}"))
-
-        raw.add_done_callback(done)
-        self.refs[result] = ref
-        return result
-
-    def cancel(self, future: Future[TrialResult]) -> None:
-        ref = self.refs.pop(future, None)
-        if ref is not None:
-            self.ray.cancel(ref, force=True)
-
-    def shutdown(self) -> None:
-        for future in list(self.refs):
-            self.cancel(future)
-
-
-def from_recipe(recipe) -> Executor | None:
-    """The executor a recipe's bisect options ask for; None: trials one after the other in this process."""
+def from_recipe(recipe, cache: Path | None = None) -> Executor | None:
+    """The executor a recipe's bisect options ask for; None: trials one after the other in this process.
+    `cache`: the run's, for a Ray that the executor starts on this machine itself."""
     opts = recipe.bisect
     slots = slots_for(recipe.gpu_slots, opts.slots, recipe.gpu_share)
     kind = opts.executor if opts.executor != "auto" else ("local" if len(slots) > 1 else "sequential")
@@ -338,4 +198,6 @@ def from_recipe(recipe) -> Executor | None:
         return None
     if kind == "local":
         return LocalParallel(slots)
-    return RayExecutor(slots, address=opts.ray_address, resource=opts.ray_resource)
+    from abbisect.trial.cluster import RayExecutor
+
+    return RayExecutor(slots, address=opts.ray_address, resource=opts.ray_resource, cache=cache)
