@@ -409,3 +409,24 @@ def test_a_candidate_nearly_different_from_the_end_it_resembles_is_not_sure():
     # far from the good end's rate as well as the bad end's: no longer near, it is called
     clear = classify_rate(1, 36, good=(0, 30), bad=(16, 30), min_difference=0.15, alpha=0.01)
     assert clear.side is Side.LIKE_GOOD, clear.evidence
+
+
+def test_a_candidate_same_as_an_end_is_never_nearly_different_from_it_however_small_p():
+    """Issue 34: a culprit "same" as the bad end (−1 %, its interval inside the 3 % min_effect) with p ≈ 0.003
+    counted as "nearly different" on its p alone, and the bisect ended ambiguous. The near-side rule respects
+    the call and the margin: only a not-sure comparison whose change reaches the margin is near."""
+    from abbisect.stats.decide import nearly_different
+
+    good, bad = lognormal(40, 20, 0.01), lognormal(41, 20, 0.01, -0.12)
+    found = classify_sample(lognormal(42, 20, 0.01, -0.131), good=good, bad=bad)
+    assert found.vs_good.call is Call.DIFFERENT
+    assert found.vs_bad.call is Call.SAME and found.vs_bad.p <= 0.05 and abs(found.vs_bad.change) < 0.03
+    assert not nearly_different(found.vs_bad)
+    assert found.side is Side.LIKE_BAD, found.evidence
+    # Not sure, p small, but a change under the margin: it cannot become different unless the estimate grows.
+    under = compare_samples(lognormal(44, 10, 0.02), lognormal(144, 10, 0.02, -0.02), min_effect=0.03)
+    assert under.call is Call.UNSURE and under.p <= 0.05 and not under.reaches_margin
+    assert not nearly_different(under)
+    # The same p with a change past the margin is near (the flaky case above).
+    near = compare_rates(0, 30, 7, 36, min_difference=0.15, alpha=0.01)
+    assert near.call is Call.UNSURE and near.reaches_margin and nearly_different(near)

@@ -60,6 +60,10 @@ class RateComparison:
     reason: str
     needed_n: int | None  # runs a side that would likely settle an unsure call
 
+    @property
+    def reaches_margin(self) -> bool:
+        return abs(self.difference) >= self.min_difference
+
     def describe(self) -> str:
         runs = f"{self.n_a} runs each" if self.n_a == self.n_b else f"{self.n_a} vs {self.n_b} runs"
         more = f"; ~{self.needed_n} runs each would settle it" if self.needed_n else ""
@@ -134,6 +138,10 @@ class PairedComparison:
     reason: str
     needed_n: int | None  # items that would likely settle an unsure call
     warning: str | None
+
+    @property
+    def reaches_margin(self) -> bool:
+        return abs(self.difference) >= self.min_change
 
     def describe(self) -> str:
         more = f"; ~{self.needed_n} items would settle it" if self.needed_n else ""
