@@ -69,3 +69,75 @@ def test_flaky_calls_are_read_from_the_enum_and_an_empty_sample_is_untestable():
     assert alike[0].more == 0 and "fail alike" in alike[0].evidence
     empty = a.alone([])
     assert empty.outcome is Outcome.SKIP and empty.evidence == "untestable: no trial"
+
+
+# --- perf: failed requests are evidence (issue 34 items 1 and 6) ----------------------------------------------
+
+PERF = {"metric": "output_throughput", "requests": 8, "warmup": 0, "max_concurrency": 2, "passes": 3,
+        "launches": 1, "max_passes": 6}
+
+
+def perf_trial(rec: Recipe, sha: str, n: int, errors: list[str | None], passes: int = 3, tokens_s: float = 100.0):
+    """A launch as the pipeline makes it: `passes` passes of the records given (None: a request answered in
+    full), each reduced by measure's own `record`, and the verdict the trial's evidence gives."""
+    from abbisect.environment import EnvResult
+    from abbisect.query.load import RequestRecord, Workload, summarise
+    from abbisect.query.measure import record
+    from abbisect.trial.pipeline import TrialRecord, _evidence
+    from abbisect.verdict.rules import judge
+
+    assert rec.perf is not None
+    load = Workload(requests=len(errors), input_words=4, max_concurrency=2, max_tokens=10)
+    done = [RequestRecord(i, 0.0, 0.0, e is None, e, 200, *((0.01, 0.1, 0.01) if e is None else (None, None, None)),
+                          output_tokens=10 if e is None else None) for i, e in enumerate(errors)]
+    result = summarise("m", load, tuple(done), 0, sum(e is None for e in errors) * 10 / tokens_s or 1.0)
+    spec = TrialSpec(rec, "x", sha, sha, "", "/nonexistent", "/nonexistent", f"/nonexistent/{sha}").again(n)
+    trial = TrialRecord(spec, EnvResult(True, "k", "/venv", "python", True, 0.0, "log", ()), launch(),
+                        extras={"perf": {"passes": [record(result, rec.perf, {}) for _ in range(passes)]}})
+    trial.verdict = judge(_evidence(rec, trial), rec.verdict)
+    return trial.result()
+
+
+TIMEOUT = "timeout: not answered in full within 60 s"
+ERROR_EVENT = 'error in stream: {"message": "detokenizer: lost the state of this sequence", "code": 500}'
+
+
+def test_a_pass_over_the_error_threshold_fails_and_makes_the_trial_request_errors_named_by_its_first_error():
+    rec = recipe(perf=PERF)
+    for first, errors in ((TIMEOUT, [TIMEOUT] * 8), (ERROR_EVENT, [None, None] + [ERROR_EVENT] * 6)):
+        t = perf_trial(rec, "bad", 0, errors)
+        assert t.verdict.status is Status.REQUEST_ERRORS and t.verdict.outcome is Outcome.BAD
+        fails = len([e for e in errors if e])
+        assert t.verdict.reasons[:2] == ("3/3 perf pass(es) failed their requests while the server stayed up",
+                                         f"perf pass 1: {fails}/8 requests failed (over 5%); first: {first}")
+        seen = assessor_for(rec).alone([t])
+        assert seen.outcome is Outcome.BAD and first in seen.evidence and "no pass was measured" not in seen.evidence
+    # one failure in 32 is under perf.error_threshold (5 %): a measured pass, its failure counted and shown
+    fine = perf_trial(rec, "good", 0, [None] * 31 + [TIMEOUT])
+    assert fine.verdict.status is Status.OK and assessor_for(rec).alone([fine]).stats == {"runs": 3}
+    from abbisect.assess.perf import pass_errors
+
+    assert pass_errors([fine]).describe() == f"3 of 96 in 3 passes (per pass: 1, 1, 1); first: {TIMEOUT}"
+    # The recipe may call request_errors untestable: then it is skipped, and says why.
+    lenient = recipe(perf=PERF, verdict={"skip_if": ["build_failed", "request_errors"]})
+    skipped = assessor_for(lenient).alone([perf_trial(lenient, "bad", 0, [TIMEOUT] * 8)])
+    assert skipped.outcome is Outcome.SKIP and skipped.evidence.startswith("request_errors: ") and TIMEOUT in \
+        skipped.evidence
+
+
+def test_failing_requests_decide_the_ends_and_a_candidate_that_answers_is_like_the_good_end():
+    rec = recipe(perf=PERF)
+    a = assessor_for(rec)
+    good = [perf_trial(rec, "good", 0, [None] * 8)]
+    bad = [perf_trial(rec, "bad", 0, [ERROR_EVENT] * 8)]  # every stream fails: bad, never "untestable"
+    old, new = a.settle_ends(good, bad)
+    assert (old.outcome, new.outcome, old.more, new.more) == (Outcome.GOOD, Outcome.BAD, 0, 0)
+    seen = a.against([perf_trial(rec, "cand", 0, [None] * 8, tokens_s=80.0)], good, bad)
+    assert seen.outcome is Outcome.GOOD and "its requests answered (the bad end's failed)" in seen.evidence
+    assert a.against([perf_trial(rec, "cand", 0, [None, None] + [ERROR_EVENT] * 6)], good, bad).outcome is Outcome.BAD
+    compared = a.compare(good, bad)
+    assert compared["comparison"]["call"] == "different" and compared["worse"] == "b"
+    assert compared["text"].startswith("B's requests failed (3/3 perf pass(es) failed their requests")
+    # A commit that served no pass for another reason is untestable, with that reason.
+    crashed = trial(rec, "x", 0, Status.CRASHED_AT_STARTUP, Outcome.BAD, ("server exited before ready: boom",))
+    assert a.alone([crashed]).evidence == "untestable: no pass was measured (server exited before ready: boom)"

@@ -35,6 +35,7 @@ ADDED_SINCE_V1 = {
     "assessment": {}, "more_a": [], "more_b": [], "same_commit": False,  # ABResult: repeats and their statistics
     "more": [], "stats": {},  # Step: a commit's further launches and their statistics
     "schema": "abbisect/run/v1",  # results.json names its format
+    "client_gone": 0,  # LaunchInfo: tracebacks of abbisect's own client going away, not counted
 }
 
 
