@@ -251,3 +251,34 @@ def test_the_load_client_closes_its_connections_so_the_server_logs_no_reset(tmp_
         assert text.count('"POST /v1/chat/completions HTTP/1.1" 200') >= 3 * 36  # the passes and their warm-ups
         assert "ConnectionResetError" not in text and "Traceback" not in text, text[-3000:]
 
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("sig", "code", "said"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130,
+                                                                                          "interrupted")])
+def test_a_signal_during_a_perf_pass_ends_with_the_one_clean_line(tmp_path, cache_dir, stream_history, sig, code,
+                                                                  said):
+    """Issue 34: SIGTERM during a pass printed "terminated; resume with …" and then a 150-line asyncio traceback
+    (SystemExit(143) raised inside the pass's event loop, "Task exception was never retrieved")."""
+    repo, shas = stream_history
+    # A client kept busy (an unpaced server, 4 streams of 64 tokens in flight): the signal lands while the
+    # pass's own code runs, not while its loop waits.
+    recipe = toy_recipe(repo, perf={**SMALL_PERF, "requests": 300, "max_concurrency": 4, "max_tokens": 64})
+    path = write_recipe(tmp_path / "perf.yaml", recipe)
+    proc = subprocess.Popen([sys.executable, "-m", "abbisect", "bisect", str(path), "--good", shas[0], "--bad",
+                             shas[4], "-o", str(tmp_path / "bis")], cwd=tmp_path,
+                            env={**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:  # the first pass measured: the second one is running
+        seen.append(line)
+        if "perf pass 1/" in line:
+            break
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    seen.append(proc.stderr.read())
+    proc.wait(timeout=60)
+    err = "".join(seen)
+    assert proc.returncode == code, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"abbisect: {said}; resume with: abbisect bisect --resume "), err
+    assert "Traceback" not in err and "Task" not in err and "SystemExit" not in err, err

@@ -29,6 +29,8 @@ from typing import Any, Literal
 import httpx
 from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
 
+from abbisect.infra.proc import deliver, signals_held
+
 TEXT_CAP = 2048
 CUT_MARKER = "…[cut]"
 _ERROR_BODY_CAP = 300
@@ -412,8 +414,40 @@ async def run_pass_async(base_url: str, model: str, workload: Workload, timeout:
 
 
 def run_pass(base_url: str, model: str, workload: Workload, timeout: float) -> PassResult:
-    """`run_pass_async` for callers without an event loop (the trial runs synchronously)."""
-    return asyncio.run(run_pass_async(base_url, model, workload, timeout))
+    """`run_pass_async` for callers without an event loop (the trial runs synchronously).
+
+    Ctrl-C or SIGTERM during the pass cancels it (its requests end, its connections close) and is delivered
+    under its own handler once the loop is closed (the CLI's: exit 130 or 143). Raised inside the loop, the
+    exit would leave the loop's tasks holding an exception nobody retrieves, each printed at exit with its
+    traceback."""
+    main: list[asyncio.Task[PassResult]] = []
+    stopped: list[int] = []
+
+    def stop(signum: int) -> None:
+        stopped.append(signum)
+        if main:
+            main[0].get_loop().call_soon_threadsafe(main[0].cancel)
+
+    async def measured() -> PassResult:
+        task = asyncio.current_task()
+        assert task is not None  # a coroutine run by the loop is a task
+        main.append(task)
+        if stopped:  # a signal before the loop ran: nothing to measure
+            raise asyncio.CancelledError
+        return await run_pass_async(base_url, model, workload, timeout)
+
+    result: PassResult | None = None
+    with signals_held(stop) as pending:
+        try:
+            with asyncio.Runner() as runner:
+                result = runner.run(measured())
+        except asyncio.CancelledError:
+            if not stopped:
+                raise
+    deliver(pending)
+    if result is None:  # its handler let the signal pass, but the pass it stopped has no result
+        raise SystemExit(128 + stopped[0])
+    return result
 
 
 def summarise(model: str, workload: Workload, records: tuple[RequestRecord, ...], warmup_errors: int,
