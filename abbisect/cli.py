@@ -44,9 +44,11 @@ EXIT_CODES: dict[str, dict[str, int]] = {
     # compare's code is its call, as `check`'s is its verdict: a CI step gates on it with no parsing.
     "compare": {"same": 0, "different": 1, "usage": 2, "infra": 2, "not-sure": 3, "internal": 70, **_SIGNALS},
     # narrow: found = a workaround switch or a smallest failing difference; none-passed = nothing tried made
-    # the failure go away; not-failing = the recipe's launch does not fail at the commit (nothing to narrow).
-    "narrow": {"found": 0, "none-passed": 1, "usage": 2, "infra": 2, "not-failing": 3, "internal": 70,
-               **_SIGNALS},
+    # the failure go away; not-failing = the recipe's launch does not fail at the commit (nothing to narrow);
+    # nothing-to-try = it fails, but the commit accepts none of the switches and no passing launch narrows it
+    # (the recipe gave nothing this commit can try: closer to usage than to "none passed").
+    "narrow": {"found": 0, "none-passed": 1, "usage": 2, "infra": 2, "not-failing": 3, "nothing-to-try": 4,
+               "internal": 70, **_SIGNALS},
     **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema")},
 }
 

@@ -141,7 +141,22 @@ class Narrower:
             self.between(run.passing)
         if use_switches:
             self.switches(base)
+        if not run.tried and not run.message:
+            run.message = self.nothing_tried(use_switches)
         return self.finish()
+
+    def nothing_tried(self, use_switches: bool) -> str:
+        """Why no probe but the failing launch ran: what the commit did not accept, and what would give it more."""
+        run = self.run
+        if not use_switches:
+            return "no switch tried (--no-switches) and no passing launch to narrow against"
+        offered = len(run.not_accepted) + len(run.already)
+        said = [f"{len(run.not_accepted)} not declared by this commit's `{run.help_source or '--help'}`"]
+        if run.already:
+            said.append(f"{len(run.already)} already in the launch")
+        return (f"nothing to try at this commit: of the {offered} switch(es) for engine {self.recipe.engine.kind}, "
+                f"{' and '.join(said)}; give narrow.passing (a launch that passes) or narrow.switches (flags this "
+                "commit has)")
 
     def between(self, passing: Launch) -> None:
         """ddmin over the differences between the failing and the passing launch."""

@@ -71,3 +71,8 @@ class NarrowRun:
     @property
     def found(self) -> bool:
         return bool(self.workarounds) or bool(self.minimal)
+
+    @property
+    def tried(self) -> bool:
+        """Whether anything was tried on the failing launch: a subset of the differences, or a switch."""
+        return any(p.kind in ("differences", "switch") for p in self.probes)
