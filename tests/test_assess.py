@@ -7,6 +7,7 @@ from pathlib import Path
 
 from abbisect.assess import assessor_for
 from abbisect.assess.flaky import Flaky
+from abbisect.launch.server import Ready
 from abbisect.recipe import Recipe
 from abbisect.trial.spec import LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
@@ -19,7 +20,7 @@ def recipe(**overrides) -> Recipe:
 
 
 def launch() -> LaunchInfo:
-    return LaunchInfo(("serve",), {}, "ready", 0.1, None, "server.log", (), {}, {})
+    return LaunchInfo(("serve",), {}, Ready.READY, 0.1, None, "server.log", (), {}, {})
 
 
 def trial(rec: Recipe, sha: str, n: int, status: Status = Status.OK, outcome: Outcome = Outcome.GOOD,

@@ -49,3 +49,16 @@ def test_a_busy_host_is_said_first_in_the_performance_section():
     for p in old[0].extras["perf"]["passes"]:
         p["conditions"] = {"load1": 14.0}
     assert busy_host(old) == ""
+
+
+def test_the_matrix_cell_of_a_perf_trial_says_its_failed_requests():
+    from abbisect.infra.serial import dump
+    from abbisect.matrix.cells import perf_of
+
+    rec = recipe(perf=PERF)
+    half = dump(perf_trial(rec, "half", 0, [None, None] + [ERROR_EVENT] * 6))
+    said = perf_of(half, {"perf": PERF})
+    assert said.startswith("output_throughput not measured; failed requests: 18 of 24 in 3 passes (per pass: 6, 6, 6;"
+                           " 3 failed); first: error in stream: "), said
+    fine = dump(perf_trial(rec, "fine", 0, [None] * 8))
+    assert perf_of(fine, {"perf": PERF}) == "output_throughput 100 tok/s (median of 3 passes)"
