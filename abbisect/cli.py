@@ -8,6 +8,7 @@ mapped to an exit code here.
 from __future__ import annotations
 
 import importlib
+import os
 import shlex
 import signal
 import sys
@@ -43,9 +44,11 @@ EXIT_CODES: dict[str, dict[str, int]] = {
     # compare's code is its call, as `check`'s is its verdict: a CI step gates on it with no parsing.
     "compare": {"same": 0, "different": 1, "usage": 2, "infra": 2, "not-sure": 3, "internal": 70, **_SIGNALS},
     # narrow: found = a workaround switch or a smallest failing difference; none-passed = nothing tried made
-    # the failure go away; not-failing = the recipe's launch does not fail at the commit (nothing to narrow).
-    "narrow": {"found": 0, "none-passed": 1, "usage": 2, "infra": 2, "not-failing": 3, "internal": 70,
-               **_SIGNALS},
+    # the failure go away; not-failing = the recipe's launch does not fail at the commit (nothing to narrow);
+    # nothing-to-try = it fails, but the commit accepts none of the switches and no passing launch narrows it
+    # (the recipe gave nothing this commit can try: closer to usage than to "none passed").
+    "narrow": {"found": 0, "none-passed": 1, "usage": 2, "infra": 2, "not-failing": 3, "nothing-to-try": 4,
+               "internal": 70, **_SIGNALS},
     **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema")},
 }
 
@@ -101,6 +104,7 @@ class Main(click.Group):
     def invoke(self, ctx: click.Context):
         # SIGTERM unwinds like Ctrl-C, so every running server is torn down on the way out.
         signal.signal(signal.SIGTERM, _on_sigterm)
+        sys.stdout, sys.stderr = ReaderMayGo.around(sys.stdout), ReaderMayGo.around(sys.stderr)
         try:
             return super().invoke(ctx)
         except click.UsageError as exc:
@@ -137,6 +141,46 @@ class Main(click.Group):
 
 
 _TERMINATED = threading.Event()
+
+
+class ReaderMayGo:
+    """A console stream whose reader may go away (`abbisect compare A B | head -1`): once a write finds the pipe
+    closed, the stream's descriptor is pointed at the null device and the rest of the output is dropped, so the
+    command ends as it would have — its work done, its exit code its answer — instead of on a BrokenPipeError
+    (an internal error, exit 70, a crash.log)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    @classmethod
+    def around(cls, stream: Any) -> Any:
+        return stream if stream is None or isinstance(stream, cls) else cls(stream)
+
+    def write(self, text: str) -> int:
+        try:
+            return self._stream.write(text)
+        except BrokenPipeError:
+            self._gone()
+            return len(text)
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            self._gone()
+
+    def _gone(self) -> None:
+        """What is still buffered, and everything after, goes to the null device (the interpreter's own flush
+        at exit would fail on the closed pipe too)."""
+        try:
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, self._stream.fileno())
+            os.close(null)
+        except (OSError, ValueError):
+            pass
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
 
 
 def _usage(exc: click.UsageError) -> None:

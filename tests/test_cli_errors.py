@@ -38,12 +38,12 @@ def test_every_json_output_has_the_envelope(tmp_path, engine_repo, cache_dir):
         "scan": ["scan", str(log), "--json"],
         "env": ["env", "--json"],
         "cache": ["cache", "list", "--json"],
-        # the same lm-eval run on both sides: "same", exit 0
+        # the same lm-eval run on both sides: 60 items, none changed, cannot rule 3 points out: "not sure", exit 3
         "compare": ["compare", str(LMEVAL), str(LMEVAL), "--filter", "flexible-extract", "--json"],
     }
     for command, args in runs.items():
         proc = abbisect(*args, cwd=tmp_path, cache=cache_dir)
-        assert proc.returncode == 0, (command, proc.stderr)
+        assert proc.returncode == (3 if command == "compare" else 0), (command, proc.stderr)
         data = _envelope(proc.stdout, command)
         assert isinstance(data, dict) and data, command
     assert "first_new" in _envelope(abbisect(*runs["bisect"][:-3], "-o", str(tmp_path / "bis2"), "--json",
@@ -129,3 +129,39 @@ def test_a_timeout_is_cached_only_once_confirmed(tmp_path, engine_repo, cache_di
         assert data["verdict"]["status"] == "timeout"
         cached.append((data["cached"], round(time.monotonic() - t)))
     assert [c for c, _ in cached] == [False, False, True], cached
+
+
+LMEVAL_B = REPO_ROOT / "tests" / "data" / "lmeval" / "b"
+LOG = REPO_ROOT / "tests" / "data" / "logs" / "deepgemm-jit-static-assert.log"
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("args", "code"), [
+    (["compare", str(LMEVAL), str(LMEVAL_B), "--task", "gsm8k", "--filter", "flexible-extract"], 1),
+    (["compare", str(LMEVAL), str(LMEVAL_B), "--task", "gsm8k", "--filter", "flexible-extract", "--json"], 1),
+    (["scan", str(LOG)], 1),  # it holds a known signature
+    (["schema"], 0),
+    (["cache", "list"], 0),
+    (["run", "RECIPE", "--a", "healthy0", "--b", "fixed", "--dry-run"], 0),
+], ids=["compare", "compare-json", "scan", "schema", "cache-list", "run-dry-run"])
+def test_a_reader_that_goes_away_ends_no_command(tmp_path, engine_repo, cache_dir, args, code):
+    """`abbisect compare … | head -1` crashed with BrokenPipeError (exit 70, a crash.log). A closed pipe is the
+    reader's choice: the rest of the output is dropped and the command ends with its own exit code (compare's
+    is its call). Here the pipe is closed before abbisect writes a byte, so every write finds it closed."""
+    import os
+    import subprocess
+    import sys
+
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
+    argv = [str(recipe) if a == "RECIPE" else a for a in args]
+    cache = tmp_path / "cache"
+    for closed in ("stdout", "stderr"):
+        proc = subprocess.Popen([sys.executable, "-m", "abbisect", *argv], cwd=tmp_path, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env={**os.environ, "ABBISECT_CACHE_DIR": str(cache)})
+        shut, kept = (proc.stdout, proc.stderr) if closed == "stdout" else (proc.stderr, proc.stdout)
+        assert shut is not None and kept is not None
+        shut.close()
+        said = kept.read().decode()
+        assert proc.wait(timeout=300) == code, (closed, said)
+        assert "internal error" not in said and "BrokenPipeError" not in said, said
+    assert not list(tmp_path.rglob("crash.log"))

@@ -54,7 +54,9 @@ def test_two_lm_eval_runs_get_the_mcnemar_answer_in_one_line(tmp_path):
                         r"paired items: different", first), first
     table = "\n".join(rest)
     assert f"discordant: {lost} lost (right on A, wrong on B), {gained} gained" in table
-    assert "A     samples_gsm8k_2026-11-30T10-12-33.481220.jsonl (gsm8k, flexible-extract, exact_match)" in table
+    # each side labelled by its file in its run folder, as given
+    assert f"A     {A / 'samples_gsm8k_2026-11-30T10-12-33.481220.jsonl'} (gsm8k, flexible-extract, exact_match)" in table
+    assert f"B     {B / 'samples_gsm8k_2026-11-30T11-02-07.913004.jsonl'} (gsm8k, flexible-extract, exact_match)" in table
     assert "2 items only in A and 0 only in B: not compared" in table and "below 300" in table
     # Strict matching of the same runs: one item each way apart, nothing to call yet.
     strict = _run(str(A), str(B), "--task", "gsm8k", "--filter", "strict-match", cwd=tmp_path)
@@ -137,9 +139,9 @@ def test_abbisect_results_compare_with_errors_kept_apart(tmp_path, runs):
     other = _results(tmp_path / "other.json", b=b)
     two = _run(f"{both}:a", str(other), cwd=tmp_path).stdout.splitlines()
     assert two[0] == proc.stdout.splitlines()[0] and two[4:] == proc.stdout.splitlines()[4:]
-    assert two[2].startswith("A     results.json:a") and two[3].startswith("B     other.json:b")
-    same = _run(f"{both}:a", f"{both}:a", cwd=tmp_path)
-    assert same.returncode == CODES["same"] == 0 and same.stdout.startswith("B and A are level [+0.0, +0.0]")
+    assert two[2].startswith(f"A     {both}:a") and two[3].startswith(f"B     {other}:b")
+    same = _run(f"{both}:a", f"{both}:a", cwd=tmp_path)  # 400 items, none changed: the exact bound is ±0.9 pts
+    assert same.returncode == CODES["same"] == 0 and same.stdout.startswith("B and A are level [−0.9, +0.9]")
     assert same.stdout.splitlines()[0].endswith("on 400 paired items: same")
     missing = _run(f"{both}:c", str(other), cwd=tmp_path)
     assert missing.returncode == 2 and "no side 'c' with eval results (there: a, b)" in missing.stderr
@@ -177,3 +179,96 @@ def test_the_report_pieces_show_the_numbers_the_flips_and_the_errors_apart(runs)
     assert f"({len(paired.errors_b)})" in failed and failed.count("| B |") == len(paired.errors_b)
     assert "HTTP 500" in failed and not any(i in flips.split("#### Failed")[0] for i in paired.errors_b)
     assert failed_requests([("A", a)]).endswith("none")
+
+
+# --- "same" only with the power to say so; items paired by content; the console (issue 34) ----------------
+
+
+def _samples(folder: Path, docs: list[dict], name: str = "samples_gsm8k_2026-12-01T09-00-00.000000.jsonl") -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text("".join(json.dumps(d) + "\n" for d in docs))
+    return folder
+
+
+def _docs(folder: Path, flt: str = "flexible-extract") -> list[dict]:
+    (path,) = folder.glob("samples_gsm8k_*.jsonl")
+    return [d for d in map(json.loads, path.read_text().splitlines()) if d["filter"] == flt]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("n", [3, 20])
+def test_a_short_run_against_itself_is_not_sure_never_same(tmp_path, n):
+    """With no discordant item the interval was (0, 0): "same — the 95 % interval lies within ±3 pts" at any n,
+    a 3-item cut included. n items none of which changed bound the change only to 1 − 0.025^(1/n)."""
+    run = _samples(tmp_path / f"run{n}", _docs(A)[:n])
+    proc = _run(str(run), str(run), cwd=tmp_path)
+    assert proc.returncode == CODES["not-sure"], proc.stdout + proc.stderr
+    bound = stats.binomtest(0, n).proportion_ci(method="exact").high * 100
+    assert proc.stdout.splitlines()[0] == (f"B and A are level [−{bound:.1f}, +{bound:.1f}], McNemar p = 1 on {n} "
+                                           "paired items: not sure"), proc.stdout
+    assert "no item changed answer" in proc.stdout and "about 122 paired items would settle it" in proc.stdout
+
+
+@pytest.mark.e2e
+def test_documents_under_the_same_ids_in_another_order_are_refused_or_left_out(tmp_path):
+    """lm-eval writes each document's doc_hash: two runs over the same ids in another order were paired by doc_id
+    alone (17 lost / 17 gained, "not sure") with no word that the documents differ."""
+    docs = _docs(B)
+    shuffled = [{**d, **{k: v for k, v in other.items() if k != "doc_id"}}
+                for d, other in zip(docs, docs[7:] + docs[:7])]  # doc k holds document k + 7
+    moved = _samples(tmp_path / "moved", shuffled)
+    proc = _run(str(A), str(moved), "--filter", "flexible-extract", cwd=tmp_path)
+    assert proc.returncode == CODES["usage"], proc.stdout + proc.stderr
+    line = one_line(proc.stderr)
+    assert "58 of the 58 doc_ids both runs hold name another document on each side (lm-eval's doc_hash differs" in line
+    assert "nothing to pair" in line
+    # Two documents swapped: those two are left out and named, the rest compared.
+    swapped = list(docs)
+    swapped[3], swapped[4] = ({**docs[4], "doc_id": docs[3]["doc_id"]}, {**docs[3], "doc_id": docs[4]["doc_id"]})
+    some = _samples(tmp_path / "some", swapped)
+    proc = _run(str(A), str(some), "--filter", "flexible-extract", "--json", cwd=tmp_path)
+    data = json.loads(proc.stdout)["data"]
+    assert set(data["mismatched"]) == {str(docs[3]["doc_id"]), str(docs[4]["doc_id"])} and data["paired"] == 56
+    assert "warning: 2 of the 58 doc_ids both runs hold name another document" in proc.stderr
+
+
+def one_line(stderr: str) -> str:
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr
+    return lines[0]
+
+
+@pytest.mark.e2e
+def test_quiet_prints_the_answer_and_a_results_file_names_the_samples_beside_it(tmp_path):
+    full = _run(str(A), str(B), "--task", "gsm8k", "--filter", "flexible-extract", cwd=tmp_path)
+    quiet = _run(str(A), str(B), "--task", "gsm8k", "--filter", "flexible-extract", "-q", cwd=tmp_path)
+    assert quiet.returncode == full.returncode == CODES["different"]
+    assert quiet.stdout.splitlines() == full.stdout.splitlines()[:1] and len(full.stdout.splitlines()) > 4
+    # lm-eval's aggregated results_<date>.json given by mistake: the samples file beside it is named.
+    run = tmp_path / "lm" / "model"
+    _samples(run, _docs(A))
+    (run / "results_2026-12-01T09-00-00.000000.json").write_text(json.dumps(
+        {"results": {"gsm8k": {"exact_match,flexible-extract": 0.85}}, "configs": {}, "versions": {}}))
+    proc = _run(str(run / "results_2026-12-01T09-00-00.000000.json"), str(B), cwd=tmp_path)
+    assert proc.returncode == CODES["usage"]
+    assert one_line(proc.stderr) == (
+        "abbisect: error: results_2026-12-01T09-00-00.000000.json is lm-eval's aggregated results (scores, no "
+        "per-item answers): give the samples file beside it (samples_gsm8k_2026-12-01T09-00-00.000000.jsonl), or "
+        f"its folder {run}")
+
+
+def test_a_chat_runs_prompt_is_read_from_its_messages(tmp_path):
+    """lm-eval's chat runs (--apply_chat_template with a chat-completions model) write the context as the
+    message list in JSON, inside a one-element list: the question is its last user message, not ""."""
+    from abbisect.query.lmeval import read_samples
+
+    docs = _docs(A)[:2]
+    question = docs[0]["arguments"]["gen_args_0"]["arg_0"]
+    messages = [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Q: 1 + 1?\nA: 2"},
+                {"role": "assistant", "content": "2"}, {"role": "user", "content": question}]
+    docs[0]["arguments"]["gen_args_0"]["arg_0"] = [json.dumps(messages)]
+    docs[1]["arguments"]["gen_args_0"]["arg_0"] = [json.dumps([{"role": "user", "content": [
+        {"type": "text", "text": "What is "}, {"type": "text", "text": "two plus two?"}]}])]
+    run, sel = read_samples(_samples(tmp_path / "chat", docs))
+    assert [i.prompt for i in run.items] == [question, "What is two plus two?"]
+    assert sel.hashes == {str(d["doc_id"]): d["doc_hash"] for d in docs}

@@ -151,3 +151,28 @@ def test_a_launch_that_does_not_fail_has_nothing_to_narrow(tmp_path, cache_dir, 
     proc, data, _ = _narrow(tmp_path, cache_dir, _recipe(tmp_path, repo), "--ref", shas[2])
     assert proc.returncode == 3, proc.stderr
     assert "does not fail" in data["message"] and len(data["probes"]) == 1
+
+
+@pytest.mark.e2e
+def test_nothing_to_try_is_said_so_never_none_passed(tmp_path, cache_dir, features):
+    """Issue 34: with nothing to try, narrow said "No switch made the failure go away" and exited 1 (none-passed)."""
+    repo, shas = features
+    bare = toy_recipe(repo, prompts=["What is two plus two?"])
+    bare["launch"]["flags"] = FAILING
+    # A command engine has no built-in catalogue: with no narrow.switches and no narrow.passing, refused at once.
+    proc, _, out = _narrow(tmp_path, cache_dir, write_recipe(tmp_path / "bare.yaml", bare), "--ref", shas[5])
+    assert proc.returncode == 2 and not out.exists(), proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("abbisect:")]
+    assert lines == [("abbisect: error: nothing to narrow with: engine command has no built-in switch catalogue "
+                      "and the recipe names no narrow.switches; give narrow.switches (this engine's own feature "
+                      "flags) or narrow.passing (a launch that passes)")], proc.stderr
+    # Switches this commit does not declare: the failing launch runs, nothing else can; said so, exit 4.
+    bare["narrow"] = {"switches": [{"id": "command.no-such", "feature": "a flag of another engine",
+                                    "flag": ["--no-such-flag"]}]}
+    proc, data, out = _narrow(tmp_path, cache_dir, write_recipe(tmp_path / "other.yaml", bare), "--ref", shas[5])
+    assert proc.returncode == 4, proc.stderr
+    assert [p["kind"] for p in data["probes"]] == ["failing"] and data["probes"][0]["outcome"] == "bad"
+    assert data["message"].startswith("nothing to try at this commit: of the 1 switch(es) for engine command, 1 not "
+                                      "declared by this commit's"), data["message"]
+    md = (out / "narrow.md").read_text()
+    assert "Nothing narrowed: nothing to try at this commit" in md and "No switch made the failure go away" not in md

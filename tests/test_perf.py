@@ -164,3 +164,128 @@ def test_the_demo_history_slows_at_its_documented_commit(tmp_path, cache_dir):
     log = subprocess.run(["git", "-C", str(repo), "log", "--format=%s", "--reverse"], check=True,
                          capture_output=True, text=True).stdout.splitlines()
     assert len(log) == 40 and "sampler" in log[PERF_DEMO_SLOW].lower()
+
+
+# --- failed requests are evidence; abbisect's own client makes none (issue 34) ---------------------------
+
+SMALL_PERF = {"metric": "output_throughput", "requests": 8, "warmup": 1, "max_concurrency": 2, "input_words": 8,
+              "max_tokens": 8, "passes": 3, "launches": 1, "max_passes": 6}
+
+
+@pytest.fixture(scope="module")
+def stream_history(planted):
+    """8 commits: from commit 5 on, streams end in an error event (3 in 4, or as TOYENGINE_STREAM_ERROR_RATE says)."""
+    return planted(8, {5: "stream_errors"})
+
+
+def _small(tmp_path, repo, **perf):
+    return write_recipe(tmp_path / "perf.yaml", toy_recipe(repo, perf={**SMALL_PERF, **perf}))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("rate", ["0.75", "1"], ids=["3-in-4-streams-fail", "every-stream-fails"])
+def test_a_side_whose_streams_fail_is_request_errors_and_bad_never_a_timing_or_a_skip(tmp_path, cache_dir,
+                                                                                      stream_history, rate):
+    """Issue 34: a side whose streams ended in an error event 3 times in 4 was judged 'good, not sure −2.6 %'
+    from the requests that got through, and one whose streams all failed was skipped as untestable."""
+    repo, shas = stream_history
+    path = _small(tmp_path, repo)
+    out = tmp_path / "out"
+    proc = abbisect("run", str(path), "--a", shas[0], "--b", shas[-1], "-o", str(out), "--json", cwd=tmp_path,
+                    cache=cache_dir, env={"TOYENGINE_STREAM_ERROR_RATE": rate})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)["data"]
+    s = data["assessment"]
+    assert (s["a"]["outcome"], s["b"]["outcome"]) == ("good", "bad"), s
+    assert data["b"]["verdict"]["status"] == "request_errors" and data["a"]["verdict"]["status"] == "ok"
+    assert s["b"]["evidence"].startswith("request_errors: 3/3 perf pass(es) failed their requests"), s["b"]
+    passes = _passes(data["b"])
+    assert all(p["failed"] and p["errors"] >= 6 for p in passes), passes  # of 8 measured requests each
+    assert all(p["first_error"].startswith("error in stream: ") for p in passes)
+    assert not any(p["failed"] for p in _passes(data["a"]))
+    md = (out / "report.md").read_text()
+    errors = sum(p["errors"] for p in passes)
+    row = next(line for line in md.splitlines() if line.startswith("| failed requests"))
+    assert f"| 0 of 24 in 3 passes | {errors} of 24 in 3 passes (per pass: " in row, row
+    assert "First failed request: B: error in stream: " in md and "detokenizer: lost the state" in md
+
+
+@pytest.mark.e2e
+def test_a_performance_bisect_stops_at_the_commit_that_breaks_streaming(tmp_path, cache_dir, stream_history):
+    """The bad end's streams all fail: it is bad (request_errors), not untestable, and the bisect names the commit
+    where streams start failing instead of stepping around it."""
+    repo, shas = stream_history
+    path = _small(tmp_path, repo)
+    out = tmp_path / "bis"
+    proc = abbisect("bisect", str(path), "--good", shas[0], "--bad", shas[-1], "-o", str(out), "--json",
+                    cwd=tmp_path, cache=cache_dir, env={"TOYENGINE_STREAM_ERROR_RATE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)["data"]
+    assert data["first_new"] == shas[5], [(s["sha"][:8], s["outcome"], s["evidence"][:90]) for s in data["steps"]]
+    assert data["confirmation"]["level"] == "confirmed", data["confirmation"]
+    failing = [t for t in data["trials"] if "failed requests" in t["perf"]]
+    assert failing and all(t["perf"].startswith("output_throughput not measured; failed requests: 24 of 24 in 3 passes")
+                           for t in failing), [t["perf"] for t in data["trials"]]
+    md = (out / "bisect.md").read_text()
+    chart = md.split("along the tested commits")[1].split("```")[1]
+    assert f"{shas[5][:10]} candidate  bad   not measured:" in chart, chart
+    assert "failed requests 24 of 24 in 3 passes (per pass: 8, 8, 8; 3 failed); first: error in stream: " in chart
+
+
+@pytest.mark.e2e
+def test_the_load_client_closes_its_connections_so_the_server_logs_no_reset(tmp_path, cache_dir, stream_history):
+    """Issue 34: abbisect's load client reset kept-alive connections at the end of a stream; the server printed
+    a ConnectionResetError traceback, `python_traceback` matched it and the side read "warned". A real pass
+    on the toy engine (HTTP/1.1, kept alive, as vLLM's and SGLang's servers), 4 requests in flight."""
+    repo, shas = stream_history
+    path = _small(tmp_path, repo, requests=32, max_concurrency=4, warmup=4, passes=3, max_passes=3)
+    out = tmp_path / "out"
+    proc = abbisect("run", str(path), "--a", shas[0], "--b", shas[0], "-o", str(out), "--json", cwd=tmp_path,
+                    cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)["data"]
+    for side in ("a", "b"):
+        trial = data[side]
+        assert trial["verdict"]["status"] == "ok", trial["verdict"]
+        assert [s["id"] for s in trial["signatures"] if s["severity"] != "info"] == [] == \
+            [s for s in trial["signatures"] if s["id"] == "python_traceback"]
+        assert trial["launch"]["client_gone"] == 0  # nothing to take back: no reset happened at all
+        assert sum(p["completed"] for p in _passes(trial)) == 96
+    logs = list(out.glob("*/server.log"))
+    assert len(logs) == 2
+    for log in logs:
+        text = log.read_text()
+        assert text.count('"POST /v1/chat/completions HTTP/1.1" 200') >= 3 * 36  # the passes and their warm-ups
+        assert "ConnectionResetError" not in text and "Traceback" not in text, text[-3000:]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize(("sig", "code", "said"), [(signal.SIGTERM, 143, "terminated"), (signal.SIGINT, 130,
+                                                                                          "interrupted")])
+def test_a_signal_during_a_perf_pass_ends_with_the_one_clean_line(tmp_path, cache_dir, stream_history, sig, code,
+                                                                  said):
+    """Issue 34: SIGTERM during a pass printed "terminated; resume with …" and then a 150-line asyncio traceback
+    (SystemExit(143) raised inside the pass's event loop, "Task exception was never retrieved")."""
+    repo, shas = stream_history
+    # A client kept busy (an unpaced server, 4 streams of 64 tokens in flight): the signal lands while the
+    # pass's own code runs, not while its loop waits.
+    recipe = toy_recipe(repo, perf={**SMALL_PERF, "requests": 300, "max_concurrency": 4, "max_tokens": 64})
+    path = write_recipe(tmp_path / "perf.yaml", recipe)
+    proc = subprocess.Popen([sys.executable, "-m", "abbisect", "bisect", str(path), "--good", shas[0], "--bad",
+                             shas[4], "-o", str(tmp_path / "bis")], cwd=tmp_path,
+                            env={**os.environ, "ABBISECT_CACHE_DIR": str(cache_dir)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    seen = []
+    for line in proc.stderr:  # the first pass measured: the second one is running
+        seen.append(line)
+        if "perf pass 1/" in line:
+            break
+    time.sleep(0.5)
+    proc.send_signal(sig)
+    seen.append(proc.stderr.read())
+    proc.wait(timeout=60)
+    err = "".join(seen)
+    assert proc.returncode == code, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith(f"abbisect: {said}; resume with: abbisect bisect --resume "), err
+    assert "Traceback" not in err and "Task" not in err and "SystemExit" not in err, err

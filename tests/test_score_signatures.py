@@ -206,3 +206,60 @@ def test_results_round_trip_through_json():
         assert load(Signature, json.loads(json.dumps(dump(sig)))) == sig
     for m in scan_text("\n".join(ENGINE_FACTS_LINES), cat):
         assert load(SignatureMatch, json.loads(json.dumps(dump(m)))) == m
+
+
+# --- abbisect's own client going away is not evidence (issue 34 item 4) -----------------------------------
+
+RESET = """INFO toyengine: 127.0.0.1 "POST /v1/chat/completions HTTP/1.1" 200 -
+----------------------------------------
+Exception occurred during processing of request from ('127.0.0.1', 57648)
+Traceback (most recent call last):
+  File "/usr/lib/python3.11/socketserver.py", line 691, in process_request_thread
+    self.finish_request(request, client_address)
+  File "/usr/lib/python3.11/http/server.py", line 404, in handle_one_request
+    self.raw_requestline = self.rfile.readline(65537)
+ConnectionResetError: [Errno 104] Connection reset by peer
+----------------------------------------"""
+REAL = """(APIServer pid=7) ERROR 12-01 10:00:00 serving.py:99] Error in chat completion stream
+(APIServer pid=7) Traceback (most recent call last):
+(APIServer pid=7)   File "/venv/lib/python3.11/site-packages/vllm/entrypoints/openai/serving_chat.py", line 300
+(APIServer pid=7)     raise RuntimeError("CUDA error: an illegal memory access was encountered")
+(APIServer pid=7) RuntimeError: CUDA error: an illegal memory access was encountered"""
+
+
+def _scan(text: str, own_client: bool, freeze_at: int | None = None):
+    from abbisect.score.scanner import LineScanner
+
+    scanner = LineScanner(load_catalogue(), own_client=own_client)
+    for n, line in enumerate(text.splitlines()):
+        if n == freeze_at:
+            scanner.freeze()
+        scanner.feed(line)
+    return scanner
+
+
+def test_a_traceback_of_the_client_going_away_is_not_evidence_of_a_server_abbisect_alone_talks_to():
+    """The toy engine's log after abbisect's load client reset a kept-alive connection: socketserver prints the
+    ConnectionResetError's traceback, which `python_traceback` matched (a side 'warned' for our own doing)."""
+    ours = _scan(RESET * 3, own_client=True)
+    assert not ours.matches and ours.first_exception is None and ours.client_gone == 3
+    anyone = _scan(RESET, own_client=False)  # `abbisect scan` of a log whose clients are anyone's: as before
+    assert [m.id for m in anyone.matches] == ["python_traceback"]
+    assert anyone.first_exception == (9, "ConnectionResetError: [Errno 104] Connection reset by peer")
+    # A real traceback after (or before) a reset is kept, and is the first exception.
+    mixed = _scan(RESET + "\n" + REAL + "\n" + RESET, own_client=True)
+    assert [m.id for m in mixed.matches if m.id == "python_traceback"] == ["python_traceback"]
+    assert mixed.first_exception[1].startswith("RuntimeError: CUDA error") and mixed.client_gone == 2
+    assert any(m.id == "cuda_illegal_memory_access" for m in mixed.matches)
+    # A reset whose traceback began before the freeze (the pass's end) and ends after it is still taken back.
+    frozen = _scan(RESET, own_client=True, freeze_at=6)
+    assert not frozen.matches and frozen.client_gone == 1 and frozen.first_exception is None
+    # As the log streams (abbisect/infra/logstream.py): chunks of lines, the traceback's end in a later one.
+    from abbisect.score.scanner import LineScanner
+
+    streamed = LineScanner(load_catalogue(), own_client=True)
+    lines = (RESET + "\n" + REAL + "\n" + RESET).splitlines()
+    for k in range(0, len(lines), 4):
+        streamed.feed_many("\n".join(lines[k:k + 4]), len(lines[k:k + 4]))
+    assert (streamed.matches, streamed.first_exception, streamed.client_gone) == \
+        (mixed.matches, mixed.first_exception, mixed.client_gone)

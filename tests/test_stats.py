@@ -313,7 +313,8 @@ def test_paired_swapped_sides_mirror() -> None:
 def test_paired_identical_answers_are_same_with_enough_items() -> None:
     a = np.arange(1000) % 5 != 0
     r = compare_paired(a, a)
-    assert (r.call, r.ci, r.p) == (Call.SAME, (0.0, 0.0), 1.0)
+    bound = 1 - 0.025 ** (1 / 1000)  # Clopper–Pearson's upper bound at 0 of 1000, by hand
+    assert (r.call, r.p) == (Call.SAME, 1.0) and r.ci == pytest.approx((-bound, bound))
     with pytest.raises(ValueError):
         compare_paired([True, False], [True])
 
@@ -409,3 +410,43 @@ def test_a_candidate_nearly_different_from_the_end_it_resembles_is_not_sure():
     # far from the good end's rate as well as the bad end's: no longer near, it is called
     clear = classify_rate(1, 36, good=(0, 30), bad=(16, 30), min_difference=0.15, alpha=0.01)
     assert clear.side is Side.LIKE_GOOD, clear.evidence
+
+
+def test_a_candidate_same_as_an_end_is_never_nearly_different_from_it_however_small_p():
+    """Issue 34: a culprit "same" as the bad end (−1 %, its interval inside the 3 % min_effect) with p ≈ 0.003
+    counted as "nearly different" on its p alone, and the bisect ended ambiguous. The near-side rule respects
+    the call and the margin: only a not-sure comparison whose change reaches the margin is near."""
+    from abbisect.stats.decide import nearly_different
+
+    good, bad = lognormal(40, 20, 0.01), lognormal(41, 20, 0.01, -0.12)
+    found = classify_sample(lognormal(42, 20, 0.01, -0.131), good=good, bad=bad)
+    assert found.vs_good.call is Call.DIFFERENT
+    assert found.vs_bad.call is Call.SAME and found.vs_bad.p <= 0.05 and abs(found.vs_bad.change) < 0.03
+    assert not nearly_different(found.vs_bad)
+    assert found.side is Side.LIKE_BAD, found.evidence
+    # Not sure, p small, but a change under the margin: it cannot become different unless the estimate grows.
+    under = compare_samples(lognormal(44, 10, 0.02), lognormal(144, 10, 0.02, -0.02), min_effect=0.03)
+    assert under.call is Call.UNSURE and under.p <= 0.05 and not under.reaches_margin
+    assert not nearly_different(under)
+    # The same p with a change past the margin is near (the flaky case above).
+    near = compare_rates(0, 30, 7, 36, min_difference=0.15, alpha=0.01)
+    assert near.call is Call.UNSURE and near.reaches_margin and nearly_different(near)
+
+
+def test_paired_with_no_discordant_item_is_same_only_with_the_items_to_rule_the_margin_out() -> None:
+    """Issue 34: with no discordant item the interval was (0, 0), so 20 items of a run against themselves (or 3)
+    were "same — the 95 % interval lies within ±3 pts". The exact bound of a discordance none of n items showed
+    is 1 − 0.025^(1/n): 16.8 points at 20, inside 3 points from 122 items."""
+    from abbisect.stats.proportions import items_to_rule_out, no_discordance_bound
+
+    for n in (3, 20, 121):
+        a = np.arange(n) % 4 != 0
+        r = compare_paired(a, a, min_change=0.03)
+        bound = sp.binomtest(0, n).proportion_ci(method="exact").high
+        assert r.call is Call.UNSURE and r.ci == pytest.approx((-bound, bound)), (n, r.reason)
+        assert r.needed_n == 122 == items_to_rule_out(0.03) and "no item changed answer" in r.reason
+    assert no_discordance_bound(20) == pytest.approx(0.1684, abs=1e-4)
+    big = np.arange(122) % 4 != 0
+    assert compare_paired(big, big, min_change=0.03).call is Call.SAME
+    # An A-vs-A with a baseline of flips is judged as if it had seen them: the bootstrap speaks again.
+    assert compare_paired(big, big, min_change=0.03, baseline_flip_rate=0.05).padded == 4  # ⌈122 × 0.05 / 2⌉

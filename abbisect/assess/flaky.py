@@ -14,6 +14,7 @@ from abbisect.assess.base import Assessment, Sample, placed
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.stats import RateComparison, classify_rate, compare_rates, wilson
+from abbisect.stats.decide import Call
 from abbisect.verdict.status import Outcome
 
 
@@ -49,16 +50,18 @@ class Flaky:
     def _compare(self, a: tuple[int, int], b: tuple[int, int]) -> RateComparison:
         return compare_rates(*a, *b, min_difference=self.min_difference, alpha=self.alpha)
 
-    def _more(self, runs: int) -> int:
+    def _more(self, launches: int) -> int:
         """More launches while not sure: `repeats.launches` at a time (as Pinpoint adds attempts in fixed
-        steps), within the cap. The sample size a comparison says would settle it is shown, not followed:
-        it is an even chance, and jumping to it overshoots as often as not."""
-        return max(0, min(self.first, self.cap - runs))
+        steps), within the cap — launches counted against launches (with `passes` > 1 a launch is several
+        observations). The sample size a comparison says would settle it is shown, not followed: it is an
+        even chance, and jumping to it overshoots as often as not."""
+        return max(0, min(self.first, self.cap - launches))
 
     def alone(self, sample: Sample) -> Assessment:
         k, n = observations(sample)
         if n == 0:
-            return Assessment(Outcome.SKIP, "untestable: " + "; ".join(sample[0].verdict.reasons[:1]))
+            why = "; ".join(sample[0].verdict.reasons[:1]) if sample else "no trial"
+            return Assessment(Outcome.SKIP, f"untestable: {why}")
         return Assessment(Outcome.BAD if k else Outcome.GOOD, rate_text(k, n), {"failures": k, "runs": n})
 
     def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
@@ -68,14 +71,15 @@ class Flaky:
         (ko, no), (kn, nn) = observations(old), observations(new)
         cmp = self._compare((ko, no), (kn, nn))
         stats = {"ends": dump(cmp)}
-        if cmp.call.text == "different":
+        if cmp.call is Call.DIFFERENT:
             worse = Outcome.BAD if kn > ko else Outcome.GOOD
             return (Assessment(worse.inverted(), f"{rate_text(ko, no)}; {names} {cmp.describe()}", stats),
                     Assessment(worse, f"{rate_text(kn, nn)}; {names} {cmp.describe()}", stats))
-        more = 0 if cmp.call.text == "same" else self._more(min(no, nn))  # alike: settled, no change to search for
+        launches = min(len(old), len(new))
+        more = 0 if cmp.call is Call.SAME else self._more(launches)  # alike: settled, no change to search for
         same = Outcome.BAD if (ko or kn) else Outcome.GOOD
-        why = f"{names} fail alike" if cmp.call.text == "same" else (
-            f"not sure {names} differ after {min(no, nn)} launches")
+        why = f"{names} fail alike" if cmp.call is Call.SAME else (
+            f"not sure {names} differ after {launches} launches")
         return (Assessment(same, f"{rate_text(ko, no)}; {why}: {cmp.describe()}", stats, more),
                 Assessment(same, f"{rate_text(kn, nn)}; {why}: {cmp.describe()}", stats, more))
 
@@ -87,7 +91,8 @@ class Flaky:
                               min_difference=self.min_difference, alpha=self.alpha)
         stats = {"failures": k, "runs": n, "side": str(found.side), "vs_good": dump(found.vs_good),
                  "vs_bad": dump(found.vs_bad)}
-        return placed(found, rate_text(k, n), stats, self._more(n), f"not sure after {n} launches: {rate_text(k, n)}")
+        return placed(found, rate_text(k, n), stats, self._more(len(sample)),
+                      f"not sure after {len(sample)} launches: {rate_text(k, n)}")
 
     def compare(self, a: Sample, b: Sample) -> dict:
         cmp = self._compare(observations(a), observations(b))

@@ -3,12 +3,18 @@
 (abbisect/stats/samples.py): p = min(Kolmogorov–Smirnov, Mann–Whitney U), a bootstrap interval of the change
 of medians and a minimum effect. Not sure → more launches, up to `perf.max_passes` → skipped with the reason.
 
-Which end is bad is observed: the slower one (lower throughput, higher latency). A commit that serves no pass
-(it does not build, start or answer) cannot be timed: it is untestable.
+Which end is bad is observed: the slower one (lower throughput, higher latency). Failed requests are evidence,
+never a gap in the sample: a trial whose requests failed (a pass over `perf.error_threshold`, or the recipe's
+prompts) is `request_errors` (or `crashed_while_serving`, when its server died serving them), and its commit
+takes that trial's outcome (bad, or skip where the recipe says so) —
+a commit that breaks streaming is the commit a bisect stops at, not one it steps around. A commit that serves
+no pass for another reason (it does not build or start) cannot be timed: it is untestable, with that reason.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from statistics import median
 
 from abbisect.assess.base import Assessment, Sample, ends_told, placed
@@ -17,18 +23,90 @@ from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better, unit
 from abbisect.stats import SampleComparison, classify_sample, compare_samples
 from abbisect.stats.decide import Call
-from abbisect.verdict.status import Outcome
+from abbisect.trial.spec import TrialResult
+from abbisect.verdict.status import Outcome, Status
+
+
+def passes_of(sample: Sample) -> list[dict]:
+    """Every perf pass of the commit's trials, in the order they ran."""
+    return [p for trial in sample for p in (trial.extras.get("perf") or {}).get("passes", ())]
+
+
+def pass_failed(p: dict) -> bool:
+    """A pass that is no measurement: marked failed when it ran (its failed requests over perf.error_threshold),
+    or, in a result from before that mark, one with no completed request."""
+    return bool(p.get("failed", not p.get("completed")))
+
+
+def values_in(passes: Sequence[dict], metric: str) -> list[float]:
+    """The metric's value in every pass that is a measurement (a failed pass gives none)."""
+    found = []
+    for p in passes:
+        v = (p.get("values") or {}).get(metric)
+        if not pass_failed(p) and v is not None and v > 0:
+            found.append(float(v))
+    return found
 
 
 def metric_values(sample: Sample, metric: str) -> list[float]:
     """The metric's value in every pass of the commit's trials that served (in the order they ran)."""
-    found = []
-    for trial in sample:
-        for p in (trial.extras.get("perf") or {}).get("passes", ()):
-            v = (p.get("values") or {}).get(metric)
-            if p.get("completed") and v is not None and v > 0:
-                found.append(float(v))
-    return found
+    return values_in(passes_of(sample), metric)
+
+
+@dataclass(frozen=True)
+class PassErrors:
+    """The failed requests of a commit's passes: per pass (in the order they ran), the passes that failed, and
+    the first error seen."""
+
+    per_pass: tuple[int, ...]
+    requests: int  # measured requests sent, over every pass
+    failed_passes: int
+    first: str | None
+
+    @property
+    def errors(self) -> int:
+        return sum(self.per_pass)
+
+    def describe(self, first: bool = True) -> str:
+        """`0 of 120 in 5 passes`, or `18 of 96 in 4 passes (per pass: 6, 0, 6, 6; 3 failed); first: …`."""
+        n = len(self.per_pass)
+        said = f"{self.errors} of {self.requests} in {n} pass{'' if n == 1 else 'es'}"
+        if not self.errors:
+            return said
+        shown = ", ".join(str(e) for e in self.per_pass[:20]) + (", …" if n > 20 else "")
+        failed = f"; {self.failed_passes} failed" if self.failed_passes else ""
+        return f"{said} (per pass: {shown}{failed})" + (f"; first: {' '.join((self.first or '?').split())[:200]}" if first else "")
+
+
+def pass_errors(sample: Sample) -> PassErrors:
+    return errors_in(passes_of(sample))
+
+
+def errors_in(passes: Sequence[dict]) -> PassErrors:
+    return PassErrors(tuple(int(p.get("errors") or 0) for p in passes),
+                      sum(int(p.get("completed") or 0) + int(p.get("errors") or 0) for p in passes),
+                      sum(pass_failed(p) for p in passes), next((p["first_error"] for p in passes
+                                                                   if p.get("first_error")), None))
+
+
+# A trial whose requests failed: some on a living server, or all after its server died serving them.
+FAILED_SERVING = (Status.REQUEST_ERRORS, Status.CRASHED_WHILE_SERVING)
+
+
+def failed_requests(sample: Sample) -> TrialResult | None:
+    """The first trial of the commit whose requests failed (request_errors, crashed_while_serving), if any."""
+    return next((t for t in sample if t.verdict.status in FAILED_SERVING), None)
+
+
+def unmeasured(sample: Sample, metric: str) -> str:
+    """Why a commit has no value of the metric: its first trial's reason, unless passes ran (then what they
+    lacked)."""
+    if not sample:
+        return "no trial"
+    ran = passes_of(sample)
+    if ran:
+        return f"{metric} has no value in its {len(ran)} pass(es)"
+    return "; ".join(sample[0].verdict.reasons[:1])
 
 
 def fmt(value: float, metric: str) -> str:
@@ -66,15 +144,20 @@ class Perf:
         return f"{self.metric} {fmt(med, self.metric)} over {len(values)} passes"
 
     def alone(self, sample: Sample) -> Assessment:
+        """Measured: good, with what it measured (`runs`: its passes, for the comparisons to come). Its requests
+        failed: its failing trial's outcome (bad, or skip where the recipe moved the status there). Else untestable."""
+        failed = failed_requests(sample)
+        if failed is not None:
+            return Assessment(failed.verdict.outcome, f"{failed.verdict.status}: " + "; ".join(
+                failed.verdict.reasons[:2]), {"errors": pass_errors(sample).errors})
         values = metric_values(sample, self.metric)
         if not values:
-            why = "; ".join(sample[0].verdict.reasons[:1]) if sample else "no trial"
-            return Assessment(Outcome.SKIP, f"untestable: no pass was measured ({why})")
+            return Assessment(Outcome.SKIP, f"untestable: no pass was measured ({unmeasured(sample, self.metric)})")
         return Assessment(Outcome.GOOD, self._said(values), {"runs": len(values)})
 
     def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
         a, b = self.alone(old), self.alone(new)
-        if Outcome.SKIP in (a.outcome, b.outcome):
+        if "runs" not in a.stats or "runs" not in b.stats:  # an end that failed its requests, or untestable
             return a, b
         va, vb = metric_values(old, self.metric), metric_values(new, self.metric)
         cmp = self._compare(va, vb)
@@ -86,9 +169,13 @@ class Perf:
                          f"{why}: {cmp.describe()}", stats, more)
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
+        seen = self.alone(sample)
+        if "runs" not in seen.stats:
+            return seen
         values = metric_values(sample, self.metric)
-        if not values:
-            return self.alone(sample)
+        if failed_requests(bad) is not None:  # what the bisect looks for is the commit whose requests fail
+            return Assessment(Outcome.GOOD, f"{self._said(values)}: its requests answered (the bad end's failed)",
+                              {"runs": len(values), "metric": self.metric})
         found = classify_sample(values, good=metric_values(good, self.metric), bad=metric_values(bad, self.metric),
                                 min_effect=self.perf.min_effect, alpha=self.perf.alpha)
         stats = {"runs": len(values), "metric": self.metric, "side": str(found.side),
@@ -97,6 +184,13 @@ class Perf:
         return placed(found, said, stats, self._more(len(sample)), f"not sure after {len(values)} passes: {said}")
 
     def compare(self, a: Sample, b: Sample) -> dict:
+        failed = {side: t for side, t in (("a", failed_requests(a)), ("b", failed_requests(b))) if t is not None}
+        if failed:  # one side failing its requests differs from one that answers; both failing, they are alike
+            text = "; ".join(f"{side.upper()}'s requests failed ({t.verdict.reasons[0]})" for side, t in failed.items())
+            call = Call.DIFFERENT if len(failed) == 1 else Call.SAME
+            return {"kind": self.kind, "metric": self.metric, "text": text,
+                    "comparison": {"call": call.value, "reason": "request_errors"},
+                    "worse": next(iter(failed)) if call is Call.DIFFERENT else None}
         va, vb = metric_values(a, self.metric), metric_values(b, self.metric)
         if not va or not vb:
             return {"kind": self.kind, "metric": self.metric, "text": "a side has no measured pass", "worse": None}

@@ -120,6 +120,20 @@ _PLANTED: dict[str, tuple[str, str, str]] = {
         "        def paced(model, prompt, max_tokens, *rest):  # a cached prefix read in chunks: the same token again\n"
         "            for n, (piece, finish) in enumerate(healthy(model, prompt, max_tokens, *rest)):\n"
         '                yield (piece if n < 3 else " again"), finish\n')),
+    # Streams end in an error event after their first token: 3 in 4 (TOYENGINE_STREAM_ERROR_RATE, a fraction,
+    # counted over the server's streams so the share is exact), as vLLM sends one when a request fails mid-stream.
+    # The server stays up and answers the recipe's prompts (not streamed) as the healthy commit does.
+    "stream_errors": ("toyengine/server.py", "                # abbisect-demo: stream\n", (
+        "                # abbisect-demo: stream\n"
+        "                if i == 1:\n"
+        "                    with LOCK:\n"
+        '                        STATE["streams"] = STATE.get("streams", 0) + 1\n'
+        '                        k = STATE["streams"]\n'
+        '                    rate = float(os.environ.get("TOYENGINE_STREAM_ERROR_RATE") or 0.75)\n'
+        "                    if int(k * rate) > int((k - 1) * rate):\n"
+        '                        self._event({"error": {"object": "error", "type": "InternalServerError", "code": 500,\n'
+        '                                               "message": "detokenizer: lost the state of this sequence"}})\n'
+        "                        break\n")),
     # 8 % of the sums (by a hash of the question) come out one too high: no loop, no log line.
     "arith_drift": ("toyengine/model.py", "    # abbisect-demo: arith\n", (
         "    # abbisect-demo: arith\n"
@@ -217,6 +231,8 @@ MESSAGES = {
     "feature_bug": "Read cached prefixes in chunks in the flash attention path (#80)",
     "fix_feature_bug": "Take the chunked prefix read out of the fused path (#83)",
     "fix_arith_drift": "Revert the faster integer path (#72)",
+    "stream_errors": "Detokenize streamed chunks in the engine core (#90)",
+    "fix_stream_errors": "Detokenize in the API server again (#93)",
     "break_scale": "Refactor quantisation dispatch to linear layers only (#17)",
     "fix_scale": "Route lm_head through the quantised method so its weight_scale loads (#23)",
 }

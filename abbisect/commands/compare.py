@@ -3,7 +3,9 @@
 A file is lm-evaluation-harness's `--log_samples` output (a samples_<task>_<date>.jsonl, a folder of them,
 or a dumped {"samples": …}) or abbisect's own (a results.json whose sides carry `extras.eval`, or one
 EvalRun as dumped). `PATH:SIDE` names a side of an abbisect file; one abbisect file with two sides and no B
-compares them. The exit code is the call, so a CI script can gate on it.
+compares them. Items are paired by id and, where lm-eval wrote one, by doc_hash: an id that holds another
+document on each side is no pair (named, and refused when most are). The exit code is the call, so a CI script
+can gate on it.
 """
 
 from __future__ import annotations
@@ -47,13 +49,20 @@ def _abbisect_runs(path: Path) -> dict[str, EvalRun] | None:
         return None  # lm-eval's own
     runs = runs_in_results(data)
     if not runs:
-        raise UserError(f"{path.name}: no per-item eval results in it (an abbisect results.json carries them "
-                        "as each side's extras.eval; lm-eval's are samples_<task>_<date>.jsonl)")
+        from abbisect.query.lmeval import lm_eval_results
+
+        raise UserError(lm_eval_results(path) or (
+            f"{path.name}: no per-item eval results in it (an abbisect results.json carries them as each side's "
+            "extras.eval; lm-eval's are samples_<task>_<date>.jsonl)"))
     return runs
 
 
-def _read(spec: str, task: str | None, metric: str | None, filter_: str | None) -> list[tuple[str, EvalRun]]:
-    """(label, EvalRun) of each side the spec names: one, or every side of an abbisect file without :SIDE."""
+# A side as read: its label (the file, in its run folder), its run, and lm-eval's doc_hash of each doc_id.
+Side = tuple[str, "EvalRun", dict[str, str]]
+
+
+def _read(spec: str, task: str | None, metric: str | None, filter_: str | None) -> list[Side]:
+    """Each side the spec names: one, or every side of an abbisect file without :SIDE."""
     from abbisect.query.lmeval import read_samples
 
     path, side = _split(spec)
@@ -64,19 +73,25 @@ def _read(spec: str, task: str | None, metric: str | None, filter_: str | None) 
         run, sel = read_samples(path, task, metric, filter_)
         if sel.note:
             click.echo(f"abbisect: {sel.note}", err=True)
-        return [(f"{sel.file} ({sel.task}, {sel.filter}, {sel.metric})", run)]
+        return [(f"{sel.path} ({sel.task}, {sel.filter}, {sel.metric})", run, dict(sel.hashes))]
     if side is not None:
         if side not in runs:
             raise UserError(f"{path.name}: no side {side!r} with eval results (there: {', '.join(runs)})")
-        return [(f"{path.name}:{side}", runs[side])]
-    return [(f"{path.name}:{s}" if s else path.name, r) for s, r in runs.items()]
+        return [(f"{path}:{side}", runs[side], {})]
+    return [(f"{path}:{s}" if s else str(path), r, {}) for s, r in runs.items()]
 
 
-def _one(spec: str, sides: list[tuple[str, EvalRun]]) -> tuple[str, EvalRun]:
+def _one(spec: str, sides: list[Side]) -> Side:
     if len(sides) != 1:
-        names = ", ".join(label.rpartition(":")[2] for label, _ in sides)
+        names = ", ".join(label.rpartition(":")[2] for label, _, _ in sides)
         raise UserError(f"{spec} holds {len(sides)} sides with eval results ({names}): name one as {spec}:SIDE")
     return sides[0]
+
+
+def _without(run: EvalRun, ids: set[str]) -> EvalRun:
+    from dataclasses import replace
+
+    return replace(run, items=tuple(i for i in run.items if i.id not in ids))
 
 
 @click.command("compare", epilog=exit_help("compare") + " 0: the data rule out a change of --min-change; 1: a "
@@ -102,7 +117,9 @@ def compare(a: str, b: str | None, task: str | None, metric: str | None, filter_
             alpha: float, flip_rate: float, seed: int, as_json: bool) -> None:
     """Compare two per-item result files with the paired test (exact McNemar, Wilson intervals, a paired
     bootstrap): lm-eval --log_samples output or abbisect results. Launches nothing."""
+    from abbisect.infra import progress
     from abbisect.query.evals import pair
+    from abbisect.query.lmeval import mismatched
 
     for spec in (a, b):  # both checked before either is read
         if spec is not None:
@@ -114,10 +131,22 @@ def compare(a: str, b: str | None, task: str | None, metric: str | None, filter_
         if len(first) != 2:
             raise UserError(f"one file compares its two sides; {a} holds {len(first)} with eval results (give B, "
                             "or name sides as PATH:SIDE)")
-        (label_a, run_a), (label_b, run_b) = first
+        (label_a, run_a, hashes_a), (label_b, run_b, hashes_b) = first
     else:
-        label_a, run_a = _one(a, first)
-        label_b, run_b = _one(b, _read(b, task, metric, filter_))
+        label_a, run_a, hashes_a = _one(a, first)
+        label_b, run_b, hashes_b = _one(b, _read(b, task, metric, filter_))
+    # Items are paired by doc_id and, where lm-eval wrote one, by the document's hash: the same id over another
+    # document (another order, another version of the dataset) is no pair.
+    other = mismatched(hashes_a, hashes_b)
+    if other:
+        common = len(set(hashes_a) & set(hashes_b))
+        said = (f"{len(other):,} of the {common:,} doc_ids both runs hold name another document on each side "
+                f"(lm-eval's doc_hash differs: doc {', '.join(other[:5])}{', …' if len(other) > 5 else ''})")
+        if len(other) * 2 > common:
+            raise UserError(f"{said}: these are not the same items in the same order (another --limit, a "
+                            "shuffled or another version of the dataset); nothing to pair")
+        click.echo(f"abbisect: warning: {said}: not paired, not compared", err=True)
+        run_a, run_b = _without(run_a, set(other)), _without(run_b, set(other))
     paired = pair(run_a, run_b)
     if paired.n == 0:
         common = len(set(run_a.by_id()) & set(run_b.by_id()))
@@ -137,10 +166,14 @@ def compare(a: str, b: str | None, task: str | None, metric: str | None, filter_
         data = {"line": line, "call": cmp.call.value, "a": {"source": label_a}, "b": {"source": label_b},
                 "comparison": dump(cmp), "paired": paired.n, "lost": list(paired.lost), "gained": list(paired.gained),
                 "only_a": list(paired.only_a), "only_b": list(paired.only_b), "errors_a": list(paired.errors_a),
-                "errors_b": list(paired.errors_b)}
+                "errors_b": list(paired.errors_b), "mismatched": other}
         click.echo(dumps("compare", data, indent=2))
     else:
         click.echo(line)
-        click.echo(text_table(cmp, paired, (label_a, label_b)))
+        if progress.level > progress.QUIET:  # -q: the answer only
+            click.echo(text_table(cmp, paired, (label_a, label_b)))
+            if other:
+                click.echo(f"note: {len(other):,} doc_ids name another document on each side (doc_hash): not "
+                           "compared")
     raise SystemExit(exit_code("compare", {"same": "same", "different": "different"}.get(cmp.call.value,
                                                                                        "not-sure")))

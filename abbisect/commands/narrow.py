@@ -58,6 +58,13 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     if rec.narrow.passing is None and not switches:
         raise UserError("nothing to narrow with: give narrow.passing in the recipe (a launch that passes), or "
                         "leave --switches on")
+    from abbisect.launch.switches import catalogue_for
+
+    if rec.narrow.passing is None and not catalogue_for(rec):
+        raise UserError(f"nothing to narrow with: engine {rec.engine.kind} has no built-in switch catalogue"
+                        + (" (narrow.catalogue: false)" if not rec.narrow.catalogue else "")
+                        + " and the recipe names no narrow.switches; give narrow.switches (this engine's own feature "
+                        "flags) or narrow.passing (a launch that passes)")
     # The input is valid: what runs and reports the probes loads now (a usage error never pays for it).
     from abbisect import checkout
     from abbisect.infra.envelope import dumps
@@ -93,7 +100,8 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     if as_json:
         click.echo(dumps("narrow", red.data(data)))
     base = run.baseline
-    ending = "found" if run.found else "not-failing" if base is None or base.outcome != "bad" else "none-passed"
+    ending = ("found" if run.found else "not-failing" if base is None or base.outcome != "bad"
+              else "none-passed" if run.tried else "nothing-to-try")
     if ending != "found":
         raise SystemExit(exit_code("narrow", ending))
 

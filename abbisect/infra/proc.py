@@ -12,7 +12,7 @@ import os
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -91,9 +91,10 @@ _HELD = (signal.SIGINT, signal.SIGTERM)
 
 
 @contextmanager
-def signals_held() -> Iterator[list[int]]:
+def signals_held(on_signal: Callable[[int], None] | None = None) -> Iterator[list[int]]:
     """Hold Ctrl-C and SIGTERM while a child is started and handed to whoever stops it; yields the list of
-    signals that arrived meanwhile, for `deliver` once the child can be torn down.
+    signals that arrived meanwhile, for `deliver` once the child can be torn down. `on_signal` is told of each
+    that is not ignored as it arrives (to stop the work in hand early: an event loop's task cancelled).
 
     Why: `subprocess.Popen` forks, then waits for the exec. A Ctrl-C raised in that wait, or after it but
     before Popen returns, unwinds with no `Popen` object and a running child that nobody stops (measured:
@@ -105,8 +106,13 @@ def signals_held() -> Iterator[list[int]]:
         return
     saved = {sig: signal.getsignal(sig) for sig in _HELD}
     saved = {sig: handler for sig, handler in saved.items() if handler is not None}  # set outside Python
+    def held(signum: int, _frame: object) -> None:
+        pending.append(signum)
+        if on_signal is not None and saved[signal.Signals(signum)] != signal.SIG_IGN:
+            on_signal(signum)
+
     for sig in saved:
-        signal.signal(sig, lambda signum, _frame: pending.append(signum))
+        signal.signal(sig, held)
     try:
         yield pending
     finally:

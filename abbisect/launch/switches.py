@@ -26,10 +26,15 @@ import datetime as dt
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from importlib import resources
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from abbisect.infra.errors import UserError
+
+if TYPE_CHECKING:
+    from abbisect.recipe import Recipe
 
 # "command": a recipe's own switches for an engine abbisect has no adapter for (recipe narrow.switches)
 Engine = Literal["vllm", "sglang", "command"]
@@ -295,3 +300,19 @@ def applicable(switch: Switch, launch_flags: Sequence[str], env: Mapping[str, st
     removed += [f"{k}={env[k]}" for k in env if k not in new_env]
     new_env.update(switch.env)
     return Variant(switch=switch.id, flags=(*kept, *switch.flag), env=new_env, removed=tuple(removed))
+
+
+def catalogue_for(recipe: Recipe) -> list[Switch]:
+    """The switches to try: the built-in catalogue's for the engine (unless narrow.catalogue is off), then the
+    recipe's own."""
+    builtin = list(load().for_engine(recipe.engine.kind).switches) if recipe.narrow.catalogue and \
+        recipe.engine.kind in ("vllm", "sglang") else []
+    own = []
+    for n, data in enumerate(recipe.narrow.switches):
+        try:
+            own.append(Switch.model_validate({"engine": recipe.engine.kind, **data}))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(x) for x in first["loc"])
+            raise UserError(f"narrow.switches[{n}]{'.' + where if where else ''}: {first['msg']}") from None
+    return [*builtin, *own]

@@ -269,10 +269,11 @@ def perf_of(trial: Mapping[str, Any], recipe: Mapping[str, Any]) -> str:
     metric = (recipe.get("perf") or {}).get("metric")
     if not metric:
         return ""
+    from abbisect.assess.perf import errors_in, values_in
     from abbisect.report.perf import told
 
     passes = ((trial.get("extras") or {}).get("perf") or {}).get("passes") or []
-    return told(metric, [v for p in passes if p.get("completed") and (v := (p.get("values") or {}).get(metric))])
+    return told(metric, values_in(passes, metric), errors_in(passes))
 
 
 def dependency_of(spec: Mapping[str, Any]) -> str:

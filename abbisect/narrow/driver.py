@@ -11,14 +11,12 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from abbisect.assess import assessor_for
 from abbisect.checkout import Revision
 from abbisect.infra.errors import UserError
 from abbisect.infra.proc import scrubbed_env
 from abbisect.launch.engines import adapter
-from abbisect.launch.switches import Catalogue, Switch, accepted, applicable, load, option_items
+from abbisect.launch.switches import Catalogue, accepted, applicable, catalogue_for, option_items
 from abbisect.narrow.ddmin import Result, ddmin
 from abbisect.narrow.deltas import Delta, Launch, apply, differences
 from abbisect.narrow.model import NarrowRun, Probe, ProbeKind
@@ -42,22 +40,6 @@ def passing_launch(recipe: Recipe) -> Launch | None:
         return None
     return Launch(tuple(recipe.launch.flags if p.flags is None else p.flags),
                   dict(recipe.env if p.env is None else p.env), tuple(p.pins))
-
-
-def catalogue_for(recipe: Recipe) -> list[Switch]:
-    """The switches to try: the built-in catalogue's for the engine (unless narrow.catalogue is off), then the
-    recipe's own."""
-    builtin = list(load().for_engine(recipe.engine.kind).switches) if recipe.narrow.catalogue and \
-        recipe.engine.kind in ("vllm", "sglang") else []
-    own = []
-    for n, data in enumerate(recipe.narrow.switches):
-        try:
-            own.append(Switch.model_validate({"engine": recipe.engine.kind, **data}))
-        except ValidationError as exc:
-            first = exc.errors()[0]
-            where = ".".join(str(x) for x in first["loc"])
-            raise UserError(f"narrow.switches[{n}]{'.' + where if where else ''}: {first['msg']}") from None
-    return [*builtin, *own]
 
 
 class Narrower:
@@ -141,7 +123,22 @@ class Narrower:
             self.between(run.passing)
         if use_switches:
             self.switches(base)
+        if not run.tried and not run.message:
+            run.message = self.nothing_tried(use_switches)
         return self.finish()
+
+    def nothing_tried(self, use_switches: bool) -> str:
+        """Why no probe but the failing launch ran: what the commit did not accept, and what would give it more."""
+        run = self.run
+        if not use_switches:
+            return "no switch tried (--no-switches) and no passing launch to narrow against"
+        offered = len(run.not_accepted) + len(run.already)
+        said = [f"{len(run.not_accepted)} not declared by this commit's `{run.help_source or '--help'}`"]
+        if run.already:
+            said.append(f"{len(run.already)} already in the launch")
+        return (f"nothing to try at this commit: of the {offered} switch(es) for engine {self.recipe.engine.kind}, "
+                f"{' and '.join(said)}; give narrow.passing (a launch that passes) or narrow.switches (flags this "
+                "commit has)")
 
     def between(self, passing: Launch) -> None:
         """ddmin over the differences between the failing and the passing launch."""

@@ -73,6 +73,11 @@ class NarrowRun:
     def found(self) -> bool:
         return bool(self.workarounds) or bool(self.minimal)
 
+    @property
+    def tried(self) -> bool:
+        """Whether anything was tried on the failing launch: a subset of the differences, or a switch."""
+        return any(p.kind in ("differences", "switch") for p in self.probes)
+
 
 def masked(run: NarrowRun, red: Redactor) -> NarrowRun:
     """The run as its reports show it (narrow.md, narrow.json, bisect.md): every launch's secret values

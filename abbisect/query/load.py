@@ -10,7 +10,9 @@ throughput, with `max_concurrency` and/or Poisson `request_rate` — from the se
 streamed requests, parsed by httpx-sse. A request's timings are taken only when it answered in full; a
 failure (HTTP status, broken stream, whole-request timeout) is counted apart and never enters a statistic.
 Memory stays bounded: response bodies are never kept, and each request keeps at most `TEXT_CAP` characters
-of its text (enough to see the output was not empty).
+of its text (enough to see the output was not empty). Each stream is read to the end of its body (after
+[DONE], or after an error event), so its kept-alive connection goes back to the pool whole and is closed in
+good order with the client: a connection closed with bytes unread is reset, and the server logs the reset.
 """
 
 from __future__ import annotations
@@ -20,12 +22,14 @@ import json
 import random
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import httpx
-from httpx_sse import SSEError, aconnect_sse
+from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
+
+from abbisect.infra.proc import deliver, signals_held
 
 TEXT_CAP = 2048
 CUT_MARKER = "…[cut]"
@@ -271,6 +275,24 @@ class _Stream:
             self.cut = True
 
 
+# Seconds a stream's body may take to end after its [DONE] event (or its error event) before the connection is
+# given up on; a server ends it at once, an engine a moment later, when its generator is cleaned up.
+DRAIN_S = 2.0
+
+
+async def _drained(events: AsyncIterator[ServerSentEvent]) -> None:
+    """The rest of a body read to its end, so that its connection goes back to the pool whole and is later
+    closed in good order. A connection closed with the body's end unread (or still on its way) is reset: the
+    server's next read fails with a ConnectionResetError, which a server logs as a traceback — evidence of our
+    making in the server's log."""
+    try:
+        async with asyncio.timeout(DRAIN_S):
+            async for _ in events:
+                pass
+    except (TimeoutError, httpx.HTTPError, SSEError):
+        pass  # a body that does not end: the connection is closed with the response, as before
+
+
 async def _stream(client: httpx.AsyncClient, path: str, body: dict[str, Any], api: str) -> _Stream:
     seen = _Stream()
     async with aconnect_sse(client, "POST", path, json=body) as source:
@@ -283,33 +305,44 @@ async def _stream(client: httpx.AsyncClient, path: str, body: dict[str, Any], ap
                     break
             detail = head[:_ERROR_BODY_CAP].decode("utf-8", "replace").strip()
             raise _Failed(f"HTTP {response.status_code}: {detail}", response.status_code)
-        done = False
-        async for event in source.aiter_sse():
-            now = time.perf_counter()
-            if event.data.strip() == "[DONE]":
-                done = True
-                break
-            if not event.data:
-                continue
-            try:
-                chunk = json.loads(event.data)
-                # A failure met mid-stream comes as an event: {"error": {...}} (vLLM), or the older
-                # {"object": "error", "message": ...} (SGLang, vLLM before its ErrorInfo).
-                if chunk.get("error") or chunk.get("object") == "error":
-                    raise _Failed(f"error in stream: {json.dumps(chunk.get('error') or chunk)[:200]}", 200)
-                usage = chunk.get("usage")
-                if isinstance(usage, dict):
-                    seen.completion_tokens = usage.get("completion_tokens", seen.completion_tokens)
-                    seen.prompt_tokens = usage.get("prompt_tokens", seen.prompt_tokens)
-                for choice in chunk.get("choices") or ():
-                    if piece := _delta_text(api, choice):
-                        seen.content(now, piece)
-                    seen.finish_reason = choice.get("finish_reason") or seen.finish_reason
-            except (ValueError, AttributeError, TypeError) as exc:  # not JSON, or not the chunk's shape
-                raise _Failed(f"bad event: {type(exc).__name__}: {event.data[:200]}", 200) from exc
+        events = source.aiter_sse()
+        try:
+            done = await _events(events, seen, api)
+        except _Failed:
+            await _drained(events)  # the server goes on to [DONE] after an error event
+            raise
         if not done:
             raise _Failed("broken stream: it ended before [DONE]", 200)
+        await _drained(events)
     return seen
+
+
+async def _events(events: AsyncIterator[ServerSentEvent], seen: _Stream, api: str) -> bool:
+    """The stream's events into `seen` up to [DONE] (True) or the body's end (False); a failure met on the way
+    is `_Failed`. The iterator is left open after [DONE], for `_drained`."""
+    async for event in events:
+        now = time.perf_counter()
+        if event.data.strip() == "[DONE]":
+            return True
+        if not event.data:
+            continue
+        try:
+            chunk = json.loads(event.data)
+            # A failure met mid-stream comes as an event: {"error": {...}} (vLLM), or the older
+            # {"object": "error", "message": ...} (SGLang, vLLM before its ErrorInfo).
+            if chunk.get("error") or chunk.get("object") == "error":
+                raise _Failed(f"error in stream: {json.dumps(chunk.get('error') or chunk)[:200]}", 200)
+            usage = chunk.get("usage")
+            if isinstance(usage, dict):
+                seen.completion_tokens = usage.get("completion_tokens", seen.completion_tokens)
+                seen.prompt_tokens = usage.get("prompt_tokens", seen.prompt_tokens)
+            for choice in chunk.get("choices") or ():
+                if piece := _delta_text(api, choice):
+                    seen.content(now, piece)
+                seen.finish_reason = choice.get("finish_reason") or seen.finish_reason
+        except (ValueError, AttributeError, TypeError) as exc:  # not JSON, or not the chunk's shape
+            raise _Failed(f"bad event: {type(exc).__name__}: {event.data[:200]}", 200) from exc
+    return False
 
 
 async def _request(client: httpx.AsyncClient, path: str, body: dict[str, Any], api: str, index: int,
@@ -381,8 +414,40 @@ async def run_pass_async(base_url: str, model: str, workload: Workload, timeout:
 
 
 def run_pass(base_url: str, model: str, workload: Workload, timeout: float) -> PassResult:
-    """`run_pass_async` for callers without an event loop (the trial runs synchronously)."""
-    return asyncio.run(run_pass_async(base_url, model, workload, timeout))
+    """`run_pass_async` for callers without an event loop (the trial runs synchronously).
+
+    Ctrl-C or SIGTERM during the pass cancels it (its requests end, its connections close) and is delivered
+    under its own handler once the loop is closed (the CLI's: exit 130 or 143). Raised inside the loop, the
+    exit would leave the loop's tasks holding an exception nobody retrieves, each printed at exit with its
+    traceback."""
+    main: list[asyncio.Task[PassResult]] = []
+    stopped: list[int] = []
+
+    def stop(signum: int) -> None:
+        stopped.append(signum)
+        if main:
+            main[0].get_loop().call_soon_threadsafe(main[0].cancel)
+
+    async def measured() -> PassResult:
+        task = asyncio.current_task()
+        assert task is not None  # a coroutine run by the loop is a task
+        main.append(task)
+        if stopped:  # a signal before the loop ran: nothing to measure
+            raise asyncio.CancelledError
+        return await run_pass_async(base_url, model, workload, timeout)
+
+    result: PassResult | None = None
+    with signals_held(stop) as pending:
+        try:
+            with asyncio.Runner() as runner:
+                result = runner.run(measured())
+        except asyncio.CancelledError:
+            if not stopped:
+                raise
+    deliver(pending)
+    if result is None:  # its handler let the signal pass, but the pass it stopped has no result
+        raise SystemExit(128 + stopped[0])
+    return result
 
 
 def summarise(model: str, workload: Workload, records: tuple[RequestRecord, ...], warmup_errors: int,

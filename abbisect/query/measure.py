@@ -10,6 +10,7 @@ before it.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from typing import Any
@@ -43,9 +44,16 @@ def values(p: PassResult) -> dict[str, float | None]:
             "e2e_median": ms(p.e2e, "median"), "e2e_p90": ms(p.e2e, "p90"), "e2e_p99": ms(p.e2e, "p99")}
 
 
+def failed(p: PassResult, threshold: float) -> bool:
+    """A failed pass: none of its measured requests answered in full, or more than `threshold` of them failed
+    (its timings would be those of the requests that happened to get through)."""
+    return not p.completed or p.errors > threshold * (p.completed + p.errors)
+
+
 def conditions(gpus: Sequence[int] | None) -> dict[str, Any]:
-    """What could disturb a pass, read just before it."""
-    found: dict[str, Any] = {"load1": procfs.load_average(), "cpu_mhz": procfs.cpu_mhz()}
+    """What could disturb a pass, read just before it: the host's load (and its cores, to read the load
+    against), the CPU clock, the GPUs' clocks, temperature, power and memory."""
+    found: dict[str, Any] = {"load1": procfs.load_average(), "cores": os.cpu_count(), "cpu_mhz": procfs.cpu_mhz()}
     if gpus:
         from abbisect.gpu.hygiene import conditions as gpu_conditions
 
@@ -56,21 +64,28 @@ def conditions(gpus: Sequence[int] | None) -> dict[str, Any]:
 def measure(base_url: str, model: str, perf: Perf, api: str, prompts: Sequence[str], timeout: float,
             gpus: Sequence[int] | None, say: Callable[[str], None], alive: Callable[[], bool]) -> dict[str, Any]:
     """Every pass of one launch: {"workload": pass 0's load, "passes": [{"values", "completed", "errors",
-    "warmup_errors", "wall_s", "output_tokens", "conditions", "first_error"}]}; passes stop when the server
+    "failed", "warmup_errors", "wall_s", "output_tokens", "conditions", "first_error"}]}; `failed`: the pass's
+    failed requests exceed `perf.error_threshold` (its values are no measurement). Passes stop when the server
     dies (the trial's status says so)."""
     passes = []
     for k in range(perf.passes):
         load = workload(perf, api, prompts, k)
         before = conditions(gpus)
         result = run_pass(base_url, model, load, timeout)
-        got = values(result)
-        first_error = next((r.error for r in result.records if r.error), None)
-        passes.append({"values": got, "completed": result.completed, "errors": result.errors,
-                       "warmup_errors": result.warmup_errors, "wall_s": round(result.wall_s, 4),
-                       "output_tokens": result.output_tokens, "conditions": before, "first_error": first_error})
-        shown = got[perf.metric]
+        passes.append(record(result, perf, before))
+        shown, first_error = passes[-1]["values"][perf.metric], passes[-1]["first_error"]
         say(f"perf pass {k + 1}/{perf.passes}: {perf.metric} "
-            + (f"{shown:,.4g}" if shown is not None else "—") + (f", {result.errors} error(s)" if result.errors else ""))
+            + (f"{shown:,.4g}" if shown is not None else "—")
+            + (f", {result.errors} of {result.completed + result.errors} request(s) failed: {first_error}"[:300]
+               if result.errors else ""))
         if not alive():
             break
     return {"workload": asdict(workload(perf, api, prompts)), "metric": perf.metric, "passes": passes}
+
+
+def record(result: PassResult, perf: Perf, before: dict[str, Any]) -> dict[str, Any]:
+    """What a trial keeps of one pass (measure's docstring lists the keys)."""
+    return {"values": values(result), "completed": result.completed, "errors": result.errors,
+            "failed": failed(result, perf.error_threshold), "warmup_errors": result.warmup_errors,
+            "wall_s": round(result.wall_s, 4), "output_tokens": result.output_tokens, "conditions": before,
+            "first_error": next((r.error for r in result.records if r.error), None)}

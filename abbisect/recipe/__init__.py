@@ -617,8 +617,8 @@ class Recipe(_Strict):
         server at least as much, see `abbisect/trial/cache.py`), `verdict.script` (it judges a finished trial
         again and never changes what the trial produced), `verdict.same_failure` and the rest of `repeats` (how
         many trials a commit gets and how they are compared, not what one of them produces).
-        `perf` is in by the load a pass sends (out: `metric`, `launches`, `max_passes`, `min_effect`, `alpha`,
-        which judge finished passes). `eval` is in by its content (`eval.sha256`, the set's hash, filled in when the recipe is loaded) and by
+        `perf` is in by the load a pass sends and `error_threshold` (it makes a trial request_errors; out:
+        `metric`, `launches`, `max_passes`, `min_effect`, `alpha`, which judge finished passes). `eval` is in by its content (`eval.sha256`, the set's hash, filled in when the recipe is loaded) and by
         what is sent (`n`, `seed`, `fewshot`, `api`, `max_tokens`, `concurrency`) and `error_threshold` (it
         makes a side request_errors); out are `eval.set` (where the file lies) and the knobs that only judge
         finished trials against each other (`min_drop`, `alpha`, `power`, `expected_accuracy`, `flip_rate`).

@@ -5,7 +5,8 @@ Every commit gets the same load from abbisect's own client (abbisect/query/load.
 `warmup`, at most `max_concurrency` in flight and/or Poisson arrivals at `request_rate`, `max_tokens` each
 with `ignore_eos` so both sides generate the same tokens. A launch measures `passes` passes; a commit gets
 `launches` launches at first and more, a launch at a time, while its verdict is not sure, up to `max_passes`
-passes. Each pass gives one value of every metric; `metric` is the one that decides, compared with
+passes. Each pass gives one value of every metric (a pass whose requests failed beyond `error_threshold` gives none:
+the trial is request_errors); `metric` is the one that decides, compared with
 abbisect/stats/samples.py (Pinpoint's min(KS, MWU) with a bootstrap interval of the change of medians and a
 minimum effect).
 """
@@ -60,6 +61,9 @@ class Perf(BaseModel):
     max_passes: int = Field(40, ge=3, le=10_000, description="passes a commit at most while not sure")
     min_effect: float = Field(0.03, gt=0, lt=1, description="the smallest relative change that matters")
     alpha: float = Field(0.01, gt=0, lt=1, description="the significance level (Pinpoint's)")
+    error_threshold: float = Field(0.05, ge=0, lt=1, description="a pass whose failed requests exceed this fraction "
+                                   "of its measured requests is a failed pass: it gives no value, and the trial "
+                                   "is request_errors")
 
     @model_validator(mode="after")
     def _load_given(self) -> Perf:

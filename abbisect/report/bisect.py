@@ -14,7 +14,7 @@ from pathlib import Path
 from abbisect import __version__
 from abbisect.ab import ABResult, compare
 from abbisect.assess.accuracy import eval_run
-from abbisect.assess.perf import metric_values
+from abbisect.assess.perf import metric_values, pass_errors
 from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
@@ -34,7 +34,7 @@ from abbisect.report.markdown import (
 from abbisect.report.narrow import headline as narrow_headline
 from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
 from abbisect.report.nodes import node_of, nodes_block, nodes_json
-from abbisect.report.perf import along_bisect, metric_table, told
+from abbisect.report.perf import along_bisect, busy_host, metric_table, told
 from abbisect.report.portable import Portable
 from abbisect.report.text import Notes, cell, code, details, table
 from abbisect.trial.spec import TrialResult
@@ -230,6 +230,9 @@ def perf_block(run: BisectRun) -> list[str]:
     if perf is None:
         return []
     lines = ["### Performance", ""]
+    busy = busy_host([t for s in run.steps for t in s.trials])
+    if busy:
+        lines += [busy, ""]
     by_sha = {s.sha: s for s in run.steps}
     found = run.result.first_new if run.result else None
     if found in by_sha and run.found_parent in by_sha:
@@ -464,5 +467,5 @@ def trial_record(run: BisectRun, step: Step) -> dict:
             "fingerprint": r.extras.get("fingerprint"), "timings": r.timings, "cached": r.cached,
             "placement": r.extras.get("placement"),
             "gpu": {w: r.extras[f"gpu_{w}"] for w in ("before", "after") if f"gpu_{w}" in r.extras} or None,
-            "perf": told(run.recipe.perf.metric, metric_values(step.trials, run.recipe.perf.metric))
-            if run.recipe.perf else ""}
+            "perf": told(run.recipe.perf.metric, metric_values(step.trials, run.recipe.perf.metric),
+                         pass_errors(step.trials)) if run.recipe.perf else ""}

@@ -129,11 +129,12 @@ def launches_block(ab) -> str:
 
     def said_of(t: TrialResult) -> str:
         said = f"{t.verdict.status} → {t.verdict.outcome}"
-        if metric:  # a performance verdict: the launch's median of the metric
-            from abbisect.assess.perf import fmt, metric_values
+        if metric:  # a performance verdict: the launch's median of the metric, and its failed requests
+            from abbisect.assess.perf import fmt, metric_values, pass_errors
 
-            values = metric_values([t], metric)
+            values, errors = metric_values([t], metric), pass_errors([t])
             said += f"; {fmt(median(values), metric)}" if values else "; not measured"
+            said += f"; failed requests {cell(errors.describe(), 300)}" if errors.errors else ""
         if ab.recipe.get("eval"):  # an accuracy verdict: the items this launch answered
             from abbisect.assess.accuracy import accuracy_text, eval_run
 
@@ -198,6 +199,9 @@ def evidence_block(label: str, r: TrialResult, budget: Budget = Budget()) -> str
     if r.first_exception:
         parts += ["", (f"First exception in the log (root cause), line {r.first_exception[0]}: "
                       f"{cell(r.first_exception[1], 200)}")]
+    if r.launch and r.launch.client_gone:
+        parts += ["", (f"{r.launch.client_gone} traceback(s) in the log end in a connection abbisect's own client "
+                       "closed (a ConnectionResetError, a broken pipe): not evidence, not counted above.")]
     if r.signatures:
         matched = r.signatures[: budget.log_lines]
         more = f" (first {len(matched)} shown; all in server.log)" if len(matched) < len(r.signatures) else ""

@@ -25,6 +25,8 @@ def _result(p: Probe, notes: Notes) -> str:
 def headline(run: NarrowRun) -> str:
     if run.message and not run.found:
         return f"Nothing narrowed: {run.message}"
+    if not run.tried and not run.found:
+        return "Nothing narrowed: nothing was tried"
     parts = []
     if run.workarounds:
         best = run.workarounds[0]

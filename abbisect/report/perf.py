@@ -6,9 +6,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from statistics import median
 
-from abbisect.assess.perf import fmt, metric_values
+from abbisect.assess.perf import PassErrors, fmt, metric_values, pass_errors
 from abbisect.recipe.perf import METRICS, SHOWN, Perf, better
-from abbisect.report.text import table
+from abbisect.report.text import cell, table
 from abbisect.stats import compare_samples, detectable_change, noise_floor
 from abbisect.stats.decide import pct
 from abbisect.trial.spec import TrialResult
@@ -16,9 +16,33 @@ from abbisect.trial.spec import TrialResult
 Trials = Sequence[TrialResult]
 
 
-def told(metric: str, values: Sequence[float]) -> str:
-    """A trial's (or a commit's) metric in one line: `tpot_median 2.43 ms (median of 10 passes)`; "" without."""
-    return f"{metric} {fmt(median(values), metric)} (median of {len(values)} passes)" if values else ""
+def told(metric: str, values: Sequence[float], errors: PassErrors | None = None) -> str:
+    """A trial's (or a commit's) metric in one line: `tpot_median 2.43 ms (median of 10 passes)`, with its failed
+    requests when there were any (`…; failed requests: 18 of 96 in 4 passes (…); first: …`); "" without either."""
+    said = f"{metric} {fmt(median(values), metric)} (median of {len(values)} passes)" if values else ""
+    if errors is not None and errors.errors:
+        said = f"{said or f'{metric} not measured'}; failed requests: {errors.describe()}"
+    return said
+
+
+# A 1-minute load average above this many runnable processes a core: the passes shared the CPU with other work.
+BUSY_PER_CORE = 1.0
+
+
+def busy_host(trials: Trials) -> str:
+    """A warning when the host was busy during the passes (load average per core above BUSY_PER_CORE), ""
+    otherwise: a measurement on a busy host drifts with whatever else runs (results from before the core count
+    was recorded say nothing)."""
+    seen = [(c["load1"], c["cores"]) for t in trials for p in (t.extras.get("perf") or {}).get("passes", ())
+            if (c := p.get("conditions") or {}).get("load1") is not None and c.get("cores")]
+    if not seen:
+        return ""
+    load, cores = max(seen, key=lambda lc: lc[0] / lc[1])
+    if load / cores <= BUSY_PER_CORE:
+        return ""
+    return (f"⚠ Busy host: the load average reached {load:g} on {cores} core(s) ({load / cores:.1f} per core) "
+            "during the passes. Timings taken beside other work drift with it; measure on an otherwise idle "
+            "machine (or read the A-vs-A's noise floor first).")
 
 
 def metric_table(perf: Perf, a: Trials, b: Trials) -> str:
@@ -39,8 +63,15 @@ def metric_table(perf: Perf, a: Trials, b: Trials) -> str:
             change, call, p = "—", "too few passes", "—"
         rows.append([f"{mark}{metric}{mark} ({'higher' if better(metric) else 'lower'} is better)", *side, change,
                      p, call, f"{len(va)} / {len(vb)}"])
-    return table(["metric", "A median (range)", "B median (range)", "B vs A [95 % interval]", "p", "call",
-                  "passes A / B"], rows)
+    errors = pass_errors(a), pass_errors(b)
+    rows.append(["failed requests (measured, of all passes)", errors[0].describe(first=False),
+                 errors[1].describe(first=False), "", "", "", ""])
+    lines = [table(["metric", "A median (range)", "B median (range)", "B vs A [95 % interval]", "p", "call",
+                    "passes A / B"], rows)]
+    firsts = [f"{side}: {cell(e.first, 200)}" for side, e in zip(("A", "B"), errors) if e.errors and e.first]
+    if firsts:
+        lines += ["", "First failed request: " + "; ".join(firsts) + "."]
+    return "\n".join(lines)
 
 
 def strip(perf: Perf, a: Trials, b: Trials, width: int = 60) -> str:
@@ -114,7 +145,9 @@ def conditions_table(a: Trials, b: Trials) -> str:
             return f"{min(got):,.4g}–{max(got):,.4g} {unit}" if got else "—"
 
         gpus = [g for c in conds for g in c.get("gpus") or ()]
-        rows.append([name, str(len(conds)), span([c.get("load1") for c in conds], ""),
+        cores = {c["cores"] for c in conds if c.get("cores")}
+        rows.append([name, str(len(conds)), span([c.get("load1") for c in conds], "").rstrip()
+                     + (f" on {'/'.join(str(n) for n in sorted(cores))} cores" if cores else ""),
                      span([c.get("cpu_mhz") for c in conds], "MHz"), span([g.get("sm_mhz") for g in gpus], "MHz"),
                      span([g.get("temp_c") for g in gpus], "°C"), span([g.get("power_w") for g in gpus], "W")])
     return table(["side", "passes", "load average", "CPU clock", "GPU SM clock", "GPU temperature", "GPU power"],
@@ -123,7 +156,11 @@ def conditions_table(a: Trials, b: Trials) -> str:
 
 def perf_section(perf: Perf, a: Trials, b: Trials, same_commit: bool, heading: str) -> list[str]:
     """The A/B report's performance section."""
-    lines = [heading, "", metric_table(perf, a, b), ""]
+    lines = [heading, ""]
+    busy = busy_host([*a, *b])
+    if busy:
+        lines += [busy, ""]
+    lines += [metric_table(perf, a, b), ""]
     picture = strip(perf, a, b)
     if picture:
         lines += [f"Every pass of {perf.metric} (· a pass, | the median; `perf.svg` beside this report):", "",
@@ -145,15 +182,25 @@ def perf_section(perf: Perf, a: Trials, b: Trials, same_commit: bool, heading: s
 
 
 def along_bisect(perf: Perf, steps: Sequence[tuple[str, str, str, Trials]], width: int = 30) -> str:
-    """The metric along the tested commits, in the history's order: (label, sha, verdict, trials) each."""
-    meds = [(label, sha, verdict, median(v), len(v)) for label, sha, verdict, trials in steps
-            if (v := metric_values(trials, perf.metric))]
-    if not meds:
+    """The metric along the tested commits, in the history's order: (label, sha, verdict, trials) each; a commit
+    whose passes failed their requests is shown with its failed requests (per pass) and the first error."""
+    rows = [(label, sha, verdict, metric_values(trials, perf.metric), pass_errors(trials))
+            for label, sha, verdict, trials in steps]
+    rows = [r for r in rows if r[3] or r[4].errors]
+    if not rows:
         return ""
-    lo, hi = min(m[3] for m in meds), max(m[3] for m in meds)
+    meds = [median(r[3]) for r in rows if r[3]]
+    lo, hi = (min(meds), max(meds)) if meds else (0.0, 1.0)
     span = (hi - lo) or 1.0
     lines = []
-    for label, sha, verdict, med, n in meds:
-        bar = "█" * max(1, round((med - lo) / span * width))
-        lines.append(f"{sha[:10]} {label:<10} {verdict:<5} {bar:<{width}} {fmt(med, perf.metric)} ({n} passes)")
+    for label, sha, verdict, values, errors in rows:
+        if values:
+            med = median(values)
+            bar = "█" * max(1, round((med - lo) / span * width))
+            said = f"{bar:<{width}} {fmt(med, perf.metric)} ({len(values)} passes)" + ("; " if errors.errors else "")
+        else:
+            said = f"{'not measured:':<{width}} "
+        if errors.errors:
+            said += f"failed requests {errors.describe()}"
+        lines.append(f"{sha[:10]} {label:<10} {verdict:<5} {said}")
     return "\n".join(lines)

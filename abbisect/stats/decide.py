@@ -58,6 +58,10 @@ class Comparison(Protocol):
     @property
     def alpha(self) -> float: ...
 
+    @property
+    def reaches_margin(self) -> bool:
+        """The estimated change is at least the margin that matters (only then can more runs make it DIFFERENT)."""
+
     def describe(self) -> str: ...
 
 
@@ -84,9 +88,16 @@ def near_floor(alpha: float) -> float:
     return min(0.1, 5 * alpha)
 
 
+def nearly_different(c: Comparison) -> bool:
+    """Not different yet, but close: not sure, an estimate that reaches the margin, and p ≤ `near_floor`. A
+    comparison that is SAME, or whose change is under the margin (it cannot become DIFFERENT unless the
+    estimate itself grows), is never nearly different however small its p."""
+    return c.call is Call.UNSURE and c.reaches_margin and c.p <= near_floor(c.alpha)
+
+
 def classify(vs_good: C, vs_bad: C, ends: C) -> Classification[C]:
     """Like bad when it differs from good and not from bad (and the other way round); not sure when the side
-    it should resemble is nearly different too (p ≤ `near_floor`): with one end's sample high or low by chance
+    it should resemble is nearly different too (`nearly_different`): with one end's sample high or low by chance
     (a bad end that crashed 16 times in 30 where its rate is 1/3), a commit with the bug can differ from that
     end first, and would otherwise be called good (a simulation of 300 flaky bisects: 6 such wrong answers).
 
@@ -98,10 +109,10 @@ def classify(vs_good: C, vs_bad: C, ends: C) -> Classification[C]:
     good, bad = vs_good.call is Call.DIFFERENT, vs_bad.call is Call.DIFFERENT
     if ends.call is not Call.DIFFERENT:
         side, why = Side.UNSURE, f"the ends are {ends.call.text} ({ends.describe()})"
-    elif good and not bad and vs_bad.p <= near_floor(vs_bad.alpha):
+    elif good and not bad and nearly_different(vs_bad):
         side, why = Side.UNSURE, (f"differs from good ({vs_good.describe()}) and nearly from bad "
                                   f"({vs_bad.describe()})")
-    elif bad and not good and vs_good.p <= near_floor(vs_good.alpha):
+    elif bad and not good and nearly_different(vs_good):
         side, why = Side.UNSURE, (f"differs from bad ({vs_bad.describe()}) and nearly from good "
                                   f"({vs_good.describe()})")
     elif good and not bad:

@@ -60,6 +60,10 @@ class RateComparison:
     reason: str
     needed_n: int | None  # runs a side that would likely settle an unsure call
 
+    @property
+    def reaches_margin(self) -> bool:
+        return abs(self.difference) >= self.min_difference
+
     def describe(self) -> str:
         runs = f"{self.n_a} runs each" if self.n_a == self.n_b else f"{self.n_a} vs {self.n_b} runs"
         more = f"; ~{self.needed_n} runs each would settle it" if self.needed_n else ""
@@ -135,6 +139,10 @@ class PairedComparison:
     needed_n: int | None  # items that would likely settle an unsure call
     warning: str | None
 
+    @property
+    def reaches_margin(self) -> bool:
+        return abs(self.difference) >= self.min_change
+
     def describe(self) -> str:
         more = f"; ~{self.needed_n} items would settle it" if self.needed_n else ""
         return (f"accuracy {self.accuracy_a:.3f} → {self.accuracy_b:.3f} ({pts(self.difference)} "
@@ -177,8 +185,10 @@ def compare_paired(a: Answers, b: Answers, *, min_change: float = 0.02, alpha: f
     p_unpaired = (float(stats.chi2_contingency([[k_a, n - k_a], [k_b, n - k_b]], correction=False).pvalue)
                   if 0 < both < 2 * n else 1.0)
     diff = (k_b - k_a) / n
-    if lost + gained + pad == 0:
-        ci = (0.0, 0.0)
+    exact = None
+    if lost + gained + pad == 0:  # nothing to resample: the change is bounded by what n items can rule out
+        exact = no_discordance_bound(n, confidence)
+        ci = (-exact, exact)
     else:
         xa, xb = x.astype(float), y.astype(float)
         concordant = np.flatnonzero(x == y)[: 2 * pad]
@@ -187,6 +197,10 @@ def compare_paired(a: Answers, b: Answers, *, min_change: float = 0.02, alpha: f
         ci = bootstrap_ci((xa, xb), _mean_difference, True, confidence, resamples, seed)
     call, reason = decide(p, alpha, diff, ci, min_change, "pts", confidence)
     needed = settle_n(n, diff, ci, min_change, alpha, confidence) if call is Call.UNSURE else None
+    if exact is not None:
+        reason += (f" (no item changed answer; {n:,} items bound the change to ±{exact * 100:.1f} pts, the exact "
+                   f"{confidence * 100:g} % bound of a discordance none of them showed)")
+        needed = items_to_rule_out(min_change, confidence) if call is Call.UNSURE else None
     if pad:
         reason += f" (judged as {lost + gained + 2 * pad} discordant items, the A-vs-A's flips, not {lost + gained})"
     warning = (f"only {n} items: below 300, intervals and p-values are rough (lm-evaluation-harness warns too)"
@@ -194,6 +208,19 @@ def compare_paired(a: Answers, b: Answers, *, min_change: float = 0.02, alpha: f
     return PairedComparison(n, k_a / n, k_b / n, wilson(k_a, n, confidence), wilson(k_b, n, confidence), lost,
                             gained, diff, ci, p, p_raw, p_unpaired, expected, pad, alpha, min_change,
                             confidence, call, reason, needed, warning)
+
+
+def no_discordance_bound(n: int, confidence: float = 0.95) -> float:
+    """How far the accuracy can have moved when none of n paired items changed answer: the exact
+    (Clopper–Pearson) upper bound of the discordance rate at 0 of n, two-sided at `confidence`, since a change of
+    accuracy is at most the share of items that changed (1 − ((1 − confidence) / 2)^(1/n): 16.8 points at 20
+    items, 3 points only from 122). A paired bootstrap has nothing to resample there and would say ±0 at any n."""
+    return float(stats.binomtest(0, n).proportion_ci(confidence_level=confidence, method="exact").high)
+
+
+def items_to_rule_out(margin: float, confidence: float = 0.95) -> int:
+    """The fewest items, none of them changing answer, whose `no_discordance_bound` lies inside ±margin."""
+    return math.floor(math.log((1 - confidence) / 2) / math.log1p(-margin)) + 1
 
 
 def classify_paired(candidate: Answers, *, good: Answers, bad: Answers, min_change: float = 0.02,

@@ -74,6 +74,10 @@ class SampleComparison:
     reason: str
     needed_n: int | None  # values a side that would likely settle an unsure call
 
+    @property
+    def reaches_margin(self) -> bool:
+        return abs(self.change) >= self.min_effect
+
     def describe(self) -> str:
         each = f"{self.n_a} passes each" if self.n_a == self.n_b else f"{self.n_a} vs {self.n_b} passes"
         more = f"; ~{self.needed_n} passes each would settle it" if self.needed_n else ""

@@ -220,7 +220,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
     server_times = extras["server_times"] = {"launched": round(time.time(), 3)}  # wall clock: A/B at once overlap
-    scanner = LineScanner(_catalogue(recipe), plan.ready_log)
+    scanner = LineScanner(_catalogue(recipe), plan.ready_log, own_client=True)
     crash: dict = {}
     # Nothing between the start and the try: a Ctrl-C in between would leave the server to its supervisor.
     server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
@@ -281,7 +281,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     shown_env = Redactor.from_recipe(recipe).env({**plan.env, **recipe.env})  # a result never holds a secret
     rec.launch = LaunchInfo(plan.argv, shown_env, ready.status, ready.seconds, ready.returncode,
                             str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
-                            mod.facts(log_text), **crash)
+                            mod.facts(log_text), **crash, client_gone=scanner.client_gone)
 
 
 def passes(recipe: Recipe) -> list[tuple[int, int]]:
@@ -379,6 +379,8 @@ def _evidence(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) ->
         crash_after=info.crash_after if info else None,
         request_errors=tuple(f"{tag(o)}: {o.error[:200]}" for o in outputs if o.error and not crashed)
         + _eval_errors(recipe, rec),
+        failed_passes=() if crashed else _failed_passes(recipe, rec),
+        n_passes=len((rec.extras.get("perf") or {}).get("passes", ())),
         degenerate=tuple(f"{tag(o)}: {a.reason}" for o, a in zip(outputs, analyses)
                          if a.label == "degenerate" and not o.error),
         late_loops=tuple(f"{tag(o)}: {a.reason}" for o, a in zip(outputs, analyses) if a.label == "late_loop"),
@@ -401,6 +403,17 @@ def _eval_errors(recipe: Recipe, rec: TrialRecord) -> tuple[str, ...]:
     if not run.request_errors(recipe.eval.error_threshold):
         return ()
     return tuple(f"eval item {i.id}: {(i.error or '')[:200]}" for i in run.errors())
+
+
+def _failed_passes(recipe: Recipe, rec: TrialRecord) -> tuple[str, ...]:
+    """The performance passes whose failed requests exceed perf.error_threshold: each pass's count and first
+    error (a pass of a stream that ends in an error event, a timeout or a malformed event is no measurement)."""
+    if recipe.perf is None:
+        return ()
+    passes = (rec.extras.get("perf") or {}).get("passes", ())
+    return tuple(f"perf pass {k + 1}: {p['errors']}/{p['completed'] + p['errors']} requests failed (over "
+                 f"{recipe.perf.error_threshold:.0%}); first: {(p.get('first_error') or '?')[:200]}"
+                 for k, p in enumerate(passes) if p.get("failed"))
 
 
 def batch_variant(outputs: list[Completion]) -> tuple[str, ...]:

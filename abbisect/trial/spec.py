@@ -71,6 +71,9 @@ class LaunchInfo:
     crash_exit_code: int | None = None
     crash_prompt: str | None = None
     crash_after: str | None = None
+    # Tracebacks in the log that end in abbisect's own client going away (a connection it closed or reset):
+    # not evidence (score/scanner.py, own_client), counted here so the report can say so.
+    client_gone: int = 0
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,9 @@ class Evidence:
     crash_prompt: str | None = None
     crash_after: str | None = None
     request_errors: tuple[str, ...] = ()  # "prompt id: error" of requests that failed on a living server
+    # "perf pass N: …" of the performance passes whose requests failed beyond perf.error_threshold, of n_passes
+    failed_passes: tuple[str, ...] = ()
+    n_passes: int = 0
     batch_variant: tuple[str, ...] = ()  # "prompt id: …" whose answer changed with the requests in flight
 
 
@@ -73,9 +76,15 @@ def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[Status, list[st
         return Status.CRASHED_WHILE_SERVING, [(f"server exited (code {ev.exit_code}) {where}: "
                                           f"{ev.first_exception or 'see the log lines below'}"),
                                          *([f"log signatures: {', '.join(sigs[:5])}"] if sigs else [])]
-    if ev.request_errors:
-        return Status.REQUEST_ERRORS, [(f"{len(ev.request_errors)}/{ev.n_outputs} request(s) failed while the server "
-                                  "stayed up"), *_listed(ev.request_errors)]
+    if ev.request_errors or ev.failed_passes:
+        said = []
+        if ev.failed_passes:
+            said += [(f"{len(ev.failed_passes)}/{ev.n_passes} perf pass(es) failed their requests while the server "
+                      "stayed up"), *_listed(ev.failed_passes)]
+        if ev.request_errors:
+            said += [(f"{len(ev.request_errors)}/{ev.n_outputs} request(s) failed while the server stayed up"),
+                     *_listed(ev.request_errors)]
+        return Status.REQUEST_ERRORS, said
     reasons: list[str] = []
     if ev.n_outputs and len(ev.degenerate) / ev.n_outputs >= degenerate_fraction:
         return Status.DEGENERATE, [f"{len(ev.degenerate)}/{ev.n_outputs} outputs degenerate", *_listed(ev.degenerate)]

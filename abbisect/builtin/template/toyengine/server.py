@@ -1,7 +1,10 @@
 """OpenAI-compatible HTTP server: /health, /v1/models, /v1/completions, /v1/chat/completions.
 
-A request with "stream": true gets server-sent events, one per generated token. "ignore_eos" (or
-"min_tokens") keeps the model generating to max_tokens. Pacing, read from the environment at start (each
+HTTP/1.1 with kept-alive connections, as vLLM's and SGLang's servers speak it: a request with "stream": true
+gets server-sent events in a chunked body, one per generated token; the connection then waits for the client's
+next request (or its close). "ignore_eos" (or "min_tokens") keeps the model generating to max_tokens. An
+exception in a request's handler is printed with its traceback (socketserver's own), as a real server logs one.
+Pacing, read from the environment at start (each
 0 by default, as fast as the machine goes): TOYENGINE_PREFILL_SECONDS before a request's first token,
 TOYENGINE_TOKEN_SECONDS per token, both times a request's log-normal factor exp(N(0, TOYENGINE_NOISE_SIGMA)),
 drawn from TOYENGINE_NOISE_SEED when set, else from os.urandom. The steps keep to a schedule from the
@@ -108,6 +111,12 @@ def paced(model, prompt, max_tokens, temperature, seed, min_tokens):
 
 
 class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    # Each event leaves at once (TCP_NODELAY, as uvicorn sets it): on a kept-alive connection Nagle's algorithm
+    # would hold a token's event until the client's delayed ACK of the one before, and the stream would come
+    # in bursts (TTFT + 40 ms, ITL near 0).
+    disable_nagle_algorithm = True
+
     def log_message(self, fmt, *args):
         log.info("%s %s", self.address_string(), fmt % args)
 
@@ -162,20 +171,21 @@ class Handler(BaseHTTPRequestHandler):
                          "choices": [choice], "usage": usage})
 
     def _stream(self, steps, prompt, options):
-        """Server-sent events: a chunk per token (finish_reason on the last), usage if asked, [DONE]. The
-        body ends when the connection closes (HTTP/1.0, no length), which every client reads as it comes."""
+        """Server-sent events: a chunk per token (finish_reason on the last), usage if asked, [DONE], then the
+        chunked body's end — after TOYENGINE_STREAM_END_SECONDS (0 by default), as an engine's response ends
+        only once its generator is cleaned up, a moment after the last event."""
         chat = self.path == "/v1/chat/completions"
         self.send_response(200)
         self.send_header("Content-Type", "text/event-stream")
         self.send_header("Cache-Control", "no-cache")
-        self.send_header("Connection", "close")
+        self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        self.close_connection = True
         head = {"id": "cmpl-toy", "object": "chat.completion.chunk" if chat else "text_completion",
                 "created": int(time.time()), "model": STATE["name"]}
         n, finish = 0, "length"
         try:
             for i, (piece, finish) in enumerate(steps):
+                # abbisect-demo: stream
                 n += 1 if piece else 0
                 if chat:
                     delta = {"role": "assistant", "content": piece} if i == 0 else {"content": piece}
@@ -188,14 +198,20 @@ class Handler(BaseHTTPRequestHandler):
                 usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n,
                          "total_tokens": len(prompt.split()) + n}
                 self._event({**head, "choices": [], "usage": usage})
-            self.wfile.write(b"data: [DONE]\n\n")
+            self._chunk(b"data: [DONE]\n\n")
+            time.sleep(float(os.environ.get("TOYENGINE_STREAM_END_SECONDS") or 0))
+            self._chunk(b"")
         except (BrokenPipeError, ConnectionResetError):
             log.info("client went away during a stream")
+            self.close_connection = True
         finally:
             steps.close()
 
+    def _chunk(self, data):
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
     def _event(self, obj):
-        self.wfile.write(b"data: " + json.dumps(obj).encode() + b"\n\n")
+        self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
 
 
 def main(argv=None):
