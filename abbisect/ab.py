@@ -49,6 +49,9 @@ class ABResult:
     more_a: tuple[TrialResult, ...] = ()
     more_b: tuple[TrialResult, ...] = ()
     assessment: dict = field(default_factory=dict)
+    # Each side's engine commit (date, parents), gathered while the repository is at hand: results.json names
+    # no folder of this machine, so a reader (the matrix) cannot ask git later.
+    commits: dict[str, history.CommitInfo] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -103,12 +106,12 @@ def neutral_launch(result: TrialResult) -> str:
 
 def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, started: str,
             links: dict[str, dict[str, str]] | None = None, more: tuple[tuple[TrialResult, ...], ...] = ((), ()),
-            assessment: dict | None = None) -> ABResult:
+            assessment: dict | None = None, commits: dict[str, history.CommitInfo] | None = None) -> ABResult:
     divs = tuple(divergence(oa.text, ob.text) if not (oa.error or ob.error) else None
                  for oa, ob in zip(a.outputs, b.outputs))
     return ABResult(recipe.model_dump(mode="json"), a, b, divs,
                     diff_signatures(list(a.signatures), list(b.signatures)), neutral_launch(a), neutral_launch(b),
-                    command, __version__, started, links or {}, more[0], more[1], assessment or {})
+                    command, __version__, started, links or {}, more[0], more[1], assessment or {}, commits or {})
 
 
 def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path) -> tuple[Path, list[checkout.Revision]]:
@@ -167,7 +170,8 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
     links = {"a": history.github_links(a.spec.repo, a.spec.sha), "b": history.github_links(b.spec.repo, b.spec.sha,
                                                                                        a.spec.sha)}
     more = (tuple(p[0] for p in got[1:]), tuple(p[1] for p in got[1:]))
-    return compare(recipe, a, b, command, started, links, more, assessment)
+    commits = {sha: history.commit_info(repo, sha) for sha in sorted({a.spec.sha, b.spec.sha})}
+    return compare(recipe, a, b, command, started, links, more, assessment, commits)
 
 
 def side_slots(recipe: Recipe, progress: Progress) -> list:

@@ -225,6 +225,34 @@ def write_recipe(path: Path, recipe: dict) -> Path:
     return path
 
 
+# -- what a user shares ------------------------------------------------------------------------------------
+INVISIBLE = re.compile("[\u200b-\u200d\u2060\ufeff]")
+# A bisect's record for `--resume DIR`: it keeps this machine's paths by design (README, "state.json").
+MACHINE_RECORD = "state.json"
+
+
+def machine_traces(roots: list[Path], folders: list[str]) -> tuple[list[str], set[str]]:
+    """Every file under `roots` but state.json (reports, JSON, CSV, SVG, logs, whatever else a result folder
+    holds) grepped for `folders` (this machine's: the cache, the home folder, the temp and work folders) and
+    for invisible characters. Returns ('file: what' for each hit, the suffixes of the files read), so that a
+    test can also check it read the kinds of file it meant to."""
+    # each folder as given and resolved (a symlinked temp folder), a trailing "/" kept
+    needles = sorted({form for f in folders for form in (f, os.path.realpath(f) + ("/" if f.endswith("/") else ""))},
+                     key=len, reverse=True)
+    hits, read = [], set()
+    for root in roots:
+        for path in sorted(root.rglob("*")):
+            if not path.is_file() or path.name == MACHINE_RECORD:
+                continue
+            read.add(path.suffix)
+            text = path.read_bytes().decode(errors="replace")
+            hits += [f"{path}: U+{ord(m.group(0)):04X} at {m.start()}" for m in INVISIBLE.finditer(text)]
+            for needle in needles:
+                if (at := text.find(needle)) >= 0:
+                    hits.append(f"{path}: {needle} in {text[max(0, at - 60):at + len(needle) + 60]!r}")
+    return hits, read
+
+
 def abbisect(*args: str, cwd: Path, cache: Path, timeout: float = 600, env: dict | None = None):
     """Run the real CLI in a subprocess, as a user would."""
     full_env = {**os.environ, "ABBISECT_CACHE_DIR": str(cache), **(env or {})}

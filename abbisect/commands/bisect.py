@@ -197,7 +197,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         from abbisect.narrow.model import masked
 
         run.narrowing = masked(_narrow_at_answer(run, cache, out, trials.fetch, progress), red)
-    _write(run, opts, cache, out, red, progress)
+    _write(run, opts, cache, out, progress)
     if req.as_json:
         from abbisect.infra.envelope import dumps
         from abbisect.report.bisect import bisect_json
@@ -222,7 +222,7 @@ def _narrow_at_answer(run: BisectRun, cache, out: Path, fetch, progress):
     return narrower.narrow()
 
 
-def _write(run: BisectRun, opts: dict, cache, out: Path, red: Redactor, say: Callable[[str], None]) -> None:
+def _write(run: BisectRun, opts: dict, cache, out: Path, say: Callable[[str], None]) -> None:
     """bisect.md, bisect.json, outputs and logs in the run's folder; the headline and where it is, printed."""
     from abbisect.report.bisect import bisect_files, bisect_json, headline, reproduce_commands
     from abbisect.report.files import write_results
@@ -236,10 +236,10 @@ def _write(run: BisectRun, opts: dict, cache, out: Path, red: Redactor, say: Cal
         reproduce = reproduce[:1]
     results = [(str(s.role), s.result) for s in run.steps if s.result is not None]
     portable = portable_for(run.recipe, cache, run.repo, recipe_file, out, node_caches(run))
-    files = bisect_files(run, reproduce, portable,
-                         portable_recipe(run.recipe, cache), engine_source(run.recipe), recipe_file)
-    write_results(out, files.pop("bisect.md"), bisect_json(run), results, names=("bisect.md", "bisect.json"),
-                  redactor=red, extra=files)
+    files = bisect_files(run, reproduce, portable, portable_recipe(run.recipe, cache), engine_source(run.recipe),
+                         recipe_file)
+    write_results(out, files.pop("bisect.md"), bisect_json(run), results, portable, names=("bisect.md", "bisect.json"),
+                  extra=files)
     say(Final(headline(run).replace("`", "")))
     say(Final(f"report: {out / 'bisect.md'}"))
 

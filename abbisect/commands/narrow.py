@@ -92,9 +92,10 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     narrower = Narrower(rec, repo, rev, cache.root, out, trials.fetch, progress, executor, command)
     run = masked(narrower.narrow(use_switches=switches), red)  # what the reports show: secrets out first
     results = [(f"probe{p.n}", p.trials[0]) for p in run.probes if p.trials]
-    md = portable_for(rec, cache, repo, Path(path), out).render(lambda: render_narrow(run, command))
+    portable = portable_for(rec, cache, repo, Path(path), out)
+    md = portable.render(lambda: render_narrow(run, command))
     data = narrow_json(run)
-    write_results(out, md, data, results, names=("narrow.md", "narrow.json"), redactor=red)
+    write_results(out, md, data, results, portable, names=("narrow.md", "narrow.json"))
     progress(Final(headline(run).replace("`", "")))
     progress(Final(f"report: {out / 'narrow.md'}"))
     if as_json:

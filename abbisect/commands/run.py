@@ -130,7 +130,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     from abbisect.infra.envelope import dumps
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.portable import reproduce_command
-    from abbisect.report.render import ab_files
+    from abbisect.report.render import ab_files, portable_for
     from abbisect.trial.judges import judging
     from abbisect.trial.pipeline import run_trial
 
@@ -162,9 +162,10 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     finally:
         if executor is not None:
             executor.shutdown()
+    portable = portable_for(rec, cache, repo, recipe_file, out)
     files = ab_files(ab, rec, cache, repo, recipe_file, out)
     launches = [(f"{side}-{k + 1}" if k else side, t) for side in ("a", "b") for k, t in enumerate(ab.trials(side))]
-    write_results(out, files.pop("report.md"), ab.to_dict(), launches, redactor=red, extra=files)
+    write_results(out, files.pop("report.md"), ab.to_dict(), launches, portable, extra=files)
     if ab.assessment:
         progress(Final(f"A: {ab.outcome('a')} ({ab.assessment['a']['evidence']})   "
                        f"B: {ab.outcome('b')} ({ab.assessment['b']['evidence']})"))

@@ -9,6 +9,7 @@ transition: the place where a commit changed the answer.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, datetime
@@ -140,8 +141,20 @@ def _evidence_dict(e: Evidence) -> dict[str, Any]:
 # -- the axes ----------------------------------------------------------------------------------------
 
 
+_SHOWN_LOCAL = re.compile(r"<local: (.+)>")
+
+
 def _local_path(s: str) -> bool:
     return s.startswith(("/", "./", "../", "~"))
+
+
+def local_name(s: str) -> str:
+    """A local path by its last part, whether a file holds it as it is (the trial cache, a check's trial.json)
+    or as a result folder shows it (`<local: NAME>`, abbisect/report/portable.py): one engine or model, one
+    name."""
+    if shown := _SHOWN_LOCAL.fullmatch(s):
+        return shown.group(1)
+    return PurePath(s).name if _local_path(s) else s
 
 
 def model_of(recipe: Mapping[str, Any]) -> tuple[str, str]:
@@ -152,7 +165,7 @@ def model_of(recipe: Mapping[str, Any]) -> tuple[str, str]:
         ident = f"{m['package']}/{m['file']}" + (f"#{m['variant']}" if m.get("variant") else "")
         return f"{PurePath(m['file']).stem}{variant}", ident
     if isinstance(m, str) and m:
-        name = PurePath(m).name if _local_path(m) else m
+        name = local_name(m)
         return name, name
     probe = recipe.get("probe")
     if isinstance(probe, Mapping) and probe.get("kernel"):
@@ -161,15 +174,13 @@ def model_of(recipe: Mapping[str, Any]) -> tuple[str, str]:
     argv = [*(launch.get("command") or []), *(launch.get("flags") or [])]
     for flag in MODEL_FLAGS:
         if flag in argv[:-1]:
-            value = str(argv[argv.index(flag) + 1])
-            name = PurePath(value).name if _local_path(value) else value
+            name = local_name(str(argv[argv.index(flag) + 1]))
             return name, name
     return f"recipe {recipe.get('name', '?')}", f"recipe:{recipe.get('name', '?')}"
 
 
 def engine_repo_of(recipe: Mapping[str, Any]) -> str:
-    repo = str((recipe.get("engine") or {}).get("repo") or "")
-    return PurePath(repo).name if _local_path(repo) else repo
+    return local_name(str((recipe.get("engine") or {}).get("repo") or ""))
 
 
 def stack_of(fingerprint: Mapping[str, Any] | None) -> Stack:
@@ -238,6 +249,7 @@ def evidence_from_trial(
     recipe: Mapping[str, Any] | None = None,
     role: str = "",
     commit_date: str | None = None,
+    parents: tuple[str, ...] = (),
 ) -> Evidence:
     """One TrialResult dict (results.json's sides, check's trial.json, the trial cache)."""
     spec = trial["spec"]
@@ -256,6 +268,7 @@ def evidence_from_trial(
         source=source,
         role=role or spec.get("side", ""),
         commit_date=commit_date,
+        parents=parents,
         dependency=dependency_of(spec),
         replayed=bool(trial.get("cached")),
         perf=perf_of(trial, recipe or spec["recipe"]),
@@ -282,18 +295,21 @@ def dependency_of(spec: Mapping[str, Any]) -> str:
     if isinstance(dep, str):  # bisect.json's trial records keep only the dependency's sha
         return f"dependency@{dep[:10]}"
     if dep.get("sha"):
-        return f"{PurePath(str(dep.get('repo', 'dependency'))).name}@{str(dep['sha'])[:10]}"
+        return f"{PurePath(local_name(str(dep.get('repo', 'dependency')))).name}@{str(dep['sha'])[:10]}"
     return ", ".join(spec.get("pins") or [])
 
 
 def evidence_from_run(data: Mapping[str, Any], report: str, date: str) -> list[Evidence]:
-    """results.json of `abbisect run`: both sides."""
+    """results.json of `abbisect run`: both sides, with their commits' dates and parents where recorded."""
     when = data.get("started") or date
-    return [
-        evidence_from_trial(data[side], report, when, "run", data["recipe"], f"side {side.upper()}")
-        for side in ("a", "b")
-        if data.get(side)
-    ]
+    commits = data.get("commits") or {}
+    out = []
+    for side in ("a", "b"):
+        if data.get(side):
+            info = commits.get(data[side]["spec"]["sha"]) or {}
+            out.append(evidence_from_trial(data[side], report, when, "run", data["recipe"], f"side {side.upper()}",
+                                           info.get("date"), tuple(info.get("parents") or ())))
+    return out
 
 
 def evidence_from_bisect(data: Mapping[str, Any], report: str, date: str) -> list[Evidence]:

@@ -102,7 +102,9 @@ def load(roots: list[Path], base: Path, trial_cache: Path | None = None) -> Load
 
 
 def _repos(sources: list[Source]) -> dict[str, Path]:
-    """sha → the local engine clone a trial was checked out from (when it still exists here)."""
+    """sha → the local engine clone a trial was checked out from (when it still exists here): a check's
+    trial.json and the trial cache name it; a result folder names no folder of this machine (its results.json
+    records each side's commit instead), but one written before it did."""
     repos: dict[str, Path] = {}
     for s in sources:
         trials = (

@@ -1,15 +1,15 @@
-"""Result folders: results/<recipe>/<UTC stamp>/ with report.md, results.json, outputs.csv and the logs."""
+"""Result folders: results/<recipe>/<UTC stamp>/ with report.md, results.json, outputs.csv and the logs, every
+file of it written as a stranger may see it (abbisect/report/portable.py) but a bisect's state.json."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from abbisect.infra.errors import UserError
-from abbisect.infra.redact import Redactor
+from abbisect.report.portable import Portable
 from abbisect.trial.spec import TrialResult
 
 if TYPE_CHECKING:  # pandas loads when a table is written, not when a command starts
@@ -69,34 +69,43 @@ def outputs_frame(results: list[tuple[str, TrialResult]]) -> pd.DataFrame:
                                        "verdict"])
 
 
-def copy_build_logs(out: Path, results: list[tuple[str, TrialResult]]) -> None:
-    """Each trial's build log beside its server log (masked as it was written); a cached trial brought its
-    own."""
+def copy_build_logs(results: list[tuple[str, TrialResult]], portable: Portable) -> None:
+    """Each trial's build log beside its server log (masked as it was written, its paths replaced as it is
+    copied); a cached trial brought its own."""
     for _, r in results:
         dest = Path(r.spec.out_dir) / "build.log"
         if r.env and Path(r.env.log).is_file() and not dest.exists():
             dest.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(r.env.log, dest)
+            portable.copy(Path(r.env.log), dest)
 
 
-def write_results(out: Path, markdown: str, data: dict, results: list[tuple[str, TrialResult]],
-                  names: tuple[str, str] = ("report.md", "results.json"), redactor: Redactor | None = None,
-                  extra: dict[str, str] | None = None) -> None:
+def portable_logs(out: Path, portable: Portable) -> None:
+    """Every log already in the folder (each server log as it streamed, the logs a cached trial brought)
+    rewritten with this machine's paths replaced (the trial cache keeps its own copies as they were)."""
+    for log in sorted(out.rglob("*.log")):
+        if log.is_file():
+            portable.copy(log, log)
+
+
+def write_results(out: Path, markdown: str, data: dict, results: list[tuple[str, TrialResult]], portable: Portable,
+                  names: tuple[str, str] = ("report.md", "results.json"), extra: dict[str, str] | None = None) -> None:
     """The report, its data as JSON, outputs.csv, side files (`extra`: name → text, e.g. outputs.md), and
     each trial's build log beside its server log.
 
-    The texts for people (the report, side files, the CSV's cells) are written through `redactor.text`, the
-    JSON through `redactor.data` (no structured field rewritten). The logs already in `out` need nothing:
-    they were masked as they were written (abbisect/logstream.py). Long strings in the JSON and the CSV are
-    cut at FIELD_CAP with a marker (the full outputs are in the side file).
+    Every file is written as a stranger may see it (`portable`: the recipe's secrets masked, this machine's
+    paths replaced by the placeholders the report explains): the texts for people (the report, side files,
+    the CSV's cells) through `portable.text`, the JSON through `portable.data` (no secret's field rewritten),
+    the logs through `portable.copy` (they were masked as they were written, abbisect/infra/logstream.py).
+    Long strings in the JSON and the CSV are cut at FIELD_CAP with a marker (the full outputs are in the side
+    file).
     """
-    red = redactor or Redactor()
-    copy_build_logs(out, results)
-    (out / names[0]).write_text(red.text(markdown))
+    portable_logs(out, portable)
+    copy_build_logs(results, portable)
+    (out / names[0]).write_text(portable.text(markdown))
     for name, text in (extra or {}).items():
-        (out / name).write_text(red.text(text))
-    (out / names[1]).write_text(json.dumps(red.data(cap_strings(data)), indent=2, default=str))
-    frame = outputs_frame(results).map(lambda v: red.text(capped(v)) if isinstance(v, str) else v)
+        (out / name).write_text(portable.text(text))
+    (out / names[1]).write_text(json.dumps(portable.data(cap_strings(data)), indent=2, default=str))
+    frame = outputs_frame(results).map(lambda v: portable.text(capped(v)) if isinstance(v, str) else v)
     frame.to_csv(out / "outputs.csv", index=False)
 
 

@@ -3,7 +3,9 @@
 The recipe is shown with its engine repository as the remote URL (or its `builtin:` name), a packaged
 model by package, file and sha256, and no path of this machine; every other local path in a report
 (the cache, the engine's clone, the recipe file, the result folder, the home folder) is replaced by a
-placeholder the Reproduce section explains.
+placeholder the Reproduce section explains. The same replacement (`Portable`) writes every other file of a
+result folder: the JSON and CSV (`Portable.data`, `Portable.text`) and the logs (`Portable.copy`, as they
+stream); only a bisect's state.json, which `--resume` reads back on this machine, keeps the real paths.
 """
 
 from __future__ import annotations
@@ -11,8 +13,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 from abbisect.infra import git
@@ -26,6 +30,9 @@ _URL = re.compile(r"^[a-z+]+://|^git@")
 # kept: it does not exist here).
 _ABSOLUTE = re.compile(r"(?<![\w$~<:/.-])(/[\w.+@-]+(?:/[\w.+@-]+)+)")
 _WORKTREE = re.compile(rf"\$ABBISECT_CACHE_DIR/{WORKTREES}/(?:[^/\s]+/)*?([0-9a-f]{{40}})")
+# A known folder is replaced where its name ends: not inside a longer name (the cache /x/c1 in /x/c12).
+_NAME_GOES_ON = r"(?![\w.+@-])"
+COPY_BLOCK = 1 << 20  # bytes of whole lines a log is copied by (a longer line is read whole)
 
 
 def remote_url(repo: Path | str) -> str | None:
@@ -100,6 +107,7 @@ class Portable:
 
     pairs: tuple[tuple[str, str], ...] = ()
     redactor: Redactor | None = None
+    temp: str = ""  # the temp folder: a path in it is named by its last part even once it is gone
 
     @classmethod
     def build(cls, cache: Cache | Path, repo: Path | None = None, recipe_file: Path | None = None,
@@ -121,7 +129,20 @@ class Portable:
         if home not in ("/", ""):
             pairs[home] = "~"
         ordered = sorted(((k, v) for k, v in pairs.items() if len(k) > 1), key=lambda kv: len(kv[0]), reverse=True)
-        return cls(tuple(ordered), redactor)
+        temp = tempfile.gettempdir()
+        return cls(tuple(ordered), redactor, temp if len(temp) > 1 else "")
+
+    @cached_property
+    def _known(self) -> re.Pattern[str] | None:
+        """Every folder of `pairs` in one pattern, longest first, matched where its name ends."""
+        if not self.pairs:
+            return None
+        return re.compile("(?:" + "|".join(re.escape(old) for old, _ in self.pairs) + ")" + _NAME_GOES_ON)
+
+    @cached_property
+    def _in_temp(self) -> re.Pattern[str] | None:
+        """A path in the temp folder, also where it follows a URL's scheme (an `ipc:///tmp/…` socket)."""
+        return re.compile(rf"(?<![\w.-]){re.escape(self.temp)}(?:/[\w.+@-]+)+") if self.temp else None
 
     def render(self, render: Callable[[], str]) -> str:
         """A document for people: every untrusted text made portable as it enters a markdown primitive, before
@@ -133,13 +154,52 @@ class Portable:
     def text(self, text: str) -> str:
         if self.redactor is not None:
             text = self.redactor.text(text)
-        for old, new in self.pairs:
-            text = text.replace(old, new)
+        return self.paths(text)
+
+    def paths(self, text: str) -> str:
+        """This machine's paths in a text replaced (the secrets are `text`'s part)."""
+        if self._known is not None:
+            placeholders = dict(self.pairs)
+            text = self._known.sub(lambda m: placeholders[m.group(0)], text)
         # A commit's worktree (e.g. an editable install in a package list) is named by its commit.
         text = _WORKTREE.sub(lambda m: f"<checkout of {m.group(1)[:10]}>", text)
-        # Any other path of this machine (a stand-in server's script, a --script judge): its name only.
+        # Any other path of this machine (a stand-in server's script, a --script judge, a temporary worktree
+        # already removed): its name only.
+        if self._in_temp is not None:
+            text = self._in_temp.sub(lambda m: f"<local: {Path(m.group(0)).name}>", text)
         return _ABSOLUTE.sub(lambda m: f"<local: {Path(m.group(1)).name}>" if os.path.exists(m.group(1))
                              else m.group(1), text)
+
+    def data(self, obj):
+        """JSON-able data for a result file: the secrets masked as `Redactor.data` masks them, then the paths
+        of every string (and key) replaced as in a text. A recipe's own values that are local paths (its
+        engine's checkout, a local model, a wheel folder) are first shown as the report's recipe shows them,
+        `<local: NAME>`, so that a reader of the file (the matrix) still tells engines and models apart."""
+        if self.redactor is not None:
+            obj = self.redactor.data(obj)
+        return self._data(obj)
+
+    def _data(self, obj):
+        if isinstance(obj, dict):
+            return {self.paths(k) if isinstance(k, str) else k:
+                    self._data(_strip_paths(v) if k == "recipe" and isinstance(v, dict) else v)
+                    for k, v in obj.items()}
+        if isinstance(obj, list | tuple):
+            return [self._data(v) for v in obj]
+        if isinstance(obj, str):
+            return self.paths(obj)
+        return obj
+
+    def copy(self, src: Path, dest: Path) -> None:
+        """A log copied as a stranger may see it (`text`), as it streams: a block of whole lines at a time (no
+        path spans two lines), into a temporary file beside `dest` that then replaces it, so `src` may be
+        `dest` itself and an interrupted copy leaves the log as it was."""
+        tmp = dest.with_name(f".{dest.name}.portable")
+        with src.open("rb") as fin, tmp.open("wb") as fout:
+            for lines in iter(lambda: fin.readlines(COPY_BLOCK), []):
+                block = b"".join(lines).decode(errors="surrogateescape")
+                fout.write(self.text(block).encode(errors="surrogateescape"))
+        os.replace(tmp, dest)
 
 
 def reproduce_command(argv: list[str], recipe_file: Path | None) -> str:
