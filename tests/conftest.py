@@ -22,6 +22,11 @@ from abbisect.builtin.history import Commit, build_history, planted_history
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# Started from a non-interactive shell in the background, this process (and so every abbisect a test starts)
+# would ignore SIGINT, and the tests of what Ctrl-C does would fail: children inherit an ignored signal.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
 # -- tiers ------------------------------------------------------------------------------------------------
 # The default `python3 -m pytest` is the fast tier: tests in process, plus the few marked `smoke` (one real
 # run of each command). The others run with `--tier NAME` (.ci/run runs them all); a test named by its node id
