@@ -75,8 +75,9 @@ class NarrowRun:
 
     @property
     def tried(self) -> bool:
-        """Whether anything was tried on the failing launch: a subset of the differences, or a switch."""
-        return any(p.kind in ("differences", "switch") for p in self.probes)
+        """Whether anything was tried against the failure: narrow.passing (which may fail too), a subset of the
+        differences, or a switch."""
+        return any(p.kind in ("passing", "differences", "switch") for p in self.probes)
 
 
 def masked(run: NarrowRun, red: Redactor) -> NarrowRun:
