@@ -9,7 +9,8 @@ one of a higher layer. The layers (README "How it works" draws them) from the bo
 3. trial      one commit through the stages (and where trials run)
 4. drivers    what runs trials: the A/B, the bisect (search, policies, variables, state), narrowing
 5. outputs    reports and the serving matrix: they render what the drivers return
-6. shell      the commands and the CLI group
+6. commands   one module per command, and the exit-code table they end on
+7. cli        the CLI group: it finds the commands by name; a command never imports it
 
 Every import counts, also one inside a function: a lazy import that runs upward is still a module doing jobs
 at two heights (STYLE.md).
@@ -31,7 +32,8 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("abbisect.trial", "abbisect.assess"),
     ("abbisect.ab", "abbisect.bisect", "abbisect.narrow"),
     ("abbisect.report", "abbisect.matrix"),
-    ("abbisect.commands", "abbisect.cli", "abbisect.__main__"),
+    ("abbisect.commands",),
+    ("abbisect.cli", "abbisect.__main__"),
 )
 # The package's own __init__ (its version) may be imported from anywhere.
 ANYWHERE = ("abbisect",)

@@ -41,7 +41,7 @@ class Role(StrEnum):
 
 class Mode(StrEnum):
     """How a bisection ended; `stopped`: no search ran (what stopped it is each tested commit's own verdict);
-    `ending`: its row of the exit-code table (abbisect.cli.EXIT_CODES) when it did not find a commit."""
+    `ending`: its row of the exit-code table (abbisect.commands.endings.EXIT_CODES) when it did not find a commit."""
 
     REGRESSION = ("regression", False, "")
     FIX = ("fix", False, "")

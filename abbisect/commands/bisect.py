@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from abbisect.cli import exit_code, exit_help
 from abbisect.commands.common import gpu_lines, interrupted_hint, open_cache
+from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
     check_output_option,
@@ -52,7 +52,7 @@ class BisectRequest:
 
 
 def bisect_ending(run: BisectRun) -> str:
-    """The row of the exit-code table (abbisect.cli.EXIT_CODES) a finished bisect ends on."""
+    """The row of the exit-code table (abbisect.commands.endings.EXIT_CODES) a finished bisect ends on."""
     if run.mode.ending:
         return run.mode.ending
     return "found" if run.result and run.result.outcome == "found" else "ambiguous"

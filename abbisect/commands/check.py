@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from abbisect import checkout
-from abbisect.cli import exit_code, exit_help
 from abbisect.commands.common import open_cache
+from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
     check_output_option,
@@ -61,7 +61,7 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
         del os.environ[name]
     from abbisect.infra.envelope import dumps
 
-    # Errors from here on exit as abbisect.cli.EXIT_CODES["check"] says (usage 128, infra 125).
+    # Errors from here on exit as abbisect.commands.endings.EXIT_CODES["check"] says (usage 128, infra 125).
     rec, base = load_recipe(recipe_path(recipe))
     if rec.perf is not None or rec.eval is not None:
         what = "a performance" if rec.perf is not None else "an accuracy"

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from abbisect.cli import exit_code, exit_help
 from abbisect.commands.common import interrupted_hint, open_cache
+from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
     check_output_option,

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from abbisect.builtin import DEFAULT_RECIPE
-from abbisect.cli import exit_code, exit_help
 from abbisect.commands.common import interrupted_hint
+from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
     check_output_option,
