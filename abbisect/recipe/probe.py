@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from abbisect.gpu.devices import device_class
+from abbisect.recipe.devices import device_class
 
 
 class _Strict(BaseModel):
