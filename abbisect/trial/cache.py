@@ -18,6 +18,7 @@ from abbisect.infra.locks import atomic_write
 from abbisect.infra.progress import ambient
 from abbisect.infra.redact import Redactor, fingerprint_key
 from abbisect.infra.serial import dump, load
+from abbisect.recipe.fingerprint import fingerprint
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.plan import plan_for
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
@@ -60,7 +61,7 @@ def planned_env_key(spec: TrialSpec) -> str:
 def trial_key(spec: TrialSpec, machine: str) -> str:
     recipe = spec.recipe
     secret = fingerprint_key(Cache.at(spec.cache_dir).fingerprint_key)  # secrets told apart, never revealed
-    parts: list[object] = [spec.sha, recipe.fingerprint(secret), planned_env_key(spec), machine]
+    parts: list[object] = [spec.sha, fingerprint(recipe, secret), planned_env_key(spec), machine]
     if spec.attempt:  # a further launch of the same commit (repeats) is a trial of its own
         parts.append(spec.attempt)
     if spec.chunk != spec.attempt:  # another part of the eval set than the attempt's own (an A-vs-A's B)
@@ -181,14 +182,14 @@ LOG_FILES = ("server.log", "build.log")
 
 def _waited_less(result: TrialResult, spec: TrialSpec) -> bool:
     """A cached status that a timeout may have caused (timeout: ready; build_failed: build), from a run that
-    gave it less time than `spec` does (timeouts are not in the key: abbisect/recipe.py `fingerprint`)."""
+    gave it less time than `spec` does (timeouts are not in the key: abbisect/recipe/fingerprint.py)."""
     bound = result.verdict.status.bounded_by
     return bound is not None and getattr(result.spec.recipe.timeouts, bound) < getattr(spec.recipe.timeouts, bound)
 
 
 def _had_less_memory(result: TrialResult, spec: TrialSpec) -> bool:
     """A cached result that is not good, from a server that had a smaller share of its GPU than `spec` gives
-    (the share is placement, not in the key: abbisect/recipe.py `fingerprint`). Too little memory can make a
+    (the share is placement, not in the key: abbisect/recipe/fingerprint.py). Too little memory can make a
     server crash or refuse to start; a good result says the commit is fine with less, so it stands."""
     def share(s: TrialSpec) -> float:
         return 1.0 if s.recipe.gpu_share is None else s.recipe.gpu_share
