@@ -12,7 +12,7 @@ from pathlib import Path
 
 from abbisect import __version__, checkout
 from abbisect.assess import assessor_for
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.infra.cache import Cache
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.errors import UserError
@@ -164,7 +164,7 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
             progress(f"A and B after {len(got)} launch(es) each: {assessment['comparison'].get('text', '')}; "
                      f"{want} more of each")
     a, b = got[0]
-    links = {"a": history.github_links(a.spec.repo, a.spec.sha), "b": history.github_links(b.spec.repo, b.spec.sha,
+    links = {"a": gitlog.github_links(a.spec.repo, a.spec.sha), "b": gitlog.github_links(b.spec.repo, b.spec.sha,
                                                                                        a.spec.sha)}
     more = (tuple(p[0] for p in got[1:]), tuple(p[1] for p in got[1:]))
     return compare(recipe, a, b, command, started, links, more, assessment)

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from abbisect.ab import ABResult
-from abbisect.bisect.history import CommitInfo
+from abbisect.bisect.gitlog import CommitInfo
 from abbisect.bisect.model import Step
 from abbisect.bisect.state import load_state
 from abbisect.environment import EnvResult

@@ -9,9 +9,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from abbisect import checkout
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.bisect.ends import ends_first_because, judged_against_ends
-from abbisect.bisect.history import order_ends
+from abbisect.bisect.gitlog import order_ends
 from abbisect.bisect.search import NEW, OLD, start
 from abbisect.infra.cache import Cache
 from abbisect.recipe import Recipe
@@ -20,7 +20,7 @@ from abbisect.trial.plan import render_env, render_plan
 
 
 def _label(repo: Path, sha: str) -> str:
-    return f"{sha[:10]} {history.commit_info(repo, sha).subject}"
+    return f"{sha[:10]} {gitlog.commit_info(repo, sha).subject}"
 
 
 def search_lines(repo: Path, label: str, new: str, olds: list[str], first_parent: bool,
@@ -29,7 +29,7 @@ def search_lines(repo: Path, label: str, new: str, olds: list[str], first_parent
     --first-parent (the walk the run would use marked) and the commits tested first."""
     counts, states = {}, {}
     for fp in (False, True):
-        graph = history.candidate_graph(repo, new, olds, fp, pathspec, unrelated_olds=True)
+        graph = gitlog.candidate_graph(repo, new, olds, fp, pathspec, unrelated_olds=True)
         states[fp] = start(graph, new, olds)
         counts[fp] = len(states[fp].remaining())
     used = states[first_parent]

@@ -20,7 +20,7 @@ from typing import Protocol
 from packaging.version import Version
 
 from abbisect import checkout
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.search import Graph
 from abbisect.bisect.versions import is_version, resolve_versions
@@ -71,16 +71,16 @@ class Variable(Protocol):
     def build(self, candidate: str) -> EnvResult:
         """The candidate's venv, built ahead of its trial (a background prefetch)."""
 
-    def info(self, candidate: str) -> history.CommitInfo:
+    def info(self, candidate: str) -> gitlog.CommitInfo:
         """What a report says about a candidate (sha, subject, author, date, PR, parents)."""
 
     def links(self, candidate: str, base: str | None) -> dict[str, str]:
         """GitHub links of the candidate (and a compare from `base`), {} when there are none."""
 
-    def engine_commit(self, sha: str) -> history.CommitInfo:
+    def engine_commit(self, sha: str) -> gitlog.CommitInfo:
         """The engine commit a trial ran (`TrialSpec.sha`): the candidate itself, or the fixed engine."""
 
-    def releases(self, candidate: str) -> history.Releases | None:
+    def releases(self, candidate: str) -> gitlog.Releases | None:
         """Which releases contain the candidate and its backports (None when candidates are not commits)."""
 
     def dry_run(self, good: Revision, bad: Revision) -> str:
@@ -98,17 +98,17 @@ class _Git:
         return Revision(ref, rev.sha, rev.subject)
 
     def graph(self, new: str, olds: Sequence[str], unrelated_olds: bool = False) -> Graph:
-        return history.candidate_graph(self.repo, new, list(olds), self.recipe.bisect.first_parent,
+        return gitlog.candidate_graph(self.repo, new, list(olds), self.recipe.bisect.first_parent,
                                        self.recipe.bisect.pathspec or None, unrelated_olds=unrelated_olds)
 
-    def info(self, candidate: str) -> history.CommitInfo:
-        return history.commit_info(self.repo, candidate)
+    def info(self, candidate: str) -> gitlog.CommitInfo:
+        return gitlog.commit_info(self.repo, candidate)
 
     def links(self, candidate: str, base: str | None) -> dict[str, str]:
-        return history.github_links(self.repo, candidate, base)
+        return gitlog.github_links(self.repo, candidate, base)
 
-    def releases(self, candidate: str) -> history.Releases | None:
-        return history.releases(self.repo, candidate)
+    def releases(self, candidate: str) -> gitlog.Releases | None:
+        return gitlog.releases(self.repo, candidate)
 
 
 class EngineCommits(_Git):
@@ -134,7 +134,7 @@ class EngineCommits(_Git):
         return resolve_end(self.repo, text, other)
 
     def order_ends(self, good: Revision, bad: Revision) -> tuple[Revision, Revision, tuple[str, ...]]:
-        return history.order_ends(self.repo, good, bad)
+        return gitlog.order_ends(self.repo, good, bad)
 
     def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
         rev = Revision(label, candidate, self.info(candidate).subject)
@@ -149,7 +149,7 @@ class EngineCommits(_Git):
             checkout.discard(self.repo, source)
         return env
 
-    def engine_commit(self, sha: str) -> history.CommitInfo:
+    def engine_commit(self, sha: str) -> gitlog.CommitInfo:
         return self.info(sha)
 
     def dry_run(self, good: Revision, bad: Revision) -> str:
@@ -175,8 +175,8 @@ class _FixedEngine:
     def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
         raise NotImplementedError  # each kind of candidate says how it goes into the venv
 
-    def engine_commit(self, sha: str) -> history.CommitInfo:
-        return history.commit_info(self.engine_repo, sha)
+    def engine_commit(self, sha: str) -> gitlog.CommitInfo:
+        return gitlog.commit_info(self.engine_repo, sha)
 
     def build(self, candidate: str) -> EnvResult:
         spec = self.spec(candidate, "prefetch", Path(self.cache))
@@ -254,13 +254,13 @@ class PackageVersions(_FixedEngine):
         slug = re.sub(r"[^A-Za-z0-9.+-]", "_", candidate)
         return self._spec(label, slug, out, [f"{self.package}=={candidate}"], None)
 
-    def info(self, candidate: str) -> history.CommitInfo:
-        return history.CommitInfo(candidate, candidate, f"{self.package}=={candidate}", "", "", "", None, ())
+    def info(self, candidate: str) -> gitlog.CommitInfo:
+        return gitlog.CommitInfo(candidate, candidate, f"{self.package}=={candidate}", "", "", "", None, ())
 
     def links(self, candidate: str, base: str | None) -> dict[str, str]:
         return {}
 
-    def releases(self, candidate: str) -> history.Releases | None:
+    def releases(self, candidate: str) -> gitlog.Releases | None:
         return None  # versions are releases themselves
 
     def describe(self) -> str:
@@ -286,7 +286,7 @@ class DependencyCommits(_Git, _FixedEngine):
         return checkout.resolve(self.repo, text)
 
     def order_ends(self, good: Revision, bad: Revision) -> tuple[Revision, Revision, tuple[str, ...]]:
-        old, new, bases = history.order_ends(self.repo, good, bad)
+        old, new, bases = gitlog.order_ends(self.repo, good, bad)
         if bases:
             raise UserError(f"{good.ref} and {bad.ref} are on different branches of {self.repo}; pass their merge "
                             f"base (git merge-base {good.ref} {bad.ref}) as one end")

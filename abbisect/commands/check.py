@@ -48,7 +48,7 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     """
     import os
 
-    from abbisect.bisect.history import bisect_under_way, has_commit
+    from abbisect.bisect.gitlog import bisect_under_way, has_commit
     from abbisect.gpu.preflight import preflight
     from abbisect.infra.proc import is_git_var
     from abbisect.trial.judges import make_judge
