@@ -14,7 +14,7 @@ import pytest
 import yaml
 from triton_kernels import GEMM
 
-from abbisect.gpu.probe import (
+from abbisect.gpu.kernel_probe import (
     ProbeConfig,
     ProbeResult,
     ProbeRow,

@@ -298,7 +298,7 @@ def gpu_block(a: TrialResult, b: TrialResult) -> str:
 
 
 def probe_block(label: str, r: TrialResult, level: int = 4) -> str:
-    from abbisect.gpu.probe import ProbeResult, render_probe_markdown
+    from abbisect.gpu.kernel_probe import ProbeResult, render_probe_markdown
 
     data = r.extras.get("probe")
     return f"{heading(level, f'{label}: kernel probe')}\n\n{render_probe_markdown(load(ProbeResult, data))}" if data else ""
