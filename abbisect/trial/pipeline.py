@@ -136,7 +136,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     if env is None:
         return rec.result()
     if recipe.probe is not None:
-        from abbisect.trial.probe import probe_trial
+        from abbisect.trial.probe_trial import probe_trial
 
         probe = probe_trial(recipe.probe, env.python, source, Path(spec.out_dir), say)
         rec.timings["probe"], rec.extras["probe"], rec.verdict = probe.seconds, dump(probe.result), probe.verdict
