@@ -1,6 +1,6 @@
 """`abbisect bisect --dry-run`: what a bisection would test and build, computed from git alone.
 
-Nothing is built or launched: the ends' plans come from `abbisect.trial.plan` (the commits' own trees), the
+Nothing is built or launched: the ends' plans come from `abbisect.trial.dryrun` (the commits' own trees), the
 candidate counts and midpoints from the same pure search the real run uses.
 """
 
@@ -15,8 +15,8 @@ from abbisect.bisect.gitlog import order_ends
 from abbisect.bisect.search import NEW, OLD, start
 from abbisect.infra.cache import Cache
 from abbisect.recipe import Recipe
+from abbisect.trial.dryrun import render_env, render_plan
 from abbisect.trial.executors import slots_for
-from abbisect.trial.plan import render_env, render_plan
 
 
 def _label(repo: Path, sha: str) -> str:

@@ -196,7 +196,7 @@ class _FixedEngine:
         raise NotImplementedError
 
     def dry_run(self, good: Revision, bad: Revision) -> str:
-        from abbisect.trial.plan import plan_for
+        from abbisect.trial.dryrun import plan_for
 
         old, new, _ = self.order_ends(good, bad)
         chain = self.graph(new.sha, [old.sha]).order

@@ -120,7 +120,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     gpu_check = preflight(rec)  # before the cache: a GPU this machine lacks is one usage line
     if dry_run:
         from abbisect.infra.cache import cache_path  # a plan needs no cache, not even a writable one
-        from abbisect.trial.plan import render_plan
+        from abbisect.trial.dryrun import render_plan
 
         click.echo(red.text("\n".join([render_plan(rec, refs, cache_path(cache_dir), pins), *gpu_lines(gpu_check)])))
         return

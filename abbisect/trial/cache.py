@@ -19,8 +19,8 @@ from abbisect.infra.progress import ambient
 from abbisect.infra.redact import Redactor, fingerprint_key
 from abbisect.infra.serial import dump, load
 from abbisect.recipe.fingerprint import fingerprint
+from abbisect.trial.dryrun import plan_for
 from abbisect.trial.pipeline import run_trial
-from abbisect.trial.plan import plan_for
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
 from abbisect.verdict.status import Outcome
 
