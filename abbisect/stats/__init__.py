@@ -22,13 +22,13 @@ values nothing is significant.
 
 scipy.stats does every test and interval; these modules only decide and explain. `decide` holds the calls
 and what the kinds share, `proportions` the yes/no counts (failure rates, paired accuracy, an eval's
-power), `samples` the performance samples, `plan` an eval's power plan before it runs.
+power), `samples` the performance samples, `power` an eval's power plan before it runs.
 """
 
 from __future__ import annotations
 
 from abbisect.stats.decide import Call, Classification, Side
-from abbisect.stats.plan import PowerPlan, power_plan
+from abbisect.stats.power import PowerPlan, power_plan
 from abbisect.stats.proportions import (
     PairedComparison,
     RateComparison,
