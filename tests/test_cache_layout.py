@@ -23,8 +23,8 @@ from abbisect.infra.errors import UserError
 from abbisect.infra.proc import run_logged
 from abbisect.infra.serial import dump, load
 from abbisect.recipe import Recipe
-from abbisect.trial.cache import TrialCache, machine_key, planned_env_key, trial_key
 from abbisect.trial.spec import TrialSpec, trial_spec
+from abbisect.trial.trial_cache import TrialCache, machine_key, planned_env_key, trial_key
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -158,8 +158,8 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     from abbisect.bisect.model import BisectRun
     from abbisect.bisect.oracle import Oracle
     from abbisect.report.files import new_output_dir
-    from abbisect.trial.cache import TrialCache, machine_key
     from abbisect.trial.executors import from_recipe
+    from abbisect.trial.trial_cache import TrialCache, machine_key
 
     old, new, bases = variable.order_ends(good_rev, bad_rev)
     out = resumed.out if resumed else new_output_dir(rec.name, req.output)

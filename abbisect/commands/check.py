@@ -73,10 +73,10 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     gpu_check.raise_if_unfit()
     # The input is valid: what runs a trial loads now (a usage error never pays for it).
     from abbisect.assess import assessor_for
-    from abbisect.trial.cache import TrialCache, machine_key
     from abbisect.trial.judges import judging
     from abbisect.trial.pipeline import run_trial
     from abbisect.trial.spec import trial_spec
+    from abbisect.trial.trial_cache import TrialCache, machine_key
 
     progress = red.guard(Reporter())
     for note in gpu_check.notes:

@@ -67,8 +67,8 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     from abbisect.report.narrow import headline, narrow_json, render_narrow
     from abbisect.report.portable import reproduce_command
     from abbisect.report.render import portable_for
-    from abbisect.trial.cache import TrialCache, machine_key
     from abbisect.trial.executors import from_recipe
+    from abbisect.trial.trial_cache import TrialCache, machine_key
 
     red = Redactor.from_recipe(rec)
     progress = red.guard(Reporter())

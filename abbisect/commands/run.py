@@ -142,7 +142,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     out = new_output_dir(rec.name, output)
     interrupted_hint(f"{out} holds what ran before the interruption: logs, no report")
     progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
-    from abbisect.trial.cache import TrialCache, machine_key
+    from abbisect.trial.trial_cache import TrialCache, machine_key
 
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     fetch: Callable[..., TrialResult] = trials.fetch
