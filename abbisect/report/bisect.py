@@ -19,8 +19,7 @@ from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
-from abbisect.report.accuracy import ab_accuracy, accuracy_along
-from abbisect.report.markdown import (
+from abbisect.report.ab import (
     BUDGETS,
     OUTPUTS_FILE,
     Budget,
@@ -31,6 +30,7 @@ from abbisect.report.markdown import (
     render_ab,
     reproduce_block,
 )
+from abbisect.report.accuracy import ab_accuracy, accuracy_along
 from abbisect.report.narrow import headline as narrow_headline
 from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
 from abbisect.report.perf import along_bisect, metric_table, told

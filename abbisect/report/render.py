@@ -9,8 +9,8 @@ from abbisect.infra.cache import Cache
 from abbisect.infra.redact import Redactor
 from abbisect.query.evals import pair
 from abbisect.recipe import PackagedModel, Recipe
+from abbisect.report.ab import OUTPUTS_FILE, fit, outputs_document, render_ab
 from abbisect.report.accuracy import flipped_items
-from abbisect.report.markdown import OUTPUTS_FILE, fit, outputs_document, render_ab
 from abbisect.report.perf import svg
 from abbisect.report.portable import Portable, portable_recipe
 

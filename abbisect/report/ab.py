@@ -1,4 +1,4 @@
-"""Paste-ready GitHub markdown from result objects (pure functions: data in, text out).
+"""The A/B report as paste-ready GitHub markdown, from result objects (pure functions: data in, text out).
 
 Model text is untrusted: in table cells and prose it is escaped (HTML and markdown punctuation), in code
 blocks it is fenced with more backticks than it contains, so any output renders literally. A report fits
