@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 
-from abbisect.environment.models import MARKER, model_dir
+from abbisect.environment.weights import MARKER, model_dir
 from abbisect.recipe import PackagedModel, parse_recipe
 from abbisect.report.portable import Portable, engine_source, portable_recipe
 

@@ -11,7 +11,7 @@ them from the wheel itself). On top of it:
   (the failure mode of SGLang #34895, where the FP8 lm_head's weight_scale was dropped);
 - a later commit fixes it. Everything else is harmless housekeeping, like a real history.
 
-Serve it with the `lm_head_row_scaled` model variant (abbisect/models.py).
+Serve it with the `lm_head_row_scaled` model variant (abbisect/environment/weights.py).
 """
 
 from __future__ import annotations

@@ -70,7 +70,7 @@ class PackagedModel(_Strict):
     file: str = Field(description="the file inside it, e.g. SmolLM2-135M-Instruct.Q4_1.gguf")
     dtype: str = "bfloat16"
     variant: Literal["lm_head_row_scaled"] | None = Field(
-        None, description="a derived checkpoint (see abbisect/models.py), e.g. for a known-bad test model")
+        None, description="a derived checkpoint (see abbisect/environment/weights.py), e.g. for a known-bad test model")
 
 
 class Ready(_Strict):

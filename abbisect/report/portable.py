@@ -53,7 +53,7 @@ def _is_local(url: str) -> bool:
 
 def model_sha256(model: PackagedModel, cache: Cache | Path) -> str | None:
     """The GGUF's sha256 recorded when the model was prepared (None before, or for older cache entries)."""
-    from abbisect.environment.models import MARKER, model_dir
+    from abbisect.environment.weights import MARKER, model_dir
 
     marker = model_dir(model, cache) / MARKER
     try:

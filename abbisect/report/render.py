@@ -18,7 +18,7 @@ from abbisect.report.portable import Portable, portable_recipe
 def model_path(recipe: Recipe, cache: Cache | Path) -> str | None:
     """Where the model the engine loads lies on this machine (a prepared packaged model, or a local path)."""
     if isinstance(recipe.model, PackagedModel):
-        from abbisect.environment.models import model_dir
+        from abbisect.environment.weights import model_dir
 
         return str(model_dir(recipe.model, cache) / "model")
     return recipe.model

