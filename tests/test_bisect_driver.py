@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from abbisect.bisect import gitlog
+from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role
 from abbisect.bisect.driver import Driver
 from abbisect.bisect.kinds import VariableKind
-from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role
 from abbisect.bisect.oracle import Oracle
 from abbisect.bisect.search import Graph
 from abbisect.bisect.search import bisect as git_bisect

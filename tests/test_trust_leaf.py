@@ -197,7 +197,7 @@ def test_dry_run_with_a_date_end_plans_it_by_sha_and_shows_the_label(tmp_path, e
 def test_also_on_says_how_many_more_branches_carry_the_commit(tmp_path, engine_repo):
     from abbisect import checkout
     from abbisect.bisect import gitlog
-    from abbisect.bisect.model import BisectRun, Mode
+    from abbisect.bisect.bisection import BisectRun, Mode
     from abbisect.bisect.variables import EngineCommits
     from abbisect.recipe import parse_recipe
     from abbisect.report.bisect import releases_block

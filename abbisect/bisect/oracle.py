@@ -16,7 +16,7 @@ from pathlib import Path
 from abbisect.assess import assessor_for
 from abbisect.assess.base import Assessor
 from abbisect.assess.failure import sample_fingerprint
-from abbisect.bisect.model import BisectRun, Role, Step
+from abbisect.bisect.bisection import BisectRun, Role, Step
 from abbisect.bisect.variables import Variable
 from abbisect.environment import EnvResult
 from abbisect.environment.store import background

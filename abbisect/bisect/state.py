@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abbisect.bisect.model import BisectRun
+from abbisect.bisect.bisection import BisectRun
 from abbisect.bisect.search import SearchState
 from abbisect.bisect.variables import Variable
 from abbisect.checkout import Revision

@@ -30,7 +30,7 @@ from abbisect.infra.redact import Redactor
 from abbisect.recipe import Recipe, load_recipe, recipe_path
 
 if TYPE_CHECKING:
-    from abbisect.bisect.model import BisectRun
+    from abbisect.bisect.bisection import BisectRun
 
 
 @dataclass(frozen=True)
@@ -154,8 +154,8 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
     # The input is valid: what runs and reports a bisect loads now (a usage error never pays for it).
+    from abbisect.bisect.bisection import BisectRun
     from abbisect.bisect.driver import Driver
-    from abbisect.bisect.model import BisectRun
     from abbisect.bisect.oracle import Oracle
     from abbisect.report.files import new_output_dir
     from abbisect.trial.executors import from_recipe
@@ -205,7 +205,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
 
 def _narrow_at_answer(run: BisectRun, cache, out: Path, fetch, progress):
     """abbisect narrow at the found commit (a fix: at its parent, the last commit that fails)."""
-    from abbisect.bisect.model import Mode
+    from abbisect.bisect.bisection import Mode
     from abbisect.checkout import Revision
     from abbisect.narrow.driver import Narrower
     from abbisect.trial.executors import from_recipe

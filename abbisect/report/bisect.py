@@ -15,7 +15,7 @@ from abbisect import __version__
 from abbisect.ab import ABResult, compare
 from abbisect.assess.accuracy import eval_run
 from abbisect.assess.perf import metric_values
-from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role, Step
+from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
