@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Self
 from abbisect import checkout
 from abbisect.bisect import gitlog
 from abbisect.bisect.search import SearchResult
-from abbisect.narrow.model import NarrowRun
+from abbisect.narrow.narrowing import NarrowRun
 from abbisect.recipe import Recipe
 from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome

@@ -191,7 +191,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         oracle.shutdown(wait=False)
         raise
     if rec.bisect.narrow and run.result and run.result.first_new:
-        from abbisect.narrow.model import masked
+        from abbisect.narrow.narrowing import masked
 
         run.narrowing = masked(_narrow_at_answer(run, cache, out, trials.fetch, progress), red)
     _write(run, opts, cache, out, red, progress)

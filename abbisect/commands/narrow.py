@@ -62,7 +62,7 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     from abbisect import checkout
     from abbisect.infra.envelope import dumps
     from abbisect.narrow.driver import Narrower
-    from abbisect.narrow.model import masked
+    from abbisect.narrow.narrowing import masked
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.narrow import headline, narrow_json, render_narrow
     from abbisect.report.portable import reproduce_command

@@ -21,7 +21,7 @@ from abbisect.launch.engines import adapter
 from abbisect.launch.switches import Catalogue, Switch, accepted, applicable, load, option_items
 from abbisect.narrow.ddmin import Result, ddmin
 from abbisect.narrow.deltas import Delta, Launch, apply, differences
-from abbisect.narrow.model import NarrowRun, Probe, ProbeKind
+from abbisect.narrow.narrowing import NarrowRun, Probe, ProbeKind
 from abbisect.recipe import Recipe
 from abbisect.trial.executors import Executor, Slot
 from abbisect.trial.pipeline import run_trial
