@@ -27,7 +27,7 @@ power), `samples` the performance samples, `power` an eval's power plan before i
 
 from __future__ import annotations
 
-from abbisect.stats.decide import Call, Classification, Side
+from abbisect.stats.decide import Call, Classification, Resemblance
 from abbisect.stats.power import PowerPlan, power_plan
 from abbisect.stats.proportions import (
     PairedComparison,
@@ -54,8 +54,28 @@ from abbisect.stats.samples import (
 )
 
 __all__ = [
-    "Call", "Classification", "Detectable", "NoiseFloor", "PairedComparison", "PowerPlan", "RateComparison",
-    "SampleComparison", "Side", "classify_paired", "classify_rate", "classify_sample", "compare_paired",
-    "compare_rates", "compare_samples", "detectable_change", "detectable_drop", "n_for_power", "noise_floor",
-    "power_paired", "power_plan", "power_unpaired", "reachable_n", "wilson",
+    "Call",
+    "Classification",
+    "Detectable",
+    "NoiseFloor",
+    "PairedComparison",
+    "PowerPlan",
+    "RateComparison",
+    "Resemblance",
+    "SampleComparison",
+    "classify_paired",
+    "classify_rate",
+    "classify_sample",
+    "compare_paired",
+    "compare_rates",
+    "compare_samples",
+    "detectable_change",
+    "detectable_drop",
+    "n_for_power",
+    "noise_floor",
+    "power_paired",
+    "power_plan",
+    "power_unpaired",
+    "reachable_n",
+    "wilson",
 ]
