@@ -2,7 +2,7 @@
 
 One module per job: `schema` (the pydantic models, `Recipe` and its sections; `eval`, `perf`, `gpus` and `probe`
 hold the sections with rules of their own, `devices` the GPU device classes a probe names), `install` (the
-install strategies' models and their registry), `files` (a recipe's files read bounded), `loading` (a file
+install strategies' models and their registry), `bounded` (a recipe's files read bounded), `loading` (a file
 into a `Recipe`: validated, every problem one line naming the key, its paths resolved) and `fingerprint`
 (what of a recipe keys a cached trial). The names the rest of abbisect uses are importable from here.
 """

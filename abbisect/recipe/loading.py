@@ -1,4 +1,4 @@
-"""Loading a recipe: its file read (bounded, files.py), validated into a `Recipe` with every problem one line
+"""Loading a recipe: its file read (bounded.py), validated into a `Recipe` with every problem one line
 naming the key, and its relative paths, prompts file and eval set resolved, so the recipe stands on its own.
 """
 
@@ -13,8 +13,8 @@ from pydantic import ValidationError
 from pydantic_core import ErrorDetails
 
 from abbisect.infra.errors import UserError
+from abbisect.recipe.bounded import load_yaml, read_text_file
 from abbisect.recipe.eval import MAX_EVAL_FILE_BYTES, Eval, EvalItem, digest, parse_items, set_path
-from abbisect.recipe.files import load_yaml, read_text_file
 from abbisect.recipe.install import OverlayInstall, PrecompiledInstall, WheelInstall
 from abbisect.recipe.schema import BUILTIN_PREFIX, MAX_PROMPTS, Prompt, Recipe
 
