@@ -111,10 +111,11 @@ def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, starte
                     command, __version__, started, links or {}, more[0], more[1], assessment or {})
 
 
-def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path) -> tuple[Path, list[checkout.Revision]]:
-    """Both refs are resolved before anything is built, so a typo fails at once."""
-    repo = checkout.open_repo(recipe.engine.repo, cache)
-    return repo, [checkout.resolve(repo, ref) for ref in refs]
+def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path,
+                  say: Progress | None = None) -> tuple[Path, list[checkout.Revision]]:
+    """Both refs are resolved before anything is built, so a typo fails at once (a warning told to `say`)."""
+    repo = checkout.open_repo(recipe.engine.repo, cache, say=say)
+    return repo, [checkout.resolve(repo, ref, say) for ref in refs]
 
 
 def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cache | Path, out: Path, command: str,

@@ -213,7 +213,7 @@ class Oracle:
                         round(time.monotonic() - t, 2), all(x.cached for x in trials), trials[0],
                         more=tuple(trials[1:]), stats=stats)
         run.steps.append(step)
-        self.say(f"{role} {sha[:10]}: [bold]{step.outcome}[/bold] ({step.status}) {step.evidence[:100]}"
+        self.say(f"{role} {sha[:10]}: {step.outcome} ({step.status}) {step.evidence[:100]}"
                  + (" (recorded before the interruption)" if step.replayed else ""))
         return step
 

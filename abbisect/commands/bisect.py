@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from abbisect.commands.common import gpu_lines, interrupted_hint, open_cache
+from abbisect.commands.common import gpu_lines, interrupted_hint, open_cache, open_reporter
 from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
@@ -25,7 +25,7 @@ from abbisect.commands.options import (
     verbosity_options,
 )
 from abbisect.infra.errors import UserError
-from abbisect.infra.progress import Final, Reporter
+from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import Recipe, load_recipe, recipe_path
 
@@ -137,14 +137,14 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     if why := rec.perf_conflict():
         raise UserError(why)
     red = Redactor.from_recipe(rec)
-    progress = red.guard(Reporter())
+    progress = red.guard(open_reporter())
     gpu_check = preflight(rec, bisecting=True)  # before the cache: a GPU this machine lacks is one usage line
     if not req.dry_run:
         gpu_check.raise_if_unfit()
     for note in gpu_check.notes:
         progress(f"note: {note}")
     cache = open_cache(req.cache_dir, progress)
-    variable = variable_for(rec, cache)
+    variable = variable_for(rec, cache, progress)
     if resumed is not None:
         good_rev, bad_rev = resumed.ends_in(variable, req.good, req.bad)
     else:
@@ -169,7 +169,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
                     options=opts)
     if variable.describe():
         progress(f"bisecting {variable.describe()}")
-    progress(f"bisect [bold]{rec.name}[/bold]: good={good_rev.ref} ({good_rev.short}) bad={bad_rev.ref} "
+    progress(f"bisect {rec.name}: good={good_rev.ref} ({good_rev.short}) bad={bad_rev.ref} "
              f"({bad_rev.short}) → {out}")
     progress(f"state: {out / 'state.json'} (if interrupted, resume with: {resume_cmd})")
     interrupted_hint(f"resume with: {resume_cmd}")
@@ -179,7 +179,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         progress(f"{len(executor.slots)} slot(s) on the {executor.name} executor: "
                  + ", ".join(s.label() for s in executor.slots))
     trials = TrialCache(cache, machine_key(), enabled=not opts["no_cache"])
-    oracle = Oracle(rec, variable, out, trials.fetch, lambda spec: trials.get(spec) is not None, progress,
+    oracle = Oracle(rec, variable, out, trials.fetch, lambda spec: trials.get(spec, progress) is not None, progress,
                     retries=rec.bisect.retries, judge=judge, executor=executor,
                     # no background build while a performance trial measures: it would slow some passes
                     prefetch=0 if (executor and len(executor.slots) > 1) or rec.perf else rec.bisect.prefetch)

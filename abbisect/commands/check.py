@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from abbisect import checkout
-from abbisect.commands.common import open_cache
+from abbisect.commands.common import open_cache, open_reporter
 from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
@@ -21,7 +21,7 @@ from abbisect.commands.options import (
     verbosity_options,
 )
 from abbisect.infra.errors import UserError
-from abbisect.infra.progress import Final, Reporter
+from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
 from abbisect.infra.serial import dump
 from abbisect.recipe import load_recipe, recipe_path
@@ -78,21 +78,21 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     from abbisect.trial.spec import trial_spec
     from abbisect.trial.trial_cache import TrialCache, machine_key
 
-    progress = red.guard(Reporter())
+    progress = red.guard(open_reporter())
     for note in gpu_check.notes:
         progress(f"note: {note}")
     cache = open_cache(cache_dir, progress)
-    repo = checkout.open_repo(rec.engine.repo, cache, fetch=under is None)
+    repo = checkout.open_repo(rec.engine.repo, cache, fetch=under is None, say=progress)
     if ref is None and under is None:
         under = bisect_under_way({}, repo)
     if under is not None:
         if not has_commit(repo, under[1]):
             raise UserError(f"git bisect in {under[0]} is testing {under[1][:10]}, which is not in the recipe's "
                             f"repository {repo}: run it there, or give the commit as REF")
-        rev = checkout.resolve(repo, under[1])
+        rev = checkout.resolve(repo, under[1], progress)
         rev = checkout.Revision("the commit git bisect is testing", rev.sha, rev.subject)
     else:
-        rev = checkout.resolve(repo, ref or "HEAD")
+        rev = checkout.resolve(repo, ref or "HEAD", progress)
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     folder = Path(output).expanduser().resolve() if output else cache.checks(rec.name)
     spec = trial_spec(rec, repo, rev, "check", cache, folder)

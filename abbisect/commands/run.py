@@ -24,7 +24,7 @@ from abbisect.commands.options import (
     verbosity_options,
 )
 from abbisect.infra.errors import UserError
-from abbisect.infra.progress import Final, Reporter
+from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import Recipe, load_recipe, recipe_path
 
@@ -96,7 +96,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
         output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
         interactive: bool, expect: str | None, fail_if: str | None) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
-    from abbisect.commands.common import gpu_lines, open_cache
+    from abbisect.commands.common import gpu_lines, open_cache, open_reporter
     from abbisect.gpu.preflight import preflight
     from abbisect.trial.judges import make_judge
 
@@ -134,14 +134,14 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     from abbisect.trial.judges import judging
     from abbisect.trial.pipeline import run_trial
 
-    progress = red.guard(Reporter())
+    progress = red.guard(open_reporter())
     for note in gpu_check.notes:
         progress(f"note: {note}")
     cache = open_cache(cache_dir, progress)
-    repo, revs = resolve_sides(rec, refs, cache)
+    repo, revs = resolve_sides(rec, refs, cache, progress)
     out = new_output_dir(rec.name, output)
     interrupted_hint(f"{out} holds what ran before the interruption: logs, no report")
-    progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
+    progress(f"recipe {rec.name}: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
     from abbisect.trial.trial_cache import TrialCache, machine_key
 
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)

@@ -123,7 +123,7 @@ class Narrower:
         seen = self.assessor.alone(trials)
         probe = Probe(n, kind, label, launch, seen.outcome, str(trials[0].verdict.status), seen.evidence,
                       round(time.monotonic() - t, 2), all(r.cached for r in trials), trials=tuple(trials), **extra)
-        self.say(f"probe {n} ({label[:60]}): [bold]{probe.outcome}[/bold] ({probe.status}) {probe.evidence[:100]}")
+        self.say(f"probe {n} ({label[:60]}): {probe.outcome} ({probe.status}) {probe.evidence[:100]}")
         return probe
 
     # -- the narrowing -------------------------------------------------------------------------------

@@ -161,7 +161,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
 def _checkout(rec: TrialRecord, recipe: Recipe, say: Progress) -> Path:
     say("checkout")
     spec = rec.spec
-    source = checkout.worktree(Path(spec.repo), spec.sha, Cache.at(spec.cache_dir), tuple(recipe.engine.sparse))
+    source = checkout.worktree(Path(spec.repo), spec.sha, Cache.at(spec.cache_dir), tuple(recipe.engine.sparse), say)
     rec.timings["checkout"] = round(time.monotonic() - rec.t0, 3)
     return source
 
@@ -172,7 +172,8 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> Env
     spec, cache = rec.spec, Cache.at(rec.spec.cache_dir)
     env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
                      on_step=lambda d: say(Status(f"environment: {d}") if isinstance(d, Status) else f"environment: {d}"),
-                     after=after_engine(spec.pins, spec.dependency, cache), redactor=Redactor.from_recipe(recipe))
+                     after=after_engine(spec.pins, spec.dependency, cache, say=say), redactor=Redactor.from_recipe(recipe),
+                     say=say)
     rec.env = env
     rec.timings["build"] = env.seconds
     if not env.ok:

@@ -15,7 +15,6 @@ from pathlib import Path
 from abbisect.environment.pins import after_engine
 from abbisect.infra.cache import Cache
 from abbisect.infra.locks import atomic_write
-from abbisect.infra.progress import ambient
 from abbisect.infra.redact import Redactor, fingerprint_key
 from abbisect.infra.serial import dump, load
 from abbisect.recipe.fingerprint import fingerprint
@@ -98,7 +97,8 @@ class TrialCache:
             result = load(TrialResult, data)
         except ValueError as exc:  # not JSON, not UTF-8, or not a TrialResult (pydantic's ValidationError)
             why = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
-            (progress or ambient)(f"trial cache: entry {path.name} unreadable ({why}); running the trial again")
+            if progress is not None:
+                progress(f"trial cache: entry {path.name} unreadable ({why}); running the trial again")
             try:
                 path.replace(path.with_name(path.name + ".unreadable"))
             except FileNotFoundError:  # another abbisect moved it first
