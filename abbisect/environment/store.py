@@ -77,7 +77,7 @@ def _context(source: Path, sha: str, install: Install, subdir: str | None, cache
     probe = BuildContext(source, sha, install, Path("/nonexistent"), cache, subdir, git_dir)
     strategy = _strategy(install)
     # A secret-looking install.env value is not in the key (it is public, in results.json): a build token
-    # does not change what is built, and its hash could be checked against guesses (abbisect/redact.py).
+    # does not change what is built, and its hash could be checked against guesses (abbisect/infra/redact.py).
     shown = {**install.model_dump(mode="json"), "env": {k: MASK if looks_secret(k) else v for k, v in install.env.items()}}
     common = {"install": shown, "python": python_version(install),
               "index": index_args(install, probe), "subdir": subdir}

@@ -168,7 +168,7 @@ class Cache:
         return self.trials / key
 
     def trial_unconfirmed(self, key: str) -> Path:
-        """A result that must be seen twice before it is kept (see trialcache.CONFIRM_FIRST)."""
+        """A result that must be seen twice before it is kept (see `Status.confirm_first` and trial/trial_cache.py)."""
         return self.trials / f"{key}.unconfirmed"
 
     def clone(self, url: str) -> Path:

@@ -80,7 +80,7 @@ def _strip_paths(data):
 
 def portable_recipe(recipe: Recipe, cache: Cache | Path) -> dict:
     """The recipe as a stranger can use it: prompts inlined, no path of this machine, defaults left out, the
-    values of secret variables masked under their names (abbisect/redact.py)."""
+    values of secret variables masked under their names (abbisect/infra/redact.py)."""
     data = recipe.model_dump(mode="json", exclude_defaults=True)
     data["engine"] = {**data.get("engine", {}), "kind": recipe.engine.kind, "repo": engine_source(recipe)}
     if isinstance(recipe.model, PackagedModel):

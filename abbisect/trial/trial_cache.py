@@ -139,7 +139,7 @@ class TrialCache:
     def put(self, result: TrialResult, spec: TrialSpec | None = None) -> None:
         """Keep a result (and its out_dir's logs); `spec` is the unredacted spec the key is computed from."""
         status = result.verdict.status
-        if not status.cacheable:  # it says nothing about the commit (abbisect/status.py)
+        if not status.cacheable:  # it says nothing about the commit (abbisect/verdict/status.py)
             return
         spec = spec or result.spec
         key = trial_key(spec, self.machine)
