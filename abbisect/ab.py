@@ -12,7 +12,7 @@ from pathlib import Path
 
 from abbisect import __version__, checkout
 from abbisect.assess import assessor_for
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.infra.cache import Cache
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.errors import UserError
@@ -114,10 +114,11 @@ def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, starte
                     command, __version__, started, links or {}, more[0], more[1], assessment or {}, commits or {})
 
 
-def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path) -> tuple[Path, list[checkout.Revision]]:
-    """Both refs are resolved before anything is built, so a typo fails at once."""
-    repo = checkout.open_repo(recipe.engine.repo, cache)
-    return repo, [checkout.resolve(repo, ref) for ref in refs]
+def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path,
+                  say: Progress | None = None) -> tuple[Path, list[checkout.Revision]]:
+    """Both refs are resolved before anything is built, so a typo fails at once (a warning told to `say`)."""
+    repo = checkout.open_repo(recipe.engine.repo, cache, say=say)
+    return repo, [checkout.resolve(repo, ref, say) for ref in refs]
 
 
 def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cache | Path, out: Path, command: str,
@@ -167,7 +168,7 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
             progress(f"A and B after {len(got)} launch(es) each: {assessment['comparison'].get('text', '')}; "
                      f"{want} more of each")
     a, b = got[0]
-    links = {"a": history.github_links(a.spec.repo, a.spec.sha), "b": history.github_links(b.spec.repo, b.spec.sha,
+    links = {"a": gitlog.github_links(a.spec.repo, a.spec.sha), "b": gitlog.github_links(b.spec.repo, b.spec.sha,
                                                                                        a.spec.sha)}
     more = (tuple(p[0] for p in got[1:]), tuple(p[1] for p in got[1:]))
     commits = {sha: history.commit_info(repo, sha) for sha in sorted({a.spec.sha, b.spec.sha})}

@@ -18,7 +18,7 @@ from abbisect.infra.errors import InfraError, UserError
 from abbisect.infra.git import GitError, call, git, is_repository, succeeds
 from abbisect.infra.git import resolve as resolve_sha
 from abbisect.infra.locks import file_lock
-from abbisect.infra.progress import warn
+from abbisect.infra.progress import Say, warn
 from abbisect.recipe import BUILTIN_PREFIX, DEMO_REPO
 
 _URL = re.compile(r"^[a-z+]+://|^git@")
@@ -36,7 +36,7 @@ class Revision:
         return self.sha[:10]
 
 
-def open_repo(spec: str, cache: Cache | Path, fetch: bool = True) -> Path:
+def open_repo(spec: str, cache: Cache | Path, fetch: bool = True, say: Say | None = None) -> Path:
     """A local git directory for the recipe's engine.repo (cloning URLs into the cache once, bare).
 
     With `fetch` False an existing clone is used as it is: `check` under `git bisect run` must neither
@@ -45,17 +45,17 @@ def open_repo(spec: str, cache: Cache | Path, fetch: bool = True) -> Path:
     if spec == DEMO_REPO:
         from abbisect.builtin.history import ensure_demo_repo
 
-        return ensure_demo_repo(cache.demo_engine)
+        return ensure_demo_repo(cache.demo_engine, say)
     if spec.startswith(BUILTIN_PREFIX):
         from abbisect.builtin import builtin_repos
 
         known = builtin_repos()
         if spec not in known:
             raise UserError(f"unknown builtin repository {spec!r}; known: {DEMO_REPO}, {', '.join(known)}")
-        return known[spec](cache)
+        return known[spec](cache, say)
     if _URL.match(spec):
         dest = cache.clone(spec)
-        with file_lock(cache.lock(dest)):
+        with file_lock(cache.lock(dest), say=say):
             cloning = not dest.exists()
             try:
                 if cloning:
@@ -86,7 +86,8 @@ def _local_repository(spec: str, path: Path) -> None:
     raise UserError(f"engine.repo {spec}: not a git repository ({why})")
 
 
-def resolve(repo: Path, ref: str) -> Revision:
+def resolve(repo: Path, ref: str, say: Say | None = None) -> Revision:
+    """`ref` as a commit of `repo`; a ref git finds ambiguous is warned about once a command (to `say`)."""
     proc = call(["rev-parse", "--verify", "--end-of-options", f"{ref}^{{commit}}"], repo)
     sha = proc.stdout.strip()
     if proc.returncode != 0 or not sha:
@@ -95,7 +96,7 @@ def resolve(repo: Path, ref: str) -> Revision:
         _WARNED.add((repo, m.group(1)))
         said = _ambiguity(repo, m.group(1))
         if said:
-            warn(said)
+            warn(said, say)
     return Revision(ref=ref, sha=sha, subject=git(repo, "show", "-s", "--format=%s", sha).strip())
 
 
@@ -120,7 +121,7 @@ def _ambiguity(repo: Path, name: str) -> str | None:
     return head + "; name the other as " + " or ".join(f"{r} ({o[:10]})" for r, o in others)
 
 
-def worktree(repo: Path, sha: str, cache: Cache | Path, sparse: tuple[str, ...] = ()) -> Path:
+def worktree(repo: Path, sha: str, cache: Cache | Path, sparse: tuple[str, ...] = (), say: Say | None = None) -> Path:
     """A detached worktree of `sha`, shared by every trial of that commit (and held while this process runs).
 
     With `sparse` folders (the recipe's engine.sparse) and a repository abbisect owns (a clone or built-in
@@ -131,8 +132,8 @@ def worktree(repo: Path, sha: str, cache: Cache | Path, sparse: tuple[str, ...] 
     """
     dest = worktree_path(repo, sha, cache, sparse)
     lean = dest.name != sha
-    hold(dest)
-    with file_lock(Cache.lock(dest)):
+    hold(dest, say)
+    with file_lock(Cache.lock(dest), say=say):
         if (dest / ".git").exists():
             try:
                 if git(dest, "rev-parse", "HEAD").strip() == sha:

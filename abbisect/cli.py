@@ -1,8 +1,9 @@
 """The thin shell: the `abbisect` group (each command is a module of abbisect/commands/), and every ending
-mapped to an exit code here.
+mapped to its exit code.
 
-`EXIT_CODES` is the one table of exit codes (README "Exit codes" and each command's --help repeat it);
-`Main.invoke` turns the error tree of `abbisect.infra.errors` into one line on stderr and the command's code.
+`Main.invoke` turns the error tree of `abbisect.infra.errors` into one line on stderr and the command's code
+from the one table of exit codes (`abbisect.commands.endings.EXIT_CODES`; README "Exit codes" and each
+command's --help repeat it).
 """
 
 from __future__ import annotations
@@ -22,45 +23,12 @@ from typing import Any
 import click
 
 from abbisect import __version__
+from abbisect.commands.endings import SIGNALS, exit_code
 from abbisect.commands.options import verbosity_options
 from abbisect.infra.errors import describe_os_error, kind_of
 
 # The commands, each in abbisect/commands/<name>.py as a click command of that name; imported when used.
 COMMANDS = ("bisect", "cache", "check", "compare", "env", "matrix", "narrow", "run", "scan", "schema")
-
-# Every way each command ends → its exit code. "usage": bad input (UserError, a bad option); "infra":
-# abbisect's own side failed (InfraError: download, disk, checkout, port, lock; a full or read-only disk);
-# "internal": a bug of ours (traceback in crash.log). `check` is a `git bisect run` script: only a bad
-# verdict may exit 1..127 (but 125), so everything that is not about the commit exits 125 (skip it) or
-# 128 and above (stop the bisection).
-_SIGNALS = {"interrupted": 130, "terminated": 143}
-_DEFAULT_CODES = {"ok": 0, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS}
-EXIT_CODES: dict[str, dict[str, int]] = {
-    "check": {"good": 0, "bad": 1, "untestable": 125, "infra": 125, "usage": 128, "internal": 128, **_SIGNALS},
-    "run": {"ran": 0, "gate-failed": 1, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS},
-    "bisect": {"found": 0, "usage": 2, "infra": 2, "no-change": 3, "untestable-end": 4, "ambiguous": 5,
-               "internal": 70, **_SIGNALS},
-    "scan": {"clean": 0, "matched": 1, "usage": 2, "infra": 2, "internal": 70, **_SIGNALS},
-    # compare's code is its call, as `check`'s is its verdict: a CI step gates on it with no parsing.
-    "compare": {"same": 0, "different": 1, "usage": 2, "infra": 2, "not-sure": 3, "internal": 70, **_SIGNALS},
-    # narrow: found = a workaround switch or a smallest failing difference; none-passed = nothing tried made
-    # the failure go away; not-failing = the recipe's launch does not fail at the commit (nothing to narrow);
-    # nothing-to-try = it fails, but the commit accepts none of the switches and no passing launch narrows it
-    # (the recipe gave nothing this commit can try: closer to usage than to "none passed").
-    "narrow": {"found": 0, "none-passed": 1, "usage": 2, "infra": 2, "not-failing": 3, "nothing-to-try": 4,
-               "internal": 70, **_SIGNALS},
-    **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema")},
-}
-
-
-def exit_code(command: str | None, ending: str) -> int:
-    return EXIT_CODES.get(command or "", _DEFAULT_CODES).get(ending, _DEFAULT_CODES.get(ending, 70))
-
-
-def exit_help(command: str) -> str:
-    """The command's row of the table, for its --help."""
-    codes = EXIT_CODES[command]
-    return "Exit codes: " + ", ".join(f"{code} {name}" for name, code in codes.items()) + "."
 
 
 def _invocation() -> str:
@@ -112,7 +80,7 @@ class Main(click.Group):
             _usage(exc)
             ctx.exit(exit_code(command, "usage"))
         except SystemExit as exc:
-            if exc.code == _SIGNALS["terminated"] and _TERMINATED.is_set():
+            if exc.code == SIGNALS["terminated"] and _TERMINATED.is_set():
                 click.echo("abbisect: terminated" + _hint(ctx), err=True)
             raise
         except (click.exceptions.Exit, click.ClickException):
@@ -195,7 +163,7 @@ def _usage(exc: click.UsageError) -> None:
 def _on_sigterm(*_) -> None:
     _TERMINATED.set()
     _stop_children()  # builds in background threads must not hold the exit
-    sys.exit(_SIGNALS["terminated"])
+    sys.exit(SIGNALS["terminated"])
 
 
 def _hint(ctx: click.Context) -> str:

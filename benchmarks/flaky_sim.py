@@ -35,7 +35,7 @@ import sys
 from dataclasses import dataclass
 
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, start
-from abbisect.stats import Call, Side, classify_rate, compare_rates, wilson
+from abbisect.stats import Call, Resemblance, classify_rate, compare_rates, wilson
 
 DEFAULT_SETTINGS = ["6,4,0.25,0.05", "6,8,0.15,0.05", "6,8,0.15,0.01", "6,8,0.5,0.01", "6,16,0.15,0.01",
                     "4,8,0.15,0.01", "10,8,0.15,0.01", "6,8,0.25,0.01", "6,8,0.1,0.01"]
@@ -65,7 +65,7 @@ def compare(a: tuple[int, int], b: tuple[int, int], min_difference: float, alpha
 
 @functools.cache
 def classify(k: int, n: int, good: tuple[int, int], bad: tuple[int, int], min_difference: float,
-             alpha: float) -> Side:
+             alpha: float) -> Resemblance:
     return classify_rate(k, n, good=good, bad=bad, min_difference=min_difference, alpha=alpha).side
 
 
@@ -123,7 +123,7 @@ def simulate(s: Setting, commits: int, culprit: int, streams: list[Commit], fres
         launched += c.launch(first)
         while True:  # Oracle.assess
             side = classify(c.k, c.n, old.pair, new.pair, md, alpha)
-            if side is not Side.UNSURE:
+            if side is not Resemblance.UNSURE:
                 break
             grew = 0
             for end in ends:  # Oracle.grow_ends
@@ -135,7 +135,8 @@ def simulate(s: Setting, commits: int, culprit: int, streams: list[Commit], fres
             if not more:
                 break
             launched += c.launch(more)
-        state = state.record(sha, {Side.LIKE_BAD: NEW, Side.LIKE_GOOD: OLD, Side.UNSURE: SKIP}[side])
+        state = state.record(sha, {Resemblance.LIKE_BAD: NEW, Resemblance.LIKE_GOOD: OLD,
+                                   Resemblance.UNSURE: SKIP}[side])
         steps.append((names.index(sha), c.pair, old.pair, new.pair, side.value))
     res = state.result()
     if res.outcome != "found" or res.first_new is None:

@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.bisect.search import NEW, OLD, start
 from abbisect.infra.proc import scrubbed_env
 from abbisect.infra.serial import dump
@@ -42,7 +42,7 @@ def timed(fn):
 def abbisect_search(repo: Path, new: str, olds: list[str], culprit: str, first_parent: bool) -> dict:
     # The stub's answer for every commit, by real ancestry (as the git script asks), outside the timing.
     below = set(git(repo, "rev-list", "--ancestry-path", f"{culprit}..{new}").split()) | {culprit}
-    graph, t_graph = timed(lambda: history.candidate_graph(repo, new, olds, first_parent, unrelated_olds=True))
+    graph, t_graph = timed(lambda: gitlog.candidate_graph(repo, new, olds, first_parent, unrelated_olds=True))
     state = start(graph, new, olds)
     (first, ahead), t_first = timed(lambda: (state.next_commit(), state.lookahead()))
     tested = []
@@ -95,15 +95,15 @@ def main() -> None:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     repo = args.clone.resolve()
-    new = history.resolve(repo, args.bad)
+    new = gitlog.resolve(repo, args.bad)
     if args.other:
-        other = history.resolve(repo, args.other)
-        (bases), t_mb = timed(lambda: history.merge_bases(repo, other, new))
+        other = gitlog.resolve(repo, args.other)
+        (bases), t_mb = timed(lambda: gitlog.merge_bases(repo, other, new))
         olds = [*bases, other]
     else:
-        olds, t_mb = [history.resolve(repo, args.good or f"{args.bad}~3000")], 0.0
+        olds, t_mb = [gitlog.resolve(repo, args.good or f"{args.bad}~3000")], 0.0
     mainline = git(repo, "rev-list", "--first-parent", "--reverse", new, *(f"^{o}" for o in olds)).split()
-    culprit = history.resolve(repo, args.culprit) if args.culprit else mainline[len(mainline) // 3]
+    culprit = gitlog.resolve(repo, args.culprit) if args.culprit else mainline[len(mainline) // 3]
     in_range = git(repo, "rev-list", new, *(f"^{o}" for o in olds)).split()
     if culprit not in in_range:  # the stub would then call every commit old for one and new for the other
         sys.exit(f"--culprit {args.culprit} is not in the range (an ancestor of an old end, or not below new)")
@@ -116,7 +116,7 @@ def main() -> None:
             "abbisect": {k: v for k, v in ours.items() if k != "tested"},
             "git": {k: v for k, v in theirs.items() if k != "tested"},
             "same_steps": ours["tested"] == theirs["tested"], "same_answer": ours["found"] == theirs["found"]}
-    rel, report["releases_s"] = timed(lambda: history.releases(repo, culprit))
+    rel, report["releases_s"] = timed(lambda: gitlog.releases(repo, culprit))
     report["releases"] = dump(rel)
     if args.json:
         json.dump(report, sys.stdout, indent=1)

@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
+from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role
 from abbisect.bisect.driver import Driver
 from abbisect.bisect.kinds import VariableKind
-from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role
 from abbisect.bisect.oracle import Oracle
 from abbisect.bisect.search import Graph
 from abbisect.bisect.search import bisect as git_bisect
@@ -95,17 +95,17 @@ class FakeHistory:
         self.built.append(candidate)
         return EnvResult(True, "k", "v", "python", True, 0.0, "log", ())
 
-    def info(self, candidate: str) -> history.CommitInfo:
-        return history.CommitInfo(candidate, candidate[:7], f"subject of {candidate}", "", "", "", None,
+    def info(self, candidate: str) -> gitlog.CommitInfo:
+        return gitlog.CommitInfo(candidate, candidate[:7], f"subject of {candidate}", "", "", "", None,
                                   self.parents[candidate])
 
     def links(self, candidate: str, base: str | None) -> dict[str, str]:
         return {}
 
-    def engine_commit(self, sha: str) -> history.CommitInfo:
+    def engine_commit(self, sha: str) -> gitlog.CommitInfo:
         return self.info(sha)
 
-    def releases(self, candidate: str) -> history.Releases | None:
+    def releases(self, candidate: str) -> gitlog.Releases | None:
         return None
 
     def dry_run(self, good: Revision, bad: Revision) -> str:

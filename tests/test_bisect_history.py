@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from abbisect.bisect.history import (
+from abbisect.bisect.gitlog import (
     CommitInfo,
     candidate_graph,
     commit_info,

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.bisect.search import NEW, OLD, bisect
 from abbisect.builtin.history import Commit, build_history
 
@@ -28,7 +28,7 @@ def line_repo(tmp_path_factory) -> tuple[Path, list[str]]:
 
 def search_steps(repo: Path, shas: list[str], old: int, new: int) -> int:
     """How many commits the search tests between the ends (the pure search, git's own choice of midpoints)."""
-    graph = history.candidate_graph(repo, shas[new], [shas[old]])
+    graph = gitlog.candidate_graph(repo, shas[new], [shas[old]])
     res = bisect(graph, shas[new], [shas[old]], lambda sha: NEW if shas.index(sha) >= BUG else OLD)
     return res.tested
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from abbisect.bisect.history import candidate_graph
+from abbisect.bisect.gitlog import candidate_graph
 from abbisect.bisect.search import NEW, OLD, SKIP, bisect
 
 EXIT = {OLD: 0, NEW: 1, SKIP: 125}

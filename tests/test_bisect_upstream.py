@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.builtin.history import Commit, _git, build_history, cherry_pick, commit, merge
 
 
@@ -84,20 +84,20 @@ def upstream_crash(tmp_path_factory) -> tuple[Path, dict[str, str]]:
 
 def test_cherry_pick_trailers_and_release_order() -> None:
     body = "Fix it\n\n(cherry picked from commit 0123456789abcdef0123456789abcdef01234567)\n"
-    assert history.cherry_picked_from(body) == ["0123456789abcdef0123456789abcdef01234567"]
-    assert history.cherry_picked_from("no trailer") == []
-    assert history.first_release(["v0.5.19", "v0.5.2", "v0.6.0rc1", "nightly", "v0.5.19rc2"]) == "v0.5.2"
-    assert history.first_release(["v0.6.0", "v0.6.0rc1"]) == "v0.6.0rc1"
-    assert history.first_release(["main-tip", "side-1"]) is None
-    assert history.release_tags(["v1.10", "tip", "v1.9", "v1.10rc1"]) == ("v1.9", "v1.10rc1", "v1.10")
-    assert history.rank_branches(["dev/x", "release/v0.6", "main"]) == ("main", "release/v0.6", "dev/x")
+    assert gitlog.cherry_picked_from(body) == ["0123456789abcdef0123456789abcdef01234567"]
+    assert gitlog.cherry_picked_from("no trailer") == []
+    assert gitlog.first_release(["v0.5.19", "v0.5.2", "v0.6.0rc1", "nightly", "v0.5.19rc2"]) == "v0.5.2"
+    assert gitlog.first_release(["v0.6.0", "v0.6.0rc1"]) == "v0.6.0rc1"
+    assert gitlog.first_release(["main-tip", "side-1"]) is None
+    assert gitlog.release_tags(["v1.10", "tip", "v1.9", "v1.10rc1"]) == ("v1.9", "v1.10rc1", "v1.10")
+    assert gitlog.rank_branches(["dev/x", "release/v0.6", "main"]) == ("main", "release/v0.6", "dev/x")
 
 
 def test_match_carriers_by_trailer_pr_and_patch_id() -> None:
-    e = history.LogEntry
+    e = gitlog.LogEntry
     entries = [e("a" * 40, "Fix (#120)", ""), e("b" * 40, "Backport", "(cherry picked from commit 1234567)"),
                e("c" * 40, "Other", ""), e("d" * 40, 'Revert "Fix (#120)"', ""), e("f" * 40, "Unrelated (#7)", "")]
-    found = history.match_carriers({"1234567" + "0" * 33}, 120, {"c" * 40: "P", "f" * 40: "Q"}, {"P"}, entries)
+    found = gitlog.match_carriers({"1234567" + "0" * 33}, 120, {"c" * 40: "P", "f" * 40: "Q"}, {"P"}, entries)
     assert found == [("a" * 40, "same PR #120"), ("b" * 40, "cherry-pick of 1234567"), ("c" * 40, "same patch id")]
 
 
@@ -106,15 +106,15 @@ def test_match_carriers_by_trailer_pr_and_patch_id() -> None:
 
 def test_releases_of_a_fix_merge_name_the_backport_and_its_tag(upstream_crash) -> None:
     repo, s = upstream_crash
-    rel = history.releases(repo, s["M120"])
+    rel = gitlog.releases(repo, s["M120"])
     # Released first in v0.6.0 (release/v0.6 was cut after it), backported earlier into v0.5.19.
     assert rel.pr == 120 and rel.first_release == "v0.6.0" and rel.branches[0] == "main"
     assert rel.releases == ("v0.6.0", "v0.6.1")
     assert [(c.sha, c.first_release) for c in rel.carriers] == [(s["bp1"], "v0.5.19")]
     assert "release/v0.5.18" in rel.carriers[0].branches and "cherry-pick" in rel.carriers[0].how
-    culprit = history.releases(repo, s["M130"])
+    culprit = gitlog.releases(repo, s["M130"])
     assert [(c.sha, c.first_release) for c in culprit.carriers] == [(s["bp2"], "v0.6.1")]
-    backport = history.releases(repo, s["bp1"])  # seen from the backport: the original is found too
+    backport = gitlog.releases(repo, s["bp1"])  # seen from the backport: the original is found too
     assert backport.first_release == "v0.5.19"
     assert backport.carriers[0].sha == s["p1"] and backport.carriers[0].how == "the original it was cherry-picked from"
 
@@ -123,13 +123,13 @@ def test_bisect_under_way_reads_bisect_head_in_bare_repositories(upstream, tmp_p
     src, s = upstream
     bare = tmp_path / "bare.git"
     subprocess.run(["git", "clone", "-q", "--bare", str(src), str(bare)], check=True)
-    assert history.bisect_under_way({}, bare) is None
+    assert gitlog.bisect_under_way({}, bare) is None
     subprocess.run(["git", "-C", str(bare), "bisect", "start", s["tip"], s["m0"]], check=True, capture_output=True)
     head = _git(bare, "rev-parse", "HEAD")
-    found = history.bisect_under_way({}, bare)
+    found = gitlog.bisect_under_way({}, bare)
     assert found is not None and found[1] == _git(bare, "rev-parse", "BISECT_HEAD") != head
     # Under `git bisect run` in a bare repository: GIT_DIR=. and the clone as the working directory.
-    assert history.bisect_under_way({"GIT_DIR": "."}, bare)[1] == found[1]
+    assert gitlog.bisect_under_way({"GIT_DIR": "."}, bare)[1] == found[1]
 
 
 def test_bisect_under_way_in_a_linked_worktree(upstream, tmp_path) -> None:
@@ -139,9 +139,9 @@ def test_bisect_under_way_in_a_linked_worktree(upstream, tmp_path) -> None:
     wt = tmp_path / "wt"
     _git(clone, "worktree", "add", "-q", "--detach", str(wt), s["tip"])
     subprocess.run(["git", "-C", str(wt), "bisect", "start", s["tip"], s["m0"]], check=True, capture_output=True)
-    found = history.bisect_under_way({}, wt)
+    found = gitlog.bisect_under_way({}, wt)
     assert found is not None and found[1] == _git(wt, "rev-parse", "HEAD") != s["tip"]
-    assert history.bisect_under_way({}, clone) is None  # the bisect is the worktree's, not the clone's
+    assert gitlog.bisect_under_way({}, clone) is None  # the bisect is the worktree's, not the clone's
 
 
 # -- through the CLI, checked against git bisect run --------------------------------------------------------
@@ -427,7 +427,7 @@ def test_criss_cross_ends_test_every_merge_base(tmp_path, cache_dir) -> None:
     _git(repo, "checkout", "-q", "y")
     merge(repo, x1, "Merge x1 into y", 4)
     y2 = commit(repo, Commit("y2 dispatch quantisation to linear layers only", "break_scale", tag="bad-y"), 5)
-    assert sorted(history.merge_bases(repo, "good-x", "bad-y")) == sorted([x1, y1])
+    assert sorted(gitlog.merge_bases(repo, "good-x", "bad-y")) == sorted([x1, y1])
     _, res, md = run_bisect(tmp_path, str(repo), cache_dir, "--good", "good-x", "--bad", "bad-y")
     assert res["mode"] == "regression" and res["first_new"] == y2
     assert sorted(res["merge_bases"]) == sorted([x1, y1])

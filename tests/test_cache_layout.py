@@ -14,7 +14,7 @@ import pytest
 from conftest import abbisect, run_ab, toy_recipe
 
 from abbisect import checkout
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.builtin.history import Commit, build_history, commit, init_repo
 from abbisect.environment.tree import CommitTree
 from abbisect.infra import git
@@ -23,8 +23,8 @@ from abbisect.infra.errors import UserError
 from abbisect.infra.proc import run_logged
 from abbisect.infra.serial import dump, load
 from abbisect.recipe import Recipe
-from abbisect.trial.cache import TrialCache, machine_key, planned_env_key, trial_key
 from abbisect.trial.spec import TrialSpec, trial_spec
+from abbisect.trial.trial_cache import TrialCache, machine_key, planned_env_key, trial_key
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -127,8 +127,8 @@ def two_repos(tmp_path, monkeypatch):
 def test_git_calls_read_the_repository_they_name(two_repos, tmp_path):
     mine, shas, other, other_sha = two_repos
     assert git.git(mine, "rev-parse", "HEAD").strip() == shas[-1]
-    assert history.resolve(mine, "HEAD") == shas[-1] and checkout.resolve(mine, "HEAD").sha == shas[-1]
-    assert history.is_ancestor(mine, shas[0], shas[1]) and not history.has_commit(mine, other_sha)
+    assert gitlog.resolve(mine, "HEAD") == shas[-1] and checkout.resolve(mine, "HEAD").sha == shas[-1]
+    assert gitlog.is_ancestor(mine, shas[0], shas[1]) and not gitlog.has_commit(mine, other_sha)
     assert CommitTree(mine, shas[0]).in_git and CommitTree(mine, shas[0]).read("CHANGES.txt")
     with pytest.raises(git.GitError):
         git.git(mine, "rev-parse", "--verify", "no-such-ref")

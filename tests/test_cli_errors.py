@@ -79,34 +79,35 @@ class _Tty(io.StringIO):
 
 
 def test_status_is_a_live_line_on_a_terminal_and_throttled_lines_otherwise(monkeypatch):
-    monkeypatch.setattr(progress, "level", progress.NORMAL)
+    monkeypatch.setenv("TERM", "xterm")  # a terminal that can rewrite a line (rich draws nothing live on a dumb one)
     tty = _Tty()
-    say = Reporter(tty)
+    say = Reporter(tty, level=progress.NORMAL)
     for _ in range(3):
         say(Status("environment: uv pip install (12 packages)"))
     say("launch: server")
     out = tty.getvalue()
-    assert out.count("\r\x1b[K") >= 3 and out.count("\n") == 1  # rewritten in place, then cleared by a line
+    after_last_erase = out.rsplit("\x1b[2K", 1)[1]
+    # rewritten in place, then cleared by a line: after the last erase only that line is on screen
+    assert out.count("\r\x1b[2K") >= 3 and after_last_erase.endswith("launch: server\n")
+    assert after_last_erase.count("\n") == 1 and "environment" not in after_last_erase
     assert "environment: uv pip install (12 packages) (0 s)" in out
 
     plain = io.StringIO()
-    say = Reporter(plain)
+    say = Reporter(plain, level=progress.NORMAL)
     for _ in range(5):
         say(Status("waiting for another abbisect building abc", kind="lock"))
     say(Status("ready: waiting for /health", kind="ready"))
     lines = plain.getvalue().splitlines()
     assert len(lines) == 2 and "\r" not in plain.getvalue()  # one per kind within THROTTLE_S
 
-    monkeypatch.setattr(progress, "level", progress.VERBOSE)
     verbose = io.StringIO()
-    say = Reporter(verbose)
+    say = Reporter(verbose, level=progress.VERBOSE)
     for _ in range(3):
         say(Status("waiting", kind="lock"))
     assert len(verbose.getvalue().splitlines()) == 3
 
-    monkeypatch.setattr(progress, "level", progress.QUIET)
     quiet = io.StringIO()
-    say = Reporter(quiet)
+    say = Reporter(quiet, level=progress.QUIET)
     say("step")
     say(Status("waiting"))
     say(Final("A: ok"))

@@ -14,7 +14,7 @@ from scipy import stats
 from test_evals import toy  # noqa: F401 -- the module's toy-engine trees fixture
 from test_toyengine import server
 
-from abbisect.cli import EXIT_CODES
+from abbisect.commands.endings import EXIT_CODES
 from abbisect.infra.serial import dump
 from abbisect.query.evals import EvalRun, EvalSet, pair, run_eval
 from abbisect.report.accuracy import accuracy_section, failed_requests, flipped_items, headline

@@ -18,7 +18,7 @@ from abbisect.builtin.history import Commit, _git, commit, init_repo
 from abbisect.environment import ensure_env
 from abbisect.environment.editable import cuda_variant, heavy_pins
 from abbisect.recipe import Recipe, make_install
-from abbisect.trial.plan import env_plan_for, plan_for
+from abbisect.trial.dryrun import env_plan_for, plan_for
 
 
 def _wheel(dest: Path, name: str, version: str, files: dict[str, bytes]) -> Path:

@@ -261,7 +261,7 @@ def test_the_plan_line_names_n_power_and_the_detectable_drop(tmp_path, engine_re
     assert plan.describe() == ("power plan: 400 items find a drop of 3 points with 85 % power (80 % asked; 361 "
                                "items reach 80 %); the smallest drop found with 80 % power is 2.8 points "
                                "(accuracy 0.8, A-vs-A flips 1 %, alpha 0.05, exact McNemar)")
-    # What a dry run shows (trial/plan.py's render_plan is to print these lines).
+    # What a dry run shows (trial/dryrun.py's render_plan is to print these lines).
     head = f"eval: builtin:arith_facts ({rec.eval.sha256[:12]}), 400 of 400 items (seed 0), chat API, max_tokens 48"
     assert plan_lines(rec.eval) == [f"{head}, 8 in flight", plan.describe()]
     fewer = load_recipe(_eval_recipe(tmp_path, engine_repo, n=200, fewshot=3, min_drop=0.06))[0].eval

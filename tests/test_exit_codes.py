@@ -1,4 +1,4 @@
-"""Every way a command ends, through the real CLI: one exit code per meaning (abbisect.cli.EXIT_CODES).
+"""Every way a command ends, through the real CLI: one exit code per meaning (abbisect.commands.endings.EXIT_CODES).
 
 `check` is a `git bisect run` script, so the rule that matters most is tested under git itself: a fault on
 abbisect's side (a model download, a checkout) exits 125 and git skips the commit — it never calls it bad.
@@ -23,7 +23,7 @@ import pytest
 from conftest import abbisect, cli, readme_exit_codes, toy_recipe, write_recipe
 
 from abbisect.builtin.history import Commit, build_history
-from abbisect.cli import EXIT_CODES
+from abbisect.commands.endings import EXIT_CODES
 
 # A model package that cannot be downloaded: the index is a closed port and there are no local links.
 NO_DOWNLOAD_ENV = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple/", "PIP_CONFIG_FILE": os.devnull, "PIP_RETRIES": "0",

@@ -10,10 +10,10 @@ import pytest
 from click.testing import CliRunner
 
 from abbisect.commands.env import env
-from abbisect.gpu.devices import device_classes
 from abbisect.gpu.fingerprint import Fingerprint, GpuInfo, collect, render_sides, render_table
 from abbisect.infra.errors import UserError
 from abbisect.infra.serial import load
+from abbisect.recipe.devices import device_classes
 
 H200 = GpuInfo(0, "NVIDIA H200", "9.0", 132, 143771, 232448, 233472)
 

@@ -14,7 +14,7 @@ import pytest
 import yaml
 from triton_kernels import GEMM
 
-from abbisect.gpu.probe import (
+from abbisect.gpu.kernel_probe import (
     ProbeConfig,
     ProbeResult,
     ProbeRow,
@@ -263,8 +263,8 @@ def _assert_compiled_equals_launched(res: ProbeResult) -> None:
 
 
 def test_a_probe_that_measures_nothing_leaves_the_commit_untested(tmp_path) -> None:
-    """gpu/probe_trial: a probe that could not measure its scope is `infra_error` → skip, never a verdict."""
-    from abbisect.trial.probe import probe_trial
+    """trial/probe_trial: a probe that could not measure its scope is `infra_error` → skip, never a verdict."""
+    from abbisect.trial.probe_trial import probe_trial
 
     config = ProbeConfig(file="no_such_kernel.py", kernel="k", grid=[1], targets=["sm_90"], mode="compile",
                          bad_if={"not_fits": ["sm_90"]})

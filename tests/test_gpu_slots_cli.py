@@ -17,7 +17,7 @@ import pytest
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect import checkout
-from abbisect.cli import EXIT_CODES
+from abbisect.commands.endings import EXIT_CODES
 
 pytestmark = pytest.mark.e2e
 

@@ -2,14 +2,16 @@
 one of a higher layer. The layers (README "How it works" draws them) from the bottom:
 
 0. infra      the machinery every stage uses: errors, git, processes, the cache, locks, logs, masking
-1. inputs     the recipe and its schema, the statuses, the table of GPU device classes, and the pure
-              functions every stage may call (scoring, statistics)
+1. inputs     the recipe and its schema (with the table of GPU device classes its probe names), the
+              statuses, and the pure functions every stage may call (scoring, statistics): never a stage,
+              so the recipe does not import gpu/ (gpu/ reads the device classes from the recipe's table)
 2. stages     checkout, environment, launch, query, verdict, the GPU tools and the histories abbisect
               builds itself: each imports only infra, inputs and the stages before it
 3. trial      one commit through the stages (and where trials run)
 4. drivers    what runs trials: the A/B, the bisect (search, policies, variables, state), narrowing
 5. outputs    reports and the serving matrix: they render what the drivers return
-6. shell      the commands and the CLI group
+6. commands   one module per command, and the exit-code table they end on
+7. cli        the CLI group: it finds the commands by name; a command never imports it
 
 Every import counts, also one inside a function: a lazy import that runs upward is still a module doing jobs
 at two heights (STYLE.md).
@@ -25,13 +27,14 @@ PACKAGE = Path(__file__).resolve().parents[1] / "abbisect"
 # Module-name prefixes per layer, bottom first. A module belongs to the layer of its longest matching prefix.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("abbisect.infra",),
-    ("abbisect.recipe", "abbisect.verdict.status", "abbisect.gpu.devices", "abbisect.score", "abbisect.stats"),
+    ("abbisect.recipe", "abbisect.verdict.status", "abbisect.score", "abbisect.stats"),
     ("abbisect.checkout", "abbisect.environment", "abbisect.launch", "abbisect.query", "abbisect.verdict",
      "abbisect.gpu", "abbisect.builtin"),
     ("abbisect.trial", "abbisect.assess"),
     ("abbisect.ab", "abbisect.bisect", "abbisect.narrow"),
     ("abbisect.report", "abbisect.matrix"),
-    ("abbisect.commands", "abbisect.cli", "abbisect.__main__"),
+    ("abbisect.commands",),
+    ("abbisect.cli", "abbisect.__main__"),
 )
 # The package's own __init__ (its version) may be imported from anywhere.
 ANYWHERE = ("abbisect",)

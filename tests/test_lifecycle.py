@@ -321,7 +321,7 @@ def marked():
 execute_child = subprocess.Popen._execute_child
 def ctrl_c_as_it_returns(self, args, *rest, **kw):
     execute_child(self, args, *rest, **kw)
-    starting = list(args)[-1:] == ["abbisect.infra.supervisor"]
+    starting = list(args)[-1:] == ["abbisect.infra.supervisor_main"]
     if starting and what == "server, raised":  # no signal: an exception past any hold
         raise KeyboardInterrupt
     if starting:  # SIGTERM: its default action (a worker process), which would end us at once

@@ -278,7 +278,7 @@ def dom(url: str, profile: Path) -> Page:
 browser = pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (apt-get install chromium)")
 
 
-@pytest.mark.e2e
+@pytest.mark.e2e  # `built` runs abbisect (the guard of tests/conftest.py stops it in the fast tier)
 @browser
 def test_page_in_chromium(built, tmp_path):
     work, _, _, data, _ = built

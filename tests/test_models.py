@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from abbisect.environment.models import MARKER, converter_python, model_dir, prepare
+from abbisect.environment.weights import MARKER, converter_python, model_dir, prepare
 from abbisect.recipe import PackagedModel, parse_recipe
 from abbisect.trial.pipeline import resolve_model
 

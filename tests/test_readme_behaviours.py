@@ -348,10 +348,10 @@ def test_engine_repo_as_a_git_url_is_cloned_once_into_the_cache(tmp_path, engine
 # An internal error (a bug of ours), caused on purpose: the plan renderer raises. Everything else is the
 # real CLI, as the console script calls it.
 CRASHING_CLI = (
-    "import abbisect.trial.plan\n"
+    "import abbisect.trial.dryrun\n"
     "def boom(*a, **k):\n"
     "    raise RuntimeError('planted bug 4711')\n"
-    "abbisect.trial.plan.render_plan = boom\n"
+    "abbisect.trial.dryrun.render_plan = boom\n"
     "from abbisect.cli import main\n"
     "main()\n"
 )

@@ -12,8 +12,8 @@ from conftest import abbisect, toy_recipe, write_recipe
 from abbisect import checkout
 from abbisect.recipe import Recipe, load_recipe
 from abbisect.recipe.eval import BUILTIN_EVALS
-from abbisect.trial.cache import trial_key
 from abbisect.trial.spec import trial_spec
+from abbisect.trial.trial_cache import trial_key
 
 PROBE = {"file": "k.py", "kernel": "k", "launcher": "launch", "targets": ["sm_90"], "mode": "compile"}
 
@@ -34,7 +34,7 @@ CHANGES = [
     ("gpus numbers", {"gpus": [0]}, {"gpus": [1]}, True),  # placement: the machine key holds the models
     ("gpu_slots", {"gpus": [0]}, {"gpus": [[2], [3]]}, True),
     ("gpu_slots shared", {"gpus": [0]}, {"gpus": {"count": 1, "per_gpu": 4}}, True),  # four slots on GPU 0
-    # placement too; a result that is not good is reused only from a share at least as large (trial/cache.py)
+    # placement too; a result that is not good is reused only from a share at least as large (trial/trial_cache.py)
     ("gpu_share", {"gpus": {"count": 1, "per_gpu": 2}}, {"gpus": {"count": 1, "per_gpu": 2, "share": 0.3}}, True),
     ("sides", {}, {"sides": {"a": "healthy0", "b": "broken"}}, True),
     ("prompts", {}, {"prompts": ["One more prompt"]}, False),

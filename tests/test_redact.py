@@ -277,6 +277,7 @@ def test_fingerprint_hides_secret_values():
     """The public fingerprint (state.json) is the same whatever the secret; the cache's keyed one tells two
     secrets apart; neither can be checked against a guess without the cache's key."""
     from abbisect.recipe import Recipe
+    from abbisect.recipe.fingerprint import fingerprint
 
     def recipe(password: str, **extra) -> Recipe:
         return Recipe.model_validate({"name": "demo", "engine": {"kind": "command", "repo": "/x"},
@@ -284,13 +285,13 @@ def test_fingerprint_hides_secret_values():
                                       "env": {"DB_PASSWORD": password, "PLAIN": "1"},
                                       **extra})
 
-    assert recipe("hunter2").fingerprint() == recipe("hunter3").fingerprint()
-    assert recipe("hunter2", env={"DB_PASSWORD": "hunter2", "PLAIN": "2"}).fingerprint() != recipe("hunter2").fingerprint()
+    assert fingerprint(recipe("hunter2")) == fingerprint(recipe("hunter3"))
+    assert fingerprint(recipe("hunter2", env={"DB_PASSWORD": "hunter2", "PLAIN": "2"})) != fingerprint(recipe("hunter2"))
     key = b"k" * 32
-    assert recipe("hunter2").fingerprint(key) != recipe("hunter3").fingerprint(key)
-    assert recipe("hunter2").fingerprint(key) == recipe("hunter2", public_env=["DB_PASSWORD"]).fingerprint(key)
-    assert recipe("hunter2").fingerprint(key) != recipe("hunter2").fingerprint(b"o" * 32)
-    public = recipe("hunter2").fingerprint()
+    assert fingerprint(recipe("hunter2"), key) != fingerprint(recipe("hunter3"), key)
+    assert fingerprint(recipe("hunter2"), key) == fingerprint(recipe("hunter2", public_env=["DB_PASSWORD"]), key)
+    assert fingerprint(recipe("hunter2"), key) != fingerprint(recipe("hunter2"), b"o" * 32)
+    public = fingerprint(recipe("hunter2"))
     assert [g for g in ("letmein", "hunter2", "123456") if _old_fingerprint(recipe(g)) == public] == []
 
 

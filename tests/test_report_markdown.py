@@ -13,7 +13,7 @@ import pytest
 import yaml
 from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
 
-from abbisect.report.markdown import COMMENT_LIMIT, fence
+from abbisect.report.ab import COMMENT_LIMIT, fence
 from abbisect.report.portable import reproduce_command
 from abbisect.report.text import cell, esc
 

@@ -6,7 +6,7 @@ import json
 import subprocess
 from pathlib import Path
 
-from abbisect.environment.models import MARKER, model_dir
+from abbisect.environment.weights import MARKER, model_dir
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import PackagedModel, parse_recipe
 from abbisect.report.portable import Portable, engine_source, portable_recipe

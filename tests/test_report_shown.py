@@ -18,7 +18,7 @@ from abbisect.checkout import Revision
 from abbisect.environment.store import EnvResult
 from abbisect.infra.redact import Redactor
 from abbisect.narrow.deltas import Delta, Launch
-from abbisect.narrow.model import NarrowRun, Probe, masked
+from abbisect.narrow.narrowing import NarrowRun, Probe, masked
 from abbisect.query.chat import Completion
 from abbisect.recipe import load_recipe, parse_recipe
 from abbisect.report.narrow import narrow_json, render_narrow

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from abbisect.ab import ABResult
-from abbisect.bisect.history import CommitInfo
-from abbisect.bisect.model import Step
+from abbisect.bisect.bisection import Step
+from abbisect.bisect.gitlog import CommitInfo
 from abbisect.bisect.state import load_state
 from abbisect.environment import EnvResult
 from abbisect.infra.serial import dump, load

@@ -15,7 +15,7 @@ from scipy import stats as sp
 from abbisect.stats import (
     Call,
     NoiseFloor,
-    Side,
+    Resemblance,
     classify_paired,
     classify_rate,
     classify_sample,
@@ -53,7 +53,8 @@ def test_calls_and_sides_carry_their_text_and_meaning() -> None:
     assert [c.text for c in Call] == ["same", "different", "not sure"]
     assert [c.settled for c in Call] == [True, True, False]
     assert Call.UNSURE == "unsure" and json.dumps(Call.UNSURE) == '"unsure"'
-    assert [(s.text, s.outcome) for s in Side] == [("like good", "good"), ("like bad", "bad"), ("not sure", None)]
+    assert [(s.text, s.outcome) for s in Resemblance] == [("like good", "good"), ("like bad", "bad"),
+                                                          ("not sure", None)]
 
 
 # --- failure rates ---------------------------------------------------------------------------------------
@@ -112,10 +113,10 @@ def test_rates_false_different_on_equal_rates_is_below_alpha() -> None:
 
 
 def test_classify_rate_places_a_candidate() -> None:
-    assert classify_rate(5, 10, good=(0, 10), bad=(6, 10)).side is Side.LIKE_BAD
-    assert classify_rate(0, 10, good=(0, 10), bad=(6, 10)).side is Side.LIKE_GOOD
+    assert classify_rate(5, 10, good=(0, 10), bad=(6, 10)).side is Resemblance.LIKE_BAD
+    assert classify_rate(0, 10, good=(0, 10), bad=(6, 10)).side is Resemblance.LIKE_GOOD
     c = classify_rate(1, 10, good=(0, 10), bad=(1, 10))
-    assert c.side is Side.UNSURE and c.evidence.startswith("the ends are")
+    assert c.side is Resemblance.UNSURE and c.evidence.startswith("the ends are")
 
 
 # --- continuous samples ----------------------------------------------------------------------------------
@@ -249,9 +250,9 @@ def test_detectable_change_is_found_about_as_often_as_promised() -> None:
 def test_classify_sample_places_a_candidate() -> None:
     good, bad = lognormal(20, 10, 0.03), lognormal(21, 10, 0.03, 0.12)
     like_bad = classify_sample(lognormal(22, 10, 0.03, 0.12), good=good, bad=bad)
-    assert like_bad.side is Side.LIKE_BAD and like_bad.describe().startswith("like bad: differs from good")
-    assert classify_sample(lognormal(23, 10, 0.03), good=good, bad=bad).side is Side.LIKE_GOOD
-    assert classify_sample(good, good=good, bad=lognormal(24, 10, 0.03)).side is Side.UNSURE
+    assert like_bad.side is Resemblance.LIKE_BAD and like_bad.describe().startswith("like bad: differs from good")
+    assert classify_sample(lognormal(23, 10, 0.03), good=good, bad=bad).side is Resemblance.LIKE_GOOD
+    assert classify_sample(good, good=good, bad=lognormal(24, 10, 0.03)).side is Resemblance.UNSURE
 
 
 # --- paired accuracy -------------------------------------------------------------------------------------
@@ -334,9 +335,9 @@ def test_classify_paired_places_a_candidate() -> None:
     rng = np.random.default_rng(7)
     good = rng.random(600) < 0.8
     bad = good & (rng.random(600) < 0.85)  # loses about 12 points
-    assert classify_paired(good.copy(), good=good, bad=bad).side is Side.LIKE_GOOD
-    assert classify_paired(bad.copy(), good=good, bad=bad).side is Side.LIKE_BAD
-    assert classify_paired(good.copy(), good=good, bad=good.copy()).side is Side.UNSURE
+    assert classify_paired(good.copy(), good=good, bad=bad).side is Resemblance.LIKE_GOOD
+    assert classify_paired(bad.copy(), good=good, bad=bad).side is Resemblance.LIKE_BAD
+    assert classify_paired(good.copy(), good=good, bad=good.copy()).side is Resemblance.UNSURE
 
 
 # --- power of an eval ------------------------------------------------------------------------------------
@@ -400,16 +401,16 @@ def test_results_are_frozen_and_json_friendly() -> None:
 def test_a_candidate_nearly_different_from_the_end_it_resembles_is_not_sure():
     """benchmarks/RESULTS.md's wrong answer: 7 failures in 36 against a good end at 0/30 and a bad end at 16/30
     (high by chance) differs from the bad end and only nearly from the good one; it was called like good."""
-    from abbisect.stats import Side, classify_rate
+    from abbisect.stats import Resemblance, classify_rate
     from abbisect.stats.decide import near_floor
 
     found = classify_rate(7, 36, good=(0, 30), bad=(16, 30), min_difference=0.15, alpha=0.01)
     assert found.vs_bad.call.text == "different" and found.vs_good.call.text != "different"
     assert found.vs_good.p <= near_floor(0.01) == 0.05
-    assert found.side is Side.UNSURE and "nearly from good" in found.evidence
+    assert found.side is Resemblance.UNSURE and "nearly from good" in found.evidence
     # far from the good end's rate as well as the bad end's: no longer near, it is called
     clear = classify_rate(1, 36, good=(0, 30), bad=(16, 30), min_difference=0.15, alpha=0.01)
-    assert clear.side is Side.LIKE_GOOD, clear.evidence
+    assert clear.side is Resemblance.LIKE_GOOD, clear.evidence
 
 
 def test_a_candidate_same_as_an_end_is_never_nearly_different_from_it_however_small_p():
@@ -423,7 +424,7 @@ def test_a_candidate_same_as_an_end_is_never_nearly_different_from_it_however_sm
     assert found.vs_good.call is Call.DIFFERENT
     assert found.vs_bad.call is Call.SAME and found.vs_bad.p <= 0.05 and abs(found.vs_bad.change) < 0.03
     assert not nearly_different(found.vs_bad)
-    assert found.side is Side.LIKE_BAD, found.evidence
+    assert found.side is Resemblance.LIKE_BAD, found.evidence
     # Not sure, p small, but a change under the margin: it cannot become different unless the estimate grows.
     under = compare_samples(lognormal(44, 10, 0.02), lognormal(144, 10, 0.02, -0.02), min_effect=0.03)
     assert under.call is Call.UNSURE and under.p <= 0.05 and not under.reaches_margin

@@ -8,7 +8,7 @@ from conftest import starts_something
 
 @pytest.mark.parametrize("argv", [
     ["/v/bin/python", "-m", "abbisect", "run", "r.yaml"],
-    ["python3", "-m", "abbisect.infra.supervisor"],
+    ["python3", "-m", "abbisect.infra.supervisor_main"],
     ["/v/bin/python3.11", "-m", "toyengine.server", "--port", "1"],
     ["python", "-c", "from abbisect.cli import main; main()"],
     ["python", "-c", "from abbisect.launch.server import launch"],

@@ -196,8 +196,8 @@ def test_dry_run_with_a_date_end_plans_it_by_sha_and_shows_the_label(tmp_path, e
 
 def test_also_on_says_how_many_more_branches_carry_the_commit(tmp_path, engine_repo):
     from abbisect import checkout
-    from abbisect.bisect import history
-    from abbisect.bisect.model import BisectRun, Mode
+    from abbisect.bisect import gitlog
+    from abbisect.bisect.bisection import BisectRun, Mode
     from abbisect.bisect.variables import EngineCommits
     from abbisect.recipe import parse_recipe
     from abbisect.report.bisect import releases_block
@@ -207,7 +207,7 @@ def test_also_on_says_how_many_more_branches_carry_the_commit(tmp_path, engine_r
     for n in range(6):
         _git(repo, "branch", f"topic-{n}", "fixed")
     found = checkout.resolve(repo, "fixed")
-    rel = history.releases(repo, found.sha)
+    rel = gitlog.releases(repo, found.sha)
     assert len(rel.branches) == 8  # main, topic-0..5 and the clone's origin/main
     rec = parse_recipe(toy_recipe(repo))
     run = BisectRun(rec, repo, found, found, found, found, EngineCommits(rec, repo, tmp_path), mode=Mode.FIX,

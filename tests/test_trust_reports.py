@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO_ROOT, abbisect, run_ab, toy_recipe, write_recipe
 
 from abbisect.recipe import parse_recipe
-from abbisect.report.markdown import _args
+from abbisect.report.ab import _args
 from abbisect.report.portable import Portable, engine_source
 from abbisect.report.text import RUN_SHOWN, Notes, cell, table
 from abbisect.verdict.rules import SHOWN, _listed

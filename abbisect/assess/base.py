@@ -42,11 +42,11 @@ def placed(found: Classification, said: str, stats: dict, more: int, exhausted: 
     """A candidate's assessment from where it stands between the ends: like the bad end → bad, like the good end
     → good, else skipped for now with `more` trials to run, or (no more can be run) skipped for good with
     `exhausted` saying why. `said`: what the candidate measured."""
-    from abbisect.stats.decide import Side
+    from abbisect.stats.decide import Resemblance
 
-    if found.side is Side.LIKE_BAD:
+    if found.side is Resemblance.LIKE_BAD:
         return Assessment(Outcome.BAD, f"{said}: like the bad end ({found.evidence})", stats)
-    if found.side is Side.LIKE_GOOD:
+    if found.side is Resemblance.LIKE_GOOD:
         return Assessment(Outcome.GOOD, f"{said}: like the good end ({found.evidence})", stats)
     if more:
         return Assessment(Outcome.SKIP, f"{said}: not sure yet ({found.evidence})", stats, more)

@@ -13,8 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from abbisect.bisect.bisection import BisectRun, Mode
 from abbisect.bisect.kinds import VariableKind
-from abbisect.bisect.model import BisectRun, Mode
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.infra import git
 from abbisect.trial.spec import TrialResult

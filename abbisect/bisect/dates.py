@@ -14,6 +14,7 @@ from pathlib import Path
 from abbisect import checkout
 from abbisect.infra.errors import UserError
 from abbisect.infra.git import git
+from abbisect.infra.progress import Say
 
 _DATE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
@@ -50,18 +51,20 @@ def _day_end(day: str) -> int:
         raise UserError(f"{day!r} is not a date (give YYYY-MM-DD)") from None
 
 
-def resolve_end(repo: Path, text: str, other: checkout.Revision | None, head: str = "HEAD") -> checkout.Revision:
+def resolve_end(repo: Path, text: str, other: checkout.Revision | None, head: str = "HEAD",
+                say: Say | None = None) -> checkout.Revision:
     """A ref, or a date resolved on the other end's first-parent line when that end was committed after
     the date, else on HEAD's (the default branch of a clone): `--good 2026-07-01 --bad main` and
     `--good v1.0 --bad 2026-07-01` both mean the mainline as it stood at the end of that day."""
     if not is_date(text):
-        return checkout.resolve(repo, text)
+        return checkout.resolve(repo, text, say)
     line = other if other is not None and _committed(repo, other.sha) >= _day_end(text) else None
-    return on_date(repo, text, line or checkout.resolve(repo, head))
+    return on_date(repo, text, line or checkout.resolve(repo, head, say))
 
 
-def resolve_ends(repo: Path, good: str, bad: str) -> tuple[checkout.Revision, checkout.Revision]:
-    """(good, bad) revisions; refs first, so that a date can be placed on the other end's line."""
-    good_ref = None if is_date(good) else checkout.resolve(repo, good)
-    bad_rev = resolve_end(repo, bad, good_ref)
-    return good_ref or resolve_end(repo, good, bad_rev), bad_rev
+def resolve_ends(repo: Path, good: str, bad: str, say: Say | None = None) -> tuple[checkout.Revision, checkout.Revision]:
+    """(good, bad) revisions; refs first, so that a date can be placed on the other end's line (a warning about
+    an ambiguous ref is told to `say`)."""
+    good_ref = None if is_date(good) else checkout.resolve(repo, good, say)
+    bad_rev = resolve_end(repo, bad, good_ref, say=say)
+    return good_ref or resolve_end(repo, good, bad_rev, say=say), bad_rev

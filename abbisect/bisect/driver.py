@@ -15,8 +15,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from abbisect.bisect import confirm
+from abbisect.bisect.bisection import BisectRun, EndsMode, Role, Step
 from abbisect.bisect.ends import ends_first_because
-from abbisect.bisect.model import BisectRun, EndsMode, Role, Step
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.bisect.policies import EndsFirst, LazyEnds, Multisection, Rounds, Sequential
 from abbisect.bisect.search import Graph, SearchState

@@ -1,6 +1,6 @@
 """`abbisect bisect --dry-run`: what a bisection would test and build, computed from git alone.
 
-Nothing is built or launched: the ends' plans come from `abbisect.trial.plan` (the commits' own trees), the
+Nothing is built or launched: the ends' plans come from `abbisect.trial.dryrun` (the commits' own trees), the
 candidate counts and midpoints from the same pure search the real run uses.
 """
 
@@ -9,18 +9,18 @@ from __future__ import annotations
 from pathlib import Path
 
 from abbisect import checkout
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.bisect.ends import ends_first_because, judged_against_ends
-from abbisect.bisect.history import order_ends
+from abbisect.bisect.gitlog import order_ends
 from abbisect.bisect.search import NEW, OLD, start
 from abbisect.infra.cache import Cache
 from abbisect.recipe import Recipe
-from abbisect.trial.plan import render_env, render_plan
+from abbisect.trial.dryrun import render_env, render_plan
 from abbisect.trial.slots import slots_for
 
 
 def _label(repo: Path, sha: str) -> str:
-    return f"{sha[:10]} {history.commit_info(repo, sha).subject}"
+    return f"{sha[:10]} {gitlog.commit_info(repo, sha).subject}"
 
 
 def search_lines(repo: Path, label: str, new: str, olds: list[str], first_parent: bool,
@@ -29,7 +29,7 @@ def search_lines(repo: Path, label: str, new: str, olds: list[str], first_parent
     --first-parent (the walk the run would use marked) and the commits tested first."""
     counts, states = {}, {}
     for fp in (False, True):
-        graph = history.candidate_graph(repo, new, olds, fp, pathspec, unrelated_olds=True)
+        graph = gitlog.candidate_graph(repo, new, olds, fp, pathspec, unrelated_olds=True)
         states[fp] = start(graph, new, olds)
         counts[fp] = len(states[fp].remaining())
     used = states[first_parent]

@@ -16,7 +16,7 @@ from pathlib import Path
 from abbisect.assess import assessor_for
 from abbisect.assess.base import Assessor
 from abbisect.assess.failure import sample_fingerprint
-from abbisect.bisect.model import BisectRun, Role, Step
+from abbisect.bisect.bisection import BisectRun, Role, Step
 from abbisect.bisect.variables import Variable
 from abbisect.environment import EnvResult
 from abbisect.environment.store import background
@@ -213,7 +213,7 @@ class Oracle:
                         round(time.monotonic() - t, 2), all(x.cached for x in trials), trials[0],
                         more=tuple(trials[1:]), stats=stats)
         run.steps.append(step)
-        self.say(f"{role} {sha[:10]}: [bold]{step.outcome}[/bold] ({step.status}) {step.evidence[:100]}"
+        self.say(f"{role} {sha[:10]}: {step.outcome} ({step.status}) {step.evidence[:100]}"
                  + (" (recorded before the interruption)" if step.replayed else ""))
         return step
 

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from abbisect.assess.failure import sample_fingerprint
+from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.bisect.ends import judged_against_ends
 from abbisect.bisect.kinds import VariableKind
-from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.bisect.multisect import fold_taken, pick, still_useful
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, Mark, SearchState, start

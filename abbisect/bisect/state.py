@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abbisect.bisect.model import BisectRun
+from abbisect.bisect.bisection import BisectRun
 from abbisect.bisect.search import SearchState
 from abbisect.bisect.variables import Variable
 from abbisect.checkout import Revision
@@ -21,6 +21,7 @@ from abbisect.infra.errors import UserError
 from abbisect.infra.locks import atomic_write
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe, load_recipe, recipe_path
+from abbisect.recipe.fingerprint import fingerprint
 
 STATE_VERSION = 1
 STATE_FILE = "state.json"
@@ -30,7 +31,7 @@ def save_state(run: BisectRun, state: SearchState | None = None, redact: Callabl
     """The record a resumed run starts from. With secrets in the recipe, they are masked here (never
     written), and `masked` tells a resumed run to read the recipe file again (its fingerprint checked)."""
     data = {"version": STATE_VERSION, "command": run.command, "recipe": run.recipe.model_dump(mode="json"),
-            "fingerprint": run.recipe.fingerprint(), "masked": False,
+            "fingerprint": fingerprint(run.recipe), "masked": False,
             "good": {"ref": run.good.ref, "sha": run.good.sha}, "bad": {"ref": run.bad.ref, "sha": run.bad.sha},
             "options": run.options,
             "steps": [dump(s) for s in run.steps],
@@ -127,7 +128,7 @@ def resume(folder: Path, recipe: str | None, given: dict[str, Any], flags: dict[
             raise UserError(f"--resume {out}: the recipe has secrets that {STATE_FILE} does not keep; give it: "
                             f"abbisect bisect RECIPE --resume {out}")
         rec = load_recipe(path)[0].model_copy(update={"bisect": Recipe.model_validate(st["recipe"]).bisect})
-        if rec.fingerprint() != st["fingerprint"]:
+        if fingerprint(rec) != st["fingerprint"]:
             raise UserError(f"--resume {out}: {path} is not the recipe the bisect started with (it changed)")
     else:
         rec = Recipe.model_validate(st["recipe"])
@@ -135,7 +136,7 @@ def resume(folder: Path, recipe: str | None, given: dict[str, Any], flags: dict[
         _differs(out, "--output", output, str(out))
     if recipe:
         given_rec, _ = load_recipe(recipe_path(recipe))
-        if given_rec.fingerprint() != rec.fingerprint() or given_rec.verdict.script != rec.verdict.script:
+        if fingerprint(given_rec) != fingerprint(rec) or given_rec.verdict.script != rec.verdict.script:
             _differs(out, "the recipe", recipe, opts.get("recipe_path"))
     for key, value in given.items():
         if value is not None and value != getattr(rec.bisect, key):

@@ -20,7 +20,7 @@ from typing import Protocol
 from packaging.version import Version
 
 from abbisect import checkout
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.search import Graph
 from abbisect.bisect.versions import is_version, resolve_versions
@@ -29,6 +29,7 @@ from abbisect.environment import EnvResult, ensure_env, needs_source
 from abbisect.environment.pins import after_engine
 from abbisect.infra.cache import Cache
 from abbisect.infra.errors import UserError
+from abbisect.infra.progress import Say
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import Recipe
 from abbisect.trial.spec import TrialSpec, trial_spec
@@ -71,16 +72,16 @@ class Variable(Protocol):
     def build(self, candidate: str) -> EnvResult:
         """The candidate's venv, built ahead of its trial (a background prefetch)."""
 
-    def info(self, candidate: str) -> history.CommitInfo:
+    def info(self, candidate: str) -> gitlog.CommitInfo:
         """What a report says about a candidate (sha, subject, author, date, PR, parents)."""
 
     def links(self, candidate: str, base: str | None) -> dict[str, str]:
         """GitHub links of the candidate (and a compare from `base`), {} when there are none."""
 
-    def engine_commit(self, sha: str) -> history.CommitInfo:
+    def engine_commit(self, sha: str) -> gitlog.CommitInfo:
         """The engine commit a trial ran (`TrialSpec.sha`): the candidate itself, or the fixed engine."""
 
-    def releases(self, candidate: str) -> history.Releases | None:
+    def releases(self, candidate: str) -> gitlog.Releases | None:
         """Which releases contain the candidate and its backports (None when candidates are not commits)."""
 
     def dry_run(self, good: Revision, bad: Revision) -> str:
@@ -92,23 +93,24 @@ class _Git:
 
     repo: Path
     recipe: Recipe
+    say: Say | None
 
     def recorded(self, ref: str, sha: str) -> Revision:
-        rev = checkout.resolve(self.repo, sha)
+        rev = checkout.resolve(self.repo, sha, self.say)
         return Revision(ref, rev.sha, rev.subject)
 
     def graph(self, new: str, olds: Sequence[str], unrelated_olds: bool = False) -> Graph:
-        return history.candidate_graph(self.repo, new, list(olds), self.recipe.bisect.first_parent,
+        return gitlog.candidate_graph(self.repo, new, list(olds), self.recipe.bisect.first_parent,
                                        self.recipe.bisect.pathspec or None, unrelated_olds=unrelated_olds)
 
-    def info(self, candidate: str) -> history.CommitInfo:
-        return history.commit_info(self.repo, candidate)
+    def info(self, candidate: str) -> gitlog.CommitInfo:
+        return gitlog.commit_info(self.repo, candidate)
 
     def links(self, candidate: str, base: str | None) -> dict[str, str]:
-        return history.github_links(self.repo, candidate, base)
+        return gitlog.github_links(self.repo, candidate, base)
 
-    def releases(self, candidate: str) -> history.Releases | None:
-        return history.releases(self.repo, candidate)
+    def releases(self, candidate: str) -> gitlog.Releases | None:
+        return gitlog.releases(self.repo, candidate)
 
 
 class EngineCommits(_Git):
@@ -117,8 +119,8 @@ class EngineCommits(_Git):
     kind = VariableKind.ENGINE_COMMITS
     engine = None
 
-    def __init__(self, recipe: Recipe, repo: Path, cache: Cache | Path) -> None:
-        self.recipe, self.repo, self.cache = recipe, repo, cache
+    def __init__(self, recipe: Recipe, repo: Path, cache: Cache | Path, say: Say | None = None) -> None:
+        self.recipe, self.repo, self.cache, self.say = recipe, repo, cache, say
 
     def describe(self) -> str:
         return ""
@@ -126,15 +128,15 @@ class EngineCommits(_Git):
     def resolve_ends(self, good: str, bad: str) -> tuple[Revision, Revision]:
         from abbisect.bisect.dates import resolve_ends
 
-        return resolve_ends(self.repo, good, bad)
+        return resolve_ends(self.repo, good, bad, self.say)
 
     def resolve_end(self, text: str, other: Revision) -> Revision:
         from abbisect.bisect.dates import resolve_end
 
-        return resolve_end(self.repo, text, other)
+        return resolve_end(self.repo, text, other, say=self.say)
 
     def order_ends(self, good: Revision, bad: Revision) -> tuple[Revision, Revision, tuple[str, ...]]:
-        return history.order_ends(self.repo, good, bad)
+        return gitlog.order_ends(self.repo, good, bad)
 
     def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
         rev = Revision(label, candidate, self.info(candidate).subject)
@@ -142,14 +144,14 @@ class EngineCommits(_Git):
 
     def build(self, candidate: str) -> EnvResult:
         recipe = self.recipe
-        source = checkout.worktree(self.repo, candidate, self.cache, tuple(recipe.engine.sparse))
+        source = checkout.worktree(self.repo, candidate, self.cache, tuple(recipe.engine.sparse), self.say)
         env = ensure_env(source, candidate, recipe.install, recipe.engine.subdir, self.cache, recipe.timeouts.build,
-                         redactor=Redactor.from_recipe(recipe))
+                         redactor=Redactor.from_recipe(recipe), say=self.say)
         if not needs_source(recipe.install):  # the trial checks it out again (a second or two)
             checkout.discard(self.repo, source)
         return env
 
-    def engine_commit(self, sha: str) -> history.CommitInfo:
+    def engine_commit(self, sha: str) -> gitlog.CommitInfo:
         return self.info(sha)
 
     def dry_run(self, good: Revision, bad: Revision) -> str:
@@ -163,9 +165,11 @@ class _FixedEngine:
 
     kind: VariableKind
     recipe: Recipe
+    say: Say | None
 
-    def __init__(self, recipe: Recipe, engine_repo: Path, engine: Revision, cache: Cache | Path) -> None:
-        self.recipe, self.engine_repo, self.engine, self.cache = recipe, engine_repo, engine, cache
+    def __init__(self, recipe: Recipe, engine_repo: Path, engine: Revision, cache: Cache | Path,
+                 say: Say | None = None) -> None:
+        self.recipe, self.engine_repo, self.engine, self.cache, self.say = recipe, engine_repo, engine, cache, say
 
     def _spec(self, label: str, slug: str, out: Path, pins: list[str], dependency: dict | None) -> TrialSpec:
         return TrialSpec(self.recipe, label, self.engine.ref, self.engine.sha, self.engine.subject,
@@ -175,16 +179,17 @@ class _FixedEngine:
     def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
         raise NotImplementedError  # each kind of candidate says how it goes into the venv
 
-    def engine_commit(self, sha: str) -> history.CommitInfo:
-        return history.commit_info(self.engine_repo, sha)
+    def engine_commit(self, sha: str) -> gitlog.CommitInfo:
+        return gitlog.commit_info(self.engine_repo, sha)
 
     def build(self, candidate: str) -> EnvResult:
         spec = self.spec(candidate, "prefetch", Path(self.cache))
         recipe = self.recipe
-        source = checkout.worktree(self.engine_repo, self.engine.sha, self.cache, tuple(recipe.engine.sparse))
+        source = checkout.worktree(self.engine_repo, self.engine.sha, self.cache, tuple(recipe.engine.sparse),
+                                   self.say)
         return ensure_env(source, self.engine.sha, recipe.install, recipe.engine.subdir, self.cache,
-                          recipe.timeouts.build, after=after_engine(spec.pins, spec.dependency, self.cache),
-                          redactor=Redactor.from_recipe(recipe))
+                          recipe.timeouts.build, after=after_engine(spec.pins, spec.dependency, self.cache, say=self.say),
+                          redactor=Redactor.from_recipe(recipe), say=self.say)
 
     def describe(self) -> str:
         raise NotImplementedError
@@ -196,7 +201,7 @@ class _FixedEngine:
         raise NotImplementedError
 
     def dry_run(self, good: Revision, bad: Revision) -> str:
-        from abbisect.trial.plan import plan_for
+        from abbisect.trial.dryrun import plan_for
 
         old, new, _ = self.order_ends(good, bad)
         chain = self.graph(new.sha, [old.sha]).order
@@ -216,8 +221,8 @@ class PackageVersions(_FixedEngine):
     kind = VariableKind.PACKAGE_VERSIONS
 
     def __init__(self, recipe: Recipe, engine_repo: Path, engine: Revision, cache: Cache | Path,
-                 versions: list[str]) -> None:
-        super().__init__(recipe, engine_repo, engine, cache)
+                 versions: list[str], say: Say | None = None) -> None:
+        super().__init__(recipe, engine_repo, engine, cache, say)
         assert recipe.bisect.over is not None and recipe.bisect.over.package  # bisect.over.package names it
         self.package: str = recipe.bisect.over.package
         self.versions = versions
@@ -254,13 +259,13 @@ class PackageVersions(_FixedEngine):
         slug = re.sub(r"[^A-Za-z0-9.+-]", "_", candidate)
         return self._spec(label, slug, out, [f"{self.package}=={candidate}"], None)
 
-    def info(self, candidate: str) -> history.CommitInfo:
-        return history.CommitInfo(candidate, candidate, f"{self.package}=={candidate}", "", "", "", None, ())
+    def info(self, candidate: str) -> gitlog.CommitInfo:
+        return gitlog.CommitInfo(candidate, candidate, f"{self.package}=={candidate}", "", "", "", None, ())
 
     def links(self, candidate: str, base: str | None) -> dict[str, str]:
         return {}
 
-    def releases(self, candidate: str) -> history.Releases | None:
+    def releases(self, candidate: str) -> gitlog.Releases | None:
         return None  # versions are releases themselves
 
     def describe(self) -> str:
@@ -273,20 +278,20 @@ class DependencyCommits(_Git, _FixedEngine):
     kind = VariableKind.DEPENDENCY_COMMITS
 
     def __init__(self, recipe: Recipe, engine_repo: Path, engine: Revision, cache: Cache | Path,
-                 dep_repo: Path) -> None:
-        _FixedEngine.__init__(self, recipe, engine_repo, engine, cache)
+                 dep_repo: Path, say: Say | None = None) -> None:
+        _FixedEngine.__init__(self, recipe, engine_repo, engine, cache, say)
         assert recipe.bisect.over is not None  # bisect.over.repo names the dependency
         self.repo = dep_repo
         self.install = recipe.bisect.over.install
 
     def resolve_ends(self, good: str, bad: str) -> tuple[Revision, Revision]:
-        return checkout.resolve(self.repo, good), checkout.resolve(self.repo, bad)
+        return checkout.resolve(self.repo, good, self.say), checkout.resolve(self.repo, bad, self.say)
 
     def resolve_end(self, text: str, other: Revision) -> Revision:
-        return checkout.resolve(self.repo, text)
+        return checkout.resolve(self.repo, text, self.say)
 
     def order_ends(self, good: Revision, bad: Revision) -> tuple[Revision, Revision, tuple[str, ...]]:
-        old, new, bases = history.order_ends(self.repo, good, bad)
+        old, new, bases = gitlog.order_ends(self.repo, good, bad)
         if bases:
             raise UserError(f"{good.ref} and {bad.ref} are on different branches of {self.repo}; pass their merge "
                             f"base (git merge-base {good.ref} {bad.ref}) as one end")
@@ -305,14 +310,15 @@ class DependencyCommits(_Git, _FixedEngine):
         return f"commits of {over.repo if over else self.repo}, engine fixed at {self.engine.ref} ({self.engine.short})"
 
 
-def variable_for(recipe: Recipe, cache: Cache | Path) -> Variable:
+def variable_for(recipe: Recipe, cache: Cache | Path, say: Say | None = None) -> Variable:
     """What the recipe's bisect walks: `bisect.over` (the engine commit resolved, so a typo fails before any
-    build), else the engine's history."""
+    build), else the engine's history. Lock waits and warnings of its checkouts and builds are told to `say`."""
     over = recipe.bisect.over
-    engine_repo = checkout.open_repo(recipe.engine.repo, cache)
+    engine_repo = checkout.open_repo(recipe.engine.repo, cache, say=say)
     if over is None:
-        return EngineCommits(recipe, engine_repo, cache)
-    engine = checkout.resolve(engine_repo, over.engine_ref)
+        return EngineCommits(recipe, engine_repo, cache, say)
+    engine = checkout.resolve(engine_repo, over.engine_ref, say)
     if over.package:
-        return PackageVersions(recipe, engine_repo, engine, cache, resolve_versions(over, recipe.install))
-    return DependencyCommits(recipe, engine_repo, engine, cache, checkout.open_repo(over.repo or "", cache))
+        return PackageVersions(recipe, engine_repo, engine, cache, resolve_versions(over, recipe.install), say)
+    return DependencyCommits(recipe, engine_repo, engine, cache, checkout.open_repo(over.repo or "", cache, say=say),
+                             say)

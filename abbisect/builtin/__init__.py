@@ -15,7 +15,8 @@ DEFAULT_RECIPE = Path(__file__).resolve().parent / "vllm-cpu-smollm2.yaml"
 
 
 def builtin_repos() -> dict[str, Callable]:
-    """`engine.repo: builtin:NAME` → the function that makes that history in the cache (and returns its path)."""
+    """`engine.repo: builtin:NAME` → the function that makes that history in the cache (and returns its path):
+    `make(cache, say)`, a wait for another abbisect making it told to `say`."""
     from abbisect.builtin.history import PERF_DEMO, ensure_perf_demo_repo
     from abbisect.builtin.realengine import BUILTINS
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from abbisect.infra import git
 from abbisect.infra.cache import Cache, sidecar
 from abbisect.infra.locks import file_lock
+from abbisect.infra.progress import Say
 
 TEMPLATE = Path(__file__).parent / "template"
 
@@ -267,9 +268,9 @@ DEMO_HISTORY = [
 ]
 
 
-def ensure_demo_repo(dest: Path) -> Path:
+def ensure_demo_repo(dest: Path, say: Say | None = None) -> Path:
     """The built-in demo engine: v0.2 loops ("need analysis there …"), main is fixed."""
-    with file_lock(sidecar(dest, ".lock")):
+    with file_lock(sidecar(dest, ".lock"), say=say):
         if not (dest / ".git").exists() or not _has_tag(dest, "v0.2"):
             if dest.exists():
                 shutil.rmtree(dest)
@@ -281,11 +282,11 @@ PERF_DEMO = "builtin:perf-demo"
 PERF_DEMO_SLOW = 27  # the commit of the 40 whose per-token cost is 10 % higher (slow_tokens)
 
 
-def ensure_perf_demo_repo(cache: Cache | Path) -> Path:
+def ensure_perf_demo_repo(cache: Cache | Path, say: Say | None = None) -> Path:
     """The built-in performance demo: 40 toy-engine commits, the per-token cost 10 % higher from commit 27
     on (only where TOYENGINE_TOKEN_SECONDS paces the tokens); tags v1.0 (the first), v1.1 (the last)."""
     dest = Cache.at(cache).builtin("perf-demo")
-    with file_lock(sidecar(dest, ".lock")):
+    with file_lock(sidecar(dest, ".lock"), say=say):
         if not _has_tag(dest, "v1.1"):
             if dest.exists():
                 shutil.rmtree(dest)

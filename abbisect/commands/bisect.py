@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from abbisect.cli import exit_code, exit_help
-from abbisect.commands.common import gpu_lines, interrupted_hint, open_cache
+from abbisect.commands.common import gpu_lines, interrupted_hint, open_cache, open_reporter
+from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
     check_output_option,
@@ -25,12 +25,12 @@ from abbisect.commands.options import (
     verbosity_options,
 )
 from abbisect.infra.errors import UserError
-from abbisect.infra.progress import Final, Reporter
+from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import Recipe, load_recipe, recipe_path
 
 if TYPE_CHECKING:
-    from abbisect.bisect.model import BisectRun
+    from abbisect.bisect.bisection import BisectRun
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class BisectRequest:
 
 
 def bisect_ending(run: BisectRun) -> str:
-    """The row of the exit-code table (abbisect.cli.EXIT_CODES) a finished bisect ends on."""
+    """The row of the exit-code table (abbisect.commands.endings.EXIT_CODES) a finished bisect ends on."""
     if run.mode.ending:
         return run.mode.ending
     return "found" if run.result and run.result.outcome == "found" else "ambiguous"
@@ -137,14 +137,14 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     if why := rec.perf_conflict():
         raise UserError(why)
     red = Redactor.from_recipe(rec)
-    progress = red.guard(Reporter())
+    progress = red.guard(open_reporter())
     gpu_check = preflight(rec, bisecting=True)  # before the cache: a GPU this machine lacks is one usage line
     if not req.dry_run:
         gpu_check.raise_if_unfit()
     for note in gpu_check.notes:
         progress(f"note: {note}")
     cache = open_cache(req.cache_dir, progress)
-    variable = variable_for(rec, cache)
+    variable = variable_for(rec, cache, progress)
     if resumed is not None:
         good_rev, bad_rev = resumed.ends_in(variable, req.good, req.bad)
     else:
@@ -154,12 +154,12 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
     # The input is valid: what runs and reports a bisect loads now (a usage error never pays for it).
+    from abbisect.bisect.bisection import BisectRun
     from abbisect.bisect.driver import Driver
-    from abbisect.bisect.model import BisectRun
     from abbisect.bisect.oracle import Oracle
     from abbisect.report.files import new_output_dir
-    from abbisect.trial.cache import TrialCache, machine_key
     from abbisect.trial.executors import from_recipe
+    from abbisect.trial.trial_cache import TrialCache, machine_key
 
     old, new, bases = variable.order_ends(good_rev, bad_rev)
     out = resumed.out if resumed else new_output_dir(rec.name, req.output)
@@ -169,7 +169,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
                     options=opts)
     if variable.describe():
         progress(f"bisecting {variable.describe()}")
-    progress(f"bisect [bold]{rec.name}[/bold]: good={good_rev.ref} ({good_rev.short}) bad={bad_rev.ref} "
+    progress(f"bisect {rec.name}: good={good_rev.ref} ({good_rev.short}) bad={bad_rev.ref} "
              f"({bad_rev.short}) → {out}")
     progress(f"state: {out / 'state.json'} (if interrupted, resume with: {resume_cmd})")
     interrupted_hint(f"resume with: {resume_cmd}")
@@ -180,7 +180,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
                  + ", ".join(s.label() for s in executor.slots))
     # Keyed by where the trials run: this machine, or the nodes of a cluster.
     trials = TrialCache(cache, executor.machine_key() if executor else machine_key(), enabled=not opts["no_cache"])
-    oracle = Oracle(rec, variable, out, trials.fetch, lambda spec: trials.get(spec) is not None, progress,
+    oracle = Oracle(rec, variable, out, trials.fetch, lambda spec: trials.get(spec, progress) is not None, progress,
                     retries=rec.bisect.retries, judge=judge, executor=executor,
                     # no background build while a performance trial measures: it would slow some passes; none
                     # here when trials run on other machines (each node builds its own)
@@ -194,7 +194,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         oracle.shutdown(wait=False)
         raise
     if rec.bisect.narrow and run.result and run.result.first_new:
-        from abbisect.narrow.model import masked
+        from abbisect.narrow.narrowing import masked
 
         run.narrowing = masked(_narrow_at_answer(run, cache, out, trials.fetch, progress), red)
     _write(run, opts, cache, out, progress)
@@ -208,7 +208,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
 
 def _narrow_at_answer(run: BisectRun, cache, out: Path, fetch, progress):
     """abbisect narrow at the found commit (a fix: at its parent, the last commit that fails)."""
-    from abbisect.bisect.model import Mode
+    from abbisect.bisect.bisection import Mode
     from abbisect.checkout import Revision
     from abbisect.narrow.driver import Narrower
     from abbisect.trial.executors import from_recipe

@@ -7,8 +7,8 @@ from collections import defaultdict
 
 import click
 
-from abbisect.cli import exit_help
 from abbisect.commands.common import open_cache
+from abbisect.commands.endings import exit_help
 from abbisect.commands.options import cache_dir_option, dry_run_option, json_option, verbosity_options
 from abbisect.infra.cache import EVICTABLE, LAYOUT, entries, gc, human, parse_age, parse_size
 

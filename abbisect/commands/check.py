@@ -8,8 +8,8 @@ from pathlib import Path
 import click
 
 from abbisect import checkout
-from abbisect.cli import exit_code, exit_help
-from abbisect.commands.common import open_cache
+from abbisect.commands.common import open_cache, open_reporter
+from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
     check_output_option,
@@ -21,7 +21,7 @@ from abbisect.commands.options import (
     verbosity_options,
 )
 from abbisect.infra.errors import UserError
-from abbisect.infra.progress import Final, Reporter
+from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
 from abbisect.infra.serial import dump
 from abbisect.recipe import load_recipe, recipe_path
@@ -48,7 +48,7 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     """
     import os
 
-    from abbisect.bisect.history import bisect_under_way, has_commit
+    from abbisect.bisect.gitlog import bisect_under_way, has_commit
     from abbisect.gpu.preflight import preflight
     from abbisect.infra.proc import is_git_var
     from abbisect.trial.judges import make_judge
@@ -61,7 +61,7 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
         del os.environ[name]
     from abbisect.infra.envelope import dumps
 
-    # Errors from here on exit as abbisect.cli.EXIT_CODES["check"] says (usage 128, infra 125).
+    # Errors from here on exit as abbisect.commands.endings.EXIT_CODES["check"] says (usage 128, infra 125).
     rec, base = load_recipe(recipe_path(recipe))
     if rec.perf is not None or rec.eval is not None:
         what = "a performance" if rec.perf is not None else "an accuracy"
@@ -73,26 +73,26 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     gpu_check.raise_if_unfit()
     # The input is valid: what runs a trial loads now (a usage error never pays for it).
     from abbisect.assess import assessor_for
-    from abbisect.trial.cache import TrialCache, machine_key
     from abbisect.trial.judges import judging
     from abbisect.trial.pipeline import run_trial
     from abbisect.trial.spec import trial_spec
+    from abbisect.trial.trial_cache import TrialCache, machine_key
 
-    progress = red.guard(Reporter())
+    progress = red.guard(open_reporter())
     for note in gpu_check.notes:
         progress(f"note: {note}")
     cache = open_cache(cache_dir, progress)
-    repo = checkout.open_repo(rec.engine.repo, cache, fetch=under is None)
+    repo = checkout.open_repo(rec.engine.repo, cache, fetch=under is None, say=progress)
     if ref is None and under is None:
         under = bisect_under_way({}, repo)
     if under is not None:
         if not has_commit(repo, under[1]):
             raise UserError(f"git bisect in {under[0]} is testing {under[1][:10]}, which is not in the recipe's "
                             f"repository {repo}: run it there, or give the commit as REF")
-        rev = checkout.resolve(repo, under[1])
+        rev = checkout.resolve(repo, under[1], progress)
         rev = checkout.Revision("the commit git bisect is testing", rev.sha, rev.subject)
     else:
-        rev = checkout.resolve(repo, ref or "HEAD")
+        rev = checkout.resolve(repo, ref or "HEAD", progress)
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     folder = Path(output).expanduser().resolve() if output else cache.checks(rec.name)
     spec = trial_spec(rec, repo, rev, "check", cache, folder)

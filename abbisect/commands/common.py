@@ -13,7 +13,9 @@ from typing import TYPE_CHECKING
 
 import click
 
+from abbisect.commands.options import verbosity
 from abbisect.infra.cache import Cache, create, enforce_budget
+from abbisect.infra.progress import Reporter
 from abbisect.infra.supervisor import reap_orphans
 
 if TYPE_CHECKING:
@@ -38,6 +40,16 @@ def open_cache(override: str | Path | None, say: Callable[[str], None] | None = 
     if budget:
         enforce_budget(cache.root, say)
     return cache
+
+
+def open_reporter() -> Reporter:
+    """The command's reporter at the level -q / -v asked for. Its live line (on a terminal) is cleared when the
+    command ends, however it ends: click closes the command's context before the CLI prints an error."""
+    ctx = click.get_current_context(silent=True)
+    reporter = Reporter(level=verbosity(ctx))
+    if ctx is not None:
+        ctx.call_on_close(reporter.close)
+    return reporter
 
 
 HINT_KEY = "abbisect.interrupted"  # what the CLI says after "interrupted" (how to resume, what is left where)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from abbisect.cli import exit_code, exit_help
+from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import json_option, verbosity_options
 from abbisect.infra.errors import UserError
 from abbisect.recipe.eval import MIN_DROP

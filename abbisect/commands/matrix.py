@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from abbisect.cli import exit_help
 from abbisect.commands.common import open_cache
+from abbisect.commands.endings import exit_help
 from abbisect.commands.options import cache_dir_option, json_option, output_option, verbosity_options
 from abbisect.infra.errors import UserError
 from abbisect.matrix import plots

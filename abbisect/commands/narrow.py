@@ -8,8 +8,8 @@ from pathlib import Path
 
 import click
 
-from abbisect.cli import exit_code, exit_help
-from abbisect.commands.common import interrupted_hint, open_cache
+from abbisect.commands.common import interrupted_hint, open_cache, open_reporter
+from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
     check_output_option,
@@ -20,7 +20,7 @@ from abbisect.commands.options import (
     verbosity_options,
 )
 from abbisect.infra.errors import UserError
-from abbisect.infra.progress import Final, Reporter
+from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import load_recipe, recipe_path
 
@@ -69,23 +69,23 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     from abbisect import checkout
     from abbisect.infra.envelope import dumps
     from abbisect.narrow.driver import Narrower
-    from abbisect.narrow.model import masked
+    from abbisect.narrow.narrowing import masked
     from abbisect.report.files import new_output_dir, write_results
     from abbisect.report.narrow import headline, narrow_json, render_narrow
     from abbisect.report.portable import reproduce_command
     from abbisect.report.render import portable_for
-    from abbisect.trial.cache import TrialCache, machine_key
     from abbisect.trial.executors import from_recipe
+    from abbisect.trial.trial_cache import TrialCache, machine_key
 
     red = Redactor.from_recipe(rec)
-    progress = red.guard(Reporter())
+    progress = red.guard(open_reporter())
     cache = open_cache(cache_dir, progress)
-    repo = checkout.open_repo(rec.engine.repo, cache)
-    rev = checkout.resolve(repo, ref)
+    repo = checkout.open_repo(rec.engine.repo, cache, say=progress)
+    rev = checkout.resolve(repo, ref, progress)
     out = new_output_dir(f"{rec.name}-narrow", output)
     interrupted_hint(f"{out} holds the probes run before the interruption; the same command again takes every "
                      "finished probe from the trial cache")
-    progress(f"narrow [bold]{rec.name}[/bold] at {rev.ref} ({rev.short}) → {out}")
+    progress(f"narrow {rec.name} at {rev.ref} ({rev.short}) → {out}")
     executor = from_recipe(rec, cache.root)
     trials = TrialCache(cache, executor.machine_key() if executor else machine_key(), enabled=not no_cache)
     command = reproduce_command(sys.argv[1:], Path(path))

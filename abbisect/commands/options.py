@@ -11,8 +11,8 @@ from typing import Any, TypeVar
 
 import click
 
-from abbisect.infra import progress
 from abbisect.infra.errors import UserError
+from abbisect.infra.progress import NORMAL, QUIET, VERBOSE
 
 F = TypeVar("F", bound=Callable[..., Any])
 Decorator = Callable[[F], F]
@@ -24,9 +24,17 @@ CACHE_HELP = "worktrees, venvs and trial cache"
 recipe_argument = click.argument("recipe", required=False)
 
 
+LEVEL_KEY = "abbisect.level"  # where -q / -v leave the level (click's meta is shared by the group and its command)
+
+
 def _level(ctx: click.Context, param: click.Parameter, value: bool) -> None:
     if value:  # given: the last of -q / -v wins; not given: whatever was said before the command stands
-        progress.level = progress.QUIET if param.name == "quiet" else progress.VERBOSE
+        ctx.meta[LEVEL_KEY] = QUIET if param.name == "quiet" else VERBOSE
+
+
+def verbosity(ctx: click.Context | None) -> int:
+    """The progress level -q / -v asked for (NORMAL when neither was given)."""
+    return NORMAL if ctx is None else int(ctx.meta.get(LEVEL_KEY, NORMAL))
 
 
 def verbosity_options(f: F) -> F:

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from abbisect.builtin import DEFAULT_RECIPE
-from abbisect.cli import exit_code, exit_help
 from abbisect.commands.common import interrupted_hint
+from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
     cache_dir_option,
     check_output_option,
@@ -24,7 +24,7 @@ from abbisect.commands.options import (
     verbosity_options,
 )
 from abbisect.infra.errors import UserError
-from abbisect.infra.progress import Final, Reporter
+from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import Recipe, load_recipe, recipe_path
 
@@ -96,7 +96,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
         output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
         interactive: bool, expect: str | None, fail_if: str | None) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
-    from abbisect.commands.common import gpu_lines, open_cache
+    from abbisect.commands.common import gpu_lines, open_cache, open_reporter
     from abbisect.gpu.preflight import preflight
     from abbisect.trial.judges import make_judge
 
@@ -120,7 +120,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     gpu_check = preflight(rec)  # before the cache: a GPU this machine lacks is one usage line
     if dry_run:
         from abbisect.infra.cache import cache_path  # a plan needs no cache, not even a writable one
-        from abbisect.trial.plan import render_plan
+        from abbisect.trial.dryrun import render_plan
 
         click.echo(red.text("\n".join([render_plan(rec, refs, cache_path(cache_dir), pins), *gpu_lines(gpu_check)])))
         return
@@ -134,15 +134,15 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     from abbisect.trial.judges import judging
     from abbisect.trial.pipeline import run_trial
 
-    progress = red.guard(Reporter())
+    progress = red.guard(open_reporter())
     for note in gpu_check.notes:
         progress(f"note: {note}")
     cache = open_cache(cache_dir, progress)
-    repo, revs = resolve_sides(rec, refs, cache)
+    repo, revs = resolve_sides(rec, refs, cache, progress)
     out = new_output_dir(rec.name, output)
     interrupted_hint(f"{out} holds what ran before the interruption: logs, no report")
-    progress(f"recipe [bold]{rec.name}[/bold]: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
-    from abbisect.trial.cache import TrialCache, machine_key
+    progress(f"recipe {rec.name}: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
+    from abbisect.trial.trial_cache import TrialCache, machine_key
 
     trials = TrialCache(cache, machine_key(), enabled=not no_cache)
     fetch: Callable[..., TrialResult] = trials.fetch

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from abbisect.cli import exit_help
+from abbisect.commands.endings import exit_help
 from abbisect.commands.options import verbosity_options
 
 

@@ -34,7 +34,7 @@ class Step:
     shell: bool = False
 
     def display(self) -> str:
-        # Shown in build logs and plans: secret-looking values and ${VAR} references masked (abbisect/redact.py).
+        # Shown in build logs and plans: secret-looking values and ${VAR} references masked (abbisect/infra/redact.py).
         prefix = " ".join(f"{k}={shlex.quote(v)}" for k, v in mask_env(self.env).items())
         cmd = self.argv[-1] if self.shell else shlex.join(self.argv)
         return f"{prefix} {cmd}".strip()

@@ -18,6 +18,7 @@ from packaging.utils import canonicalize_name
 from abbisect import checkout
 from abbisect.environment.base import BuildContext, Step, fill, pip_install
 from abbisect.infra.cache import Cache
+from abbisect.infra.progress import Say
 
 
 @dataclass(frozen=True)
@@ -54,14 +55,14 @@ class AfterEngine:
 
 
 def after_engine(pins: list[str] | tuple[str, ...], dependency: dict | None, cache: Cache | Path,
-                 planning: bool = False) -> AfterEngine | None:
+                 planning: bool = False, say: Say | None = None) -> AfterEngine | None:
     """A trial's pins and dependency commit (`{"repo", "sha", "commands", "env"}`) as build input; `planning`
     computes keys without checking the dependency out."""
     if not pins and not dependency:
         return None
     source = None
     if dependency and not planning:
-        source = checkout.worktree(Path(dependency["repo"]), dependency["sha"], cache)
+        source = checkout.worktree(Path(dependency["repo"]), dependency["sha"], cache, say=say)
     dep = dependency or {}
     return AfterEngine(tuple(pins), dep.get("sha"), source, tuple(dep.get("commands", ())), dict(dep.get("env", {})))
 

@@ -25,7 +25,7 @@ from abbisect.infra.errors import InfraError
 from abbisect.infra.locks import atomic_write, file_lock
 from abbisect.infra.logstream import CappedLog, pump
 from abbisect.infra.proc import scrubbed_env
-from abbisect.infra.progress import Status
+from abbisect.infra.progress import Say, Status
 from abbisect.infra.redact import MASK, Redactor, expand_env, looks_secret
 from abbisect.recipe import Install
 
@@ -78,7 +78,7 @@ def _context(source: Path, sha: str, install: Install, subdir: str | None, cache
     probe = BuildContext(source, sha, install, Path("/nonexistent"), cache, subdir, git_dir)
     strategy = _strategy(install)
     # A secret-looking install.env value is not in the key (it is public, in results.json): a build token
-    # does not change what is built, and its hash could be checked against guesses (abbisect/redact.py).
+    # does not change what is built, and its hash could be checked against guesses (abbisect/infra/redact.py).
     shown = {**install.model_dump(mode="json"), "env": {k: MASK if looks_secret(k) else v for k, v in install.env.items()}}
     common = {"install": shown, "python": python_version(install),
               "index": index_args(install, probe), "subdir": subdir}
@@ -137,9 +137,9 @@ def _healthy(root: Path) -> str | None:
 
 def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cache: Cache | Path,
                timeout: float, on_step=None, after: AfterEngine | None = None,
-               redactor: Redactor | None = None) -> EnvResult:
+               redactor: Redactor | None = None, say: Say | None = None) -> EnvResult:
     """Reuse or build the venv for this commit; a failed build is returned, never raised. `redactor` (the
-    recipe's secrets) masks the build log as it is written."""
+    recipe's secrets) masks the build log as it is written; a wait for another build of it is told to `say`."""
     ctx, key, base = _context(source, sha, install, subdir, cache, after=after)
     plan = env_plan(source, sha, install, subdir, cache, after=after)
     root = ctx.venv.parent
@@ -154,26 +154,26 @@ def ensure_env(source: Path, sha: str, install: Install, subdir: str | None, cac
     if base is not None:
         base_ctx, base_key = base
         ok, base_reused, error = _ensure(base_ctx, base_key, list(plan.steps[:plan.shared_steps]), sha, timeout,
-                                         on_step, redactor)
+                                         on_step, redactor, say)
         facts["dependencies"] = f"shared venv {base_key} ({'reused' if base_reused else 'built for this commit'})"
         if not ok:
             return EnvResult(False, key, str(ctx.venv), ctx.python, False, round(time.monotonic() - start, 3),
                              str(base_ctx.venv.parent / "build.log"), shown, f"shared dependencies: {error}", facts,
                              base_reused=base_reused)
     # Time spent reusing is waiting for a concurrent (background) build of the same venv.
-    ok, reused, error = _ensure(ctx, key, list(plan.steps[plan.shared_steps:]), sha, timeout, on_step, redactor)
+    ok, reused, error = _ensure(ctx, key, list(plan.steps[plan.shared_steps:]), sha, timeout, on_step, redactor, say)
     return EnvResult(ok, key, str(ctx.venv), ctx.python, reused, round(time.monotonic() - start, 3), str(log), shown,
                      error, facts, str(base[0].venv) if base else None, base_reused)
 
 
 def _ensure(ctx: BuildContext, key: str, steps: list[Step], sha: str, timeout: float,
-            on_step, redactor: Redactor | None = None) -> tuple[bool, bool, str | None]:
+            on_step, redactor: Redactor | None = None, say: Say | None = None) -> tuple[bool, bool, str | None]:
     """(ok, reused, error) of one venv of the store: reused when healthy, else built under its lock."""
     root = ctx.venv.parent
-    hold(root)  # in use by this process: `abbisect cache gc` leaves it alone
+    hold(root, say)  # in use by this process: `abbisect cache gc` leaves it alone
     if not getattr(_BACKGROUND, "on", False):
         _promote(key)  # a background build of it, if any, is what this trial waits for now
-    with file_lock(Cache.lock(Cache.at(ctx.cache).env(key))):
+    with file_lock(Cache.lock(Cache.at(ctx.cache).env(key)), say=say):
         if _healthy(root) is None:
             return True, True, None
         if root.exists():

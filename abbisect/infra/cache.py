@@ -23,7 +23,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -169,7 +169,7 @@ class Cache:
         return self.trials / key
 
     def trial_unconfirmed(self, key: str) -> Path:
-        """A result that must be seen twice before it is kept (see trialcache.CONFIRM_FIRST)."""
+        """A result that must be seen twice before it is kept (see `Status.confirm_first` and trial/trial_cache.py)."""
         return self.trials / f"{key}.unconfirmed"
 
     def clone(self, url: str) -> Path:
@@ -234,9 +234,9 @@ def sidecar(entry: Path, suffix: str) -> Path:
     return entry.with_name(entry.name + suffix)
 
 
-def hold(entry: Path) -> None:
+def hold(entry: Path, say: Callable[[str], None] | None = None) -> None:
     """Mark `entry` as used by this process until it exits (or releases it as often as it held it), and stamp
-    its last use."""
+    its last use. A wait for an eviction of it is told to `say`."""
     entry = Path(entry)
     mark = sidecar(entry, ".use")
     with _HELD_LOCK:
@@ -245,7 +245,7 @@ def hold(entry: Path) -> None:
             os.utime(mark)
             return
     mark.parent.mkdir(parents=True, exist_ok=True)
-    fd = locked_open(mark, fcntl.LOCK_SH)  # waits only while an eviction of this entry runs
+    fd = locked_open(mark, fcntl.LOCK_SH, say=say)  # waits only while an eviction of this entry runs
     with _HELD_LOCK:
         if entry in _HELD:  # another thread of this process took it meanwhile: one descriptor is enough
             _HELD[entry][1] += 1

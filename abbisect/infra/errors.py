@@ -1,4 +1,4 @@
-"""abbisect's error tree; the CLI maps it to exit codes in one place (`abbisect.cli.EXIT_CODES`).
+"""abbisect's error tree; the CLI maps it to exit codes in one place (`abbisect.commands.endings.EXIT_CODES`).
 
 - `UserError`: bad input from the user (recipe, ref, path): say what is wrong and how to fix it.
 - `InfraError`: abbisect's own side failed (download, disk, checkout, port, lock): says nothing about the

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from abbisect.infra.errors import InfraError
+from abbisect.infra.progress import Status
 
 # How long to wait for another abbisect holding a lock (a build of the same commit, a model conversion)
 # before giving up as an infrastructure fault; ABBISECT_LOCK_TIMEOUT overrides it (seconds).
@@ -35,8 +36,8 @@ def locked_open(path: Path, how: int, timeout: float | None = None,
                 say: Callable[[str], None] | None = None) -> int:
     """Open and flock `path`; returns the descriptor. Lock files may be removed by `abbisect cache gc`
     while someone waits on them: a lock taken on a file that is no longer at `path` is taken again.
-    While another process holds it, say so (a `Status`); after `timeout` (default `lock_timeout()`) an
-    `InfraError`."""
+    While another process holds it, tell `say` (a `Status`, when given); after `timeout` (default
+    `lock_timeout()`) an `InfraError`."""
     start = time.monotonic()
     limit = lock_timeout() if timeout is None else timeout
     while True:
@@ -58,9 +59,6 @@ def locked_open(path: Path, how: int, timeout: float | None = None,
 
 
 def _flock(fd: int, how: int, path: Path, start: float, timeout: float, say: Callable[[str], None] | None) -> None:
-    from abbisect.infra.progress import Status, ambient
-
-    say = say or ambient
     while True:
         try:
             fcntl.flock(fd, how | fcntl.LOCK_NB)
@@ -70,7 +68,8 @@ def _flock(fd: int, how: int, path: Path, start: float, timeout: float, say: Cal
             if waited >= timeout:
                 raise InfraError(f"gave up after {waited:.0f} s {waiting_for(path)} (lock {path}); let it finish, "
                                  "or raise ABBISECT_LOCK_TIMEOUT (seconds)") from None
-            say(Status(waiting_for(path), kind="lock"))
+            if say is not None:
+                say(Status(waiting_for(path), kind="lock"))
             time.sleep(_POLL)
 
 

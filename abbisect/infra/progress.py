@@ -1,21 +1,31 @@
 """What a person sees while a long run goes on (on stderr).
 
 Ordinary messages are timestamped lines. A `Status` is a transient update of a long wait (build, lock,
-server start): on a terminal it is one live line, rewritten in place with the wait's elapsed time; otherwise
-(a log, CI) a plain timestamped line, at most one per `THROTTLE_S` per kind so a log stays readable.
-`-q` shows errors and the final lines only; `-v` shows every step, status updates unthrottled.
+server start): on a terminal it is one live line (rich's live display), rewritten in place with the wait's
+elapsed time and cleared by the next ordinary line; otherwise (a log, CI) a plain timestamped line, at most one
+per `THROTTLE_S` per kind so a log stays readable. `-q` (QUIET) shows errors and the final lines only; `-v`
+(VERBOSE) shows every step, status updates unthrottled.
+
+The command makes one `Reporter` at the level its options asked for and passes it (as a `Progress` callable)
+to whatever talks to the user; nothing here is global. rich is imported only for a terminal.
 """
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
-from typing import Self, TextIO
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Self, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.live import Live
 
 QUIET, NORMAL, VERBOSE = 0, 1, 2
 THROTTLE_S = 10.0
 
-level = NORMAL  # set once by the CLI's -q / -v
+Say = Callable[[str], None]  # what a stage is handed to tell the user something: the command's `Reporter`
 
 
 class Status(str):
@@ -36,78 +46,109 @@ class Final(str):
     """A final line of a command (its verdicts, where the report is): shown even with `-q`."""
 
 
-def _plain(markup: str) -> str:
-    """Drop rich-style [bold]/[/bold] tags for plain output."""
-    import re
+class _LiveLine:
+    """The terminal's side: one live line through rich (cropped to the terminal's width, so rewriting it never
+    leaves a wrapped half behind), and ordinary lines printed as they are (no markup, no highlighting)."""
 
-    return re.sub(r"\[/?(bold|dim|red|green|yellow)\]", "", markup)
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.live: Live | None = None
+
+    @classmethod
+    def on(cls, stream: TextIO) -> _LiveLine | None:
+        """The live line of a terminal that can rewrite a line; None elsewhere (a file, a pipe, TERM=dumb)."""
+        if not stream.isatty():
+            return None
+        from rich.console import Console
+
+        console = Console(file=stream, markup=False, highlight=False, emoji=False, soft_wrap=True)
+        return None if console.is_dumb_terminal else cls(console)
+
+    def show(self, text: str) -> None:
+        from rich.live import Live
+        from rich.text import Text
+
+        line = Text(text, no_wrap=True, overflow="ellipsis")
+        if self.live is None:
+            self.live = Live(line, console=self.console, auto_refresh=False, transient=True,
+                             redirect_stdout=False, redirect_stderr=False)
+            self.live.start(refresh=True)
+        else:
+            self.live.update(line, refresh=True)
+
+    def clear(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def line(self, text: str) -> None:
+        from rich.text import Text
+
+        self.clear()
+        self.console.print(Text(text))
 
 
 class Reporter:
-    """The `Progress` callable of the CLI: `reporter(message)`; a `Status` is a live line, a `Final` survives `-q`."""
+    """The `Progress` callable of a command: `reporter(message)`; a `Status` is a live line on a terminal, a
+    `Final` survives `-q`. `close()` clears a live line (the command's end calls it)."""
 
-    def __init__(self, stream: TextIO | None = None) -> None:
+    def __init__(self, stream: TextIO | None = None, level: int = NORMAL) -> None:
         self.stream = stream or sys.stderr
-        self.live = self.stream.isatty()
+        self.level = level
         self.t0 = time.monotonic()
-        self._status_line = False  # a live line is on screen (terminal only)
+        self._terminal = _LiveLine.on(self.stream)
         self._wait: tuple[str, float] | None = None  # (kind, since) of the current wait
         self._last: dict[str, float] = {}  # kind → when a plain status line was last written
-        global ambient_reporter
-        ambient_reporter = self
+        self._lock = threading.Lock()  # trials, builds and lock waits report from several threads
 
     def _stamp(self) -> str:
         return f"{time.monotonic() - self.t0:7.1f}s"
 
     def _write(self, text: str) -> None:
-        if self._status_line:
-            self.stream.write("\r\x1b[K")
-            self._status_line = False
+        if self._terminal is not None:
+            self._terminal.line(text)
+            return
         self.stream.write(text + "\n")
         self.stream.flush()
 
     def __call__(self, message: str) -> None:
-        if isinstance(message, Status):
-            self.status(message)
-            return
-        self._wait = None
-        if level >= NORMAL:
-            self._write(f"{self._stamp()} {_plain(message)}")
-        elif isinstance(message, Final):
-            self._write(_plain(message))
+        with self._lock:
+            if isinstance(message, Status):
+                self._status(message)
+                return
+            self._wait = None
+            if self.level >= NORMAL:
+                self._write(f"{self._stamp()} {message}")
+            elif isinstance(message, Final):
+                self._write(message)
 
-    def status(self, message: Status) -> None:
+    def _status(self, message: Status) -> None:
         now = time.monotonic()
         if self._wait is None or self._wait[0] != message.kind:
             self._wait = (message.kind, now)
         waited = now - self._wait[1]
-        if level == QUIET:
+        if self.level == QUIET:
             return
-        if self.live:
-            self.stream.write(f"\r\x1b[K{self._stamp()} {_plain(message)} ({waited:.0f} s)")
-            self.stream.flush()
-            self._status_line = True
+        line = f"{self._stamp()} {message} ({waited:.0f} s)"
+        if self._terminal is not None:
+            self._terminal.show(line)
             return
-        if level < VERBOSE and now - self._last.get(message.kind, -THROTTLE_S) < THROTTLE_S:
+        if self.level < VERBOSE and now - self._last.get(message.kind, -THROTTLE_S) < THROTTLE_S:
             return
         self._last[message.kind] = now
-        self._write(f"{self._stamp()} {_plain(message)} ({waited:.0f} s)")
+        self._write(line)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._terminal is not None:
+                self._terminal.clear()
 
 
-ambient_reporter: Reporter | None = None
-
-
-def ambient(message: str) -> None:
-    """Report through the CLI's reporter where no `Progress` callable reaches (a lock wait deep in a stage)."""
-    if ambient_reporter is not None:
-        ambient_reporter(message)
-
-
-def warn(message: str) -> None:
-    """A warning a person must see, even with `-q`: one line through the CLI's reporter where there is one
-    (it keeps a live status line intact), else on stderr."""
+def warn(message: str, say: Say | None = None) -> None:
+    """A warning a person must see, even with `-q`: one line through the command's reporter where it is passed
+    (a live status line is cleared first), else on stderr."""
     line = f"abbisect: warning: {message}"
-    if ambient_reporter is not None:
-        ambient_reporter(Final(line))
+    if say is not None:
+        say(Final(line))
     else:
         print(line, file=sys.stderr, flush=True)

@@ -9,5 +9,5 @@ Two ways, each probe one trial of the recipe's verdict (the trial pipeline, its 
   each switch that turns a feature off or swaps its implementation is tried on the failing launch; the ones
   that make the failure go away are the workarounds, the narrowest first.
 
-`driver.py` runs the probes (at once on free slots), `model.py` holds what they found.
+`driver.py` runs the probes (at once on free slots), `narrowing.py` holds what they found.
 """

@@ -19,7 +19,7 @@ from abbisect.launch.engines import adapter
 from abbisect.launch.switches import Catalogue, accepted, applicable, catalogue_for, option_items
 from abbisect.narrow.ddmin import Result, ddmin
 from abbisect.narrow.deltas import Delta, Launch, apply, differences
-from abbisect.narrow.model import NarrowRun, Probe, ProbeKind
+from abbisect.narrow.narrowing import NarrowRun, Probe, ProbeKind
 from abbisect.recipe import Recipe
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.slots import Executor, Slot
@@ -105,7 +105,7 @@ class Narrower:
         seen = self.assessor.alone(trials)
         probe = Probe(n, kind, label, launch, seen.outcome, str(trials[0].verdict.status), seen.evidence,
                       round(time.monotonic() - t, 2), all(r.cached for r in trials), trials=tuple(trials), **extra)
-        self.say(f"probe {n} ({label[:60]}): [bold]{probe.outcome}[/bold] ({probe.status}) {probe.evidence[:100]}")
+        self.say(f"probe {n} ({label[:60]}): {probe.outcome} ({probe.status}) {probe.evidence[:100]}")
         return probe
 
     # -- the narrowing -------------------------------------------------------------------------------

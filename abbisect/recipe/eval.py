@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from abbisect.score.answers import check_rule, reference
 
 if TYPE_CHECKING:  # the plan is built lazily (scipy), only for a recipe with an eval
-    from abbisect.stats.plan import PowerPlan
+    from abbisect.stats.power import PowerPlan
 
 BUILTIN_EVALS = Path(__file__).resolve().parents[1] / "builtin" / "evals"  # data files, not code
 MAX_EVAL_ITEMS = 100_000
@@ -197,7 +197,7 @@ class Eval(_Strict):
 
     def plan(self, size: int, accuracy: float | None = None) -> PowerPlan:
         """The power plan of this section on a set of `size` items (`accuracy`: an A-vs-A's, when known)."""
-        from abbisect.stats.plan import power_plan
+        from abbisect.stats.power import power_plan
 
         return power_plan(self.items_asked(size), accuracy or self.expected_accuracy or EXPECTED_ACCURACY,
                           self.min_drop, flip_rate=self.flip_rate, alpha=self.alpha, power=self.power)

@@ -1,5 +1,5 @@
 """The `probe:` section of a recipe: a kernel inside the engine checkout, how to call it, a sweep and the device
-classes it must fit (abbisect/gpu/probe.py runs it). Validated with the rest of the recipe."""
+classes it must fit (abbisect/gpu/kernel_probe.py runs it). Validated with the rest of the recipe."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
-from abbisect.gpu.devices import device_class
+from abbisect.recipe.devices import device_class
 
 
 class _Strict(BaseModel):

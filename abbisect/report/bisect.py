@@ -15,12 +15,11 @@ from abbisect import __version__
 from abbisect.ab import ABResult, compare
 from abbisect.assess.accuracy import eval_run
 from abbisect.assess.perf import metric_values, pass_errors
-from abbisect.bisect.model import BisectRun, EndsMode, Mode, Role, Step
+from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
-from abbisect.report.accuracy import ab_accuracy, accuracy_along
-from abbisect.report.markdown import (
+from abbisect.report.ab import (
     BUDGETS,
     OUTPUTS_FILE,
     Budget,
@@ -31,6 +30,7 @@ from abbisect.report.markdown import (
     render_ab,
     reproduce_block,
 )
+from abbisect.report.accuracy import ab_accuracy, accuracy_along
 from abbisect.report.narrow import headline as narrow_headline
 from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
 from abbisect.report.nodes import node_of, nodes_block, nodes_json

@@ -8,8 +8,8 @@ import shlex
 from abbisect import __version__
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump
-from abbisect.narrow.model import NarrowRun, Probe
-from abbisect.report.markdown import reproduce_block
+from abbisect.narrow.narrowing import NarrowRun, Probe
+from abbisect.report.ab import reproduce_block
 from abbisect.report.text import Notes, cell, code, heading, table
 from abbisect.verdict.status import Outcome
 

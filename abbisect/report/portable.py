@@ -60,7 +60,7 @@ def _is_local(url: str) -> bool:
 
 def model_sha256(model: PackagedModel, cache: Cache | Path) -> str | None:
     """The GGUF's sha256 recorded when the model was prepared (None before, or for older cache entries)."""
-    from abbisect.environment.models import MARKER, model_dir
+    from abbisect.environment.weights import MARKER, model_dir
 
     marker = model_dir(model, cache) / MARKER
     try:
@@ -87,7 +87,7 @@ def _strip_paths(data):
 
 def portable_recipe(recipe: Recipe, cache: Cache | Path) -> dict:
     """The recipe as a stranger can use it: prompts inlined, no path of this machine, defaults left out, the
-    values of secret variables masked under their names (abbisect/redact.py)."""
+    values of secret variables masked under their names (abbisect/infra/redact.py)."""
     data = recipe.model_dump(mode="json", exclude_defaults=True)
     data["engine"] = {**data.get("engine", {}), "kind": recipe.engine.kind, "repo": engine_source(recipe)}
     if isinstance(recipe.model, PackagedModel):

@@ -9,8 +9,8 @@ from abbisect.infra.cache import Cache
 from abbisect.infra.redact import Redactor
 from abbisect.query.evals import pair
 from abbisect.recipe import PackagedModel, Recipe
+from abbisect.report.ab import OUTPUTS_FILE, fit, outputs_document, render_ab
 from abbisect.report.accuracy import flipped_items
-from abbisect.report.markdown import OUTPUTS_FILE, fit, outputs_document, render_ab
 from abbisect.report.perf import svg
 from abbisect.report.portable import Portable, portable_recipe
 
@@ -18,7 +18,7 @@ from abbisect.report.portable import Portable, portable_recipe
 def model_path(recipe: Recipe, cache: Cache | Path) -> str | None:
     """Where the model the engine loads lies on this machine (a prepared packaged model, or a local path)."""
     if isinstance(recipe.model, PackagedModel):
-        from abbisect.environment.models import model_dir
+        from abbisect.environment.weights import model_dir
 
         return str(model_dir(recipe.model, cache) / "model")
     return recipe.model

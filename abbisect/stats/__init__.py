@@ -22,13 +22,13 @@ values nothing is significant.
 
 scipy.stats does every test and interval; these modules only decide and explain. `decide` holds the calls
 and what the kinds share, `proportions` the yes/no counts (failure rates, paired accuracy, an eval's
-power), `samples` the performance samples, `plan` an eval's power plan before it runs.
+power), `samples` the performance samples, `power` an eval's power plan before it runs.
 """
 
 from __future__ import annotations
 
-from abbisect.stats.decide import Call, Classification, Side
-from abbisect.stats.plan import PowerPlan, power_plan
+from abbisect.stats.decide import Call, Classification, Resemblance
+from abbisect.stats.power import PowerPlan, power_plan
 from abbisect.stats.proportions import (
     PairedComparison,
     RateComparison,
@@ -54,8 +54,28 @@ from abbisect.stats.samples import (
 )
 
 __all__ = [
-    "Call", "Classification", "Detectable", "NoiseFloor", "PairedComparison", "PowerPlan", "RateComparison",
-    "SampleComparison", "Side", "classify_paired", "classify_rate", "classify_sample", "compare_paired",
-    "compare_rates", "compare_samples", "detectable_change", "detectable_drop", "n_for_power", "noise_floor",
-    "power_paired", "power_plan", "power_unpaired", "reachable_n", "wilson",
+    "Call",
+    "Classification",
+    "Detectable",
+    "NoiseFloor",
+    "PairedComparison",
+    "PowerPlan",
+    "RateComparison",
+    "Resemblance",
+    "SampleComparison",
+    "classify_paired",
+    "classify_rate",
+    "classify_sample",
+    "compare_paired",
+    "compare_rates",
+    "compare_samples",
+    "detectable_change",
+    "detectable_drop",
+    "n_for_power",
+    "noise_floor",
+    "power_paired",
+    "power_plan",
+    "power_unpaired",
+    "reachable_n",
+    "wilson",
 ]

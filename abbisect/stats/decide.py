@@ -32,8 +32,9 @@ class Call(StrEnum):
         return obj
 
 
-class Side(StrEnum):
-    """Which end of a bisect a candidate resembles; `outcome` is the bisect verdict it gives, None: run more."""
+class Resemblance(StrEnum):
+    """Which end of a bisect a candidate resembles (`Classification.side`, the side of the divide it falls on);
+    `outcome` is the bisect verdict it gives, None: run more. (A side of an A/B is the recipe's `Side`.)"""
 
     LIKE_GOOD = ("like_good", "like good", "good")
     LIKE_BAD = ("like_bad", "like bad", "bad")
@@ -72,7 +73,7 @@ C = TypeVar("C", bound=Comparison)
 class Classification(Generic[C]):
     """A bisect candidate against both ends, with the three comparisons behind the side it was given."""
 
-    side: Side
+    side: Resemblance
     evidence: str
     vs_good: C
     vs_bad: C
@@ -108,20 +109,22 @@ def classify(vs_good: C, vs_bad: C, ends: C) -> Classification[C]:
     """
     good, bad = vs_good.call is Call.DIFFERENT, vs_bad.call is Call.DIFFERENT
     if ends.call is not Call.DIFFERENT:
-        side, why = Side.UNSURE, f"the ends are {ends.call.text} ({ends.describe()})"
+        side, why = Resemblance.UNSURE, f"the ends are {ends.call.text} ({ends.describe()})"
     elif good and not bad and nearly_different(vs_bad):
-        side, why = Side.UNSURE, (f"differs from good ({vs_good.describe()}) and nearly from bad "
-                                  f"({vs_bad.describe()})")
+        side, why = Resemblance.UNSURE, (f"differs from good ({vs_good.describe()}) and nearly from bad "
+                                         f"({vs_bad.describe()})")
     elif bad and not good and nearly_different(vs_good):
-        side, why = Side.UNSURE, (f"differs from bad ({vs_bad.describe()}) and nearly from good "
-                                  f"({vs_good.describe()})")
+        side, why = Resemblance.UNSURE, (f"differs from bad ({vs_bad.describe()}) and nearly from good "
+                                         f"({vs_good.describe()})")
     elif good and not bad:
-        side, why = Side.LIKE_BAD, f"differs from good ({vs_good.describe()}), not from bad ({vs_bad.describe()})"
+        side, why = Resemblance.LIKE_BAD, (f"differs from good ({vs_good.describe()}), not from bad "
+                                           f"({vs_bad.describe()})")
     elif bad and not good:
-        side, why = Side.LIKE_GOOD, f"differs from bad ({vs_bad.describe()}), not from good ({vs_good.describe()})"
+        side, why = Resemblance.LIKE_GOOD, (f"differs from bad ({vs_bad.describe()}), not from good "
+                                            f"({vs_good.describe()})")
     else:
         which = "differs from both ends" if good else "not told apart from either end"
-        side, why = Side.UNSURE, f"{which} (good: {vs_good.describe()}; bad: {vs_bad.describe()})"
+        side, why = Resemblance.UNSURE, f"{which} (good: {vs_good.describe()}; bad: {vs_bad.describe()})"
     return Classification(side, why, vs_good, vs_bad, ends)
 
 

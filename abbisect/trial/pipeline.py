@@ -99,7 +99,7 @@ def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | 
 def resolve_model(recipe: Recipe, cache: Cache | Path, progress: Progress) -> str | None:
     if recipe.model is None or isinstance(recipe.model, str):
         return recipe.model
-    from abbisect.environment.models import prepare
+    from abbisect.environment.weights import prepare
 
     return str(prepare(recipe.model, cache, progress))
 
@@ -136,7 +136,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     if env is None:
         return rec.result()
     if recipe.probe is not None:
-        from abbisect.trial.probe import probe_trial
+        from abbisect.trial.probe_trial import probe_trial
 
         probe = probe_trial(recipe.probe, env.python, source, Path(spec.out_dir), say)
         rec.timings["probe"], rec.extras["probe"], rec.verdict = probe.seconds, dump(probe.result), probe.verdict
@@ -161,7 +161,7 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
 def _checkout(rec: TrialRecord, recipe: Recipe, say: Progress) -> Path:
     say("checkout")
     spec = rec.spec
-    source = checkout.worktree(Path(spec.repo), spec.sha, Cache.at(spec.cache_dir), tuple(recipe.engine.sparse))
+    source = checkout.worktree(Path(spec.repo), spec.sha, Cache.at(spec.cache_dir), tuple(recipe.engine.sparse), say)
     rec.timings["checkout"] = round(time.monotonic() - rec.t0, 3)
     return source
 
@@ -172,7 +172,8 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> Env
     spec, cache = rec.spec, Cache.at(rec.spec.cache_dir)
     env = ensure_env(source, spec.sha, recipe.install, recipe.engine.subdir, cache, recipe.timeouts.build,
                      on_step=lambda d: say(Status(f"environment: {d}") if isinstance(d, Status) else f"environment: {d}"),
-                     after=after_engine(spec.pins, spec.dependency, cache), redactor=Redactor.from_recipe(recipe))
+                     after=after_engine(spec.pins, spec.dependency, cache, say=say), redactor=Redactor.from_recipe(recipe),
+                     say=say)
     rec.env = env
     rec.timings["build"] = env.seconds
     if not env.ok:

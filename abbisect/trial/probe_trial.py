@@ -8,7 +8,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from abbisect.gpu.probe import ProbeConfig, ProbeResult, probe_status, probe_verdict, run_probe
+from abbisect.gpu.kernel_probe import ProbeConfig, ProbeResult, probe_status, probe_verdict, run_probe
 from abbisect.verdict.rules import PROBE_STATUS, Verdict
 from abbisect.verdict.status import Outcome
 

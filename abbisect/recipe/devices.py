@@ -1,4 +1,7 @@
-"""The device-class table (devices.yaml): per-block shared-memory limits a probe checks kernels against."""
+"""The device-class table (devices.yaml): per-block shared-memory limits a probe checks kernels against.
+
+Below both of its readers: a recipe's `probe.targets` are checked against it when the recipe is loaded, and the
+kernel probe (abbisect/gpu/) compiles for each class and compares with its limits."""
 
 from __future__ import annotations
 
@@ -40,5 +43,5 @@ def device_classes() -> dict[str, DeviceClass]:
 def device_class(name: str) -> DeviceClass:
     table = device_classes()
     if name not in table:
-        raise UserError(f"unknown device class {name!r}; known: {', '.join(table)} (abbisect/gpu/devices.yaml)")
+        raise UserError(f"unknown device class {name!r}; known: {', '.join(table)} (abbisect/recipe/devices.yaml)")
     return table[name]

@@ -9,9 +9,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
 from abbisect import checkout
-from abbisect.bisect import history
+from abbisect.bisect import gitlog
 from abbisect.bisect.search import SearchResult
-from abbisect.narrow.model import NarrowRun
+from abbisect.narrow.narrowing import NarrowRun
 from abbisect.recipe import Recipe
 from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome
@@ -41,7 +41,7 @@ class Role(StrEnum):
 
 class Mode(StrEnum):
     """How a bisection ended; `stopped`: no search ran (what stopped it is each tested commit's own verdict);
-    `ending`: its row of the exit-code table (abbisect.cli.EXIT_CODES) when it did not find a commit."""
+    `ending`: its row of the exit-code table (abbisect.commands.endings.EXIT_CODES) when it did not find a commit."""
 
     REGRESSION = ("regression", False, "")
     FIX = ("fix", False, "")
@@ -126,7 +126,7 @@ class BisectRun:
     ends_note: str = ""
     mislabelled: str = ""  # the named ends observed the other way round, in words ("" when they were not)
     excluded: tuple[str, ...] = ()  # further old ends of the searched range (the end sharing the base's verdict)
-    releases: history.Releases | None = None
+    releases: gitlog.Releases | None = None
     options: dict = field(default_factory=dict)  # command-line choices a resumed run must keep (no_cache, …)
     # Multisection: how many trials ran at once, where, and each round's commits and wall time.
     slots: int = 1
@@ -144,9 +144,9 @@ class BisectRun:
     order: tuple[str, ...] = ()  # the tested commits in the history's order, oldest first (for the report)
     narrowing: NarrowRun | None = field(default=None, repr=False)  # bisect.narrow: abbisect narrow at the answer
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).
-    commits: dict[str, history.CommitInfo] = field(default_factory=dict)
+    commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # commit, compare, PR (and its parent's) links of the answer
-    engine_commits: dict[str, history.CommitInfo] = field(default_factory=dict)  # each trial's engine commit
+    engine_commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)  # each trial's engine commit
 
     def step_of(self, sha: str) -> Step | None:
         return next((s for s in self.steps if s.sha == sha), None)

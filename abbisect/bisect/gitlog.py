@@ -1,4 +1,5 @@
-"""What git knows about the candidates: the bisect range as a `Graph`, commit metadata, GitHub links."""
+"""What git's log says about the candidates: the bisect range as a `Graph`, commit metadata, GitHub links, the
+releases and backports that carry a commit. (The toy histories abbisect builds itself are builtin/history.py.)"""
 
 from __future__ import annotations
 

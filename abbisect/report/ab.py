@@ -1,4 +1,4 @@
-"""Paste-ready GitHub markdown from result objects (pure functions: data in, text out).
+"""The A/B report as paste-ready GitHub markdown, from result objects (pure functions: data in, text out).
 
 Model text is untrusted: in table cells and prose it is escaped (HTML and markdown punctuation), in code
 blocks it is fenced with more backticks than it contains, so any output renders literally. A report fits
@@ -302,7 +302,7 @@ def gpu_block(a: TrialResult, b: TrialResult) -> str:
 
 
 def probe_block(label: str, r: TrialResult, level: int = 4) -> str:
-    from abbisect.gpu.probe import ProbeResult, render_probe_markdown
+    from abbisect.gpu.kernel_probe import ProbeResult, render_probe_markdown
 
     data = r.extras.get("probe")
     return f"{heading(level, f'{label}: kernel probe')}\n\n{render_probe_markdown(load(ProbeResult, data))}" if data else ""

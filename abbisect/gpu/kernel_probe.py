@@ -15,9 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from abbisect.gpu.devices import device_class
 from abbisect.infra.errors import UserError
 from abbisect.infra.proc import run_logged
+from abbisect.recipe.devices import device_class
 from abbisect.recipe.probe import BadIf, ProbeConfig
 
 _WORKER = Path(__file__).with_name("_probe_worker.py")
