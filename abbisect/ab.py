@@ -51,7 +51,7 @@ class ABResult:
     assessment: dict = field(default_factory=dict)
     # Each side's engine commit (date, parents), gathered while the repository is at hand: results.json names
     # no folder of this machine, so a reader (the matrix) cannot ask git later.
-    commits: dict[str, history.CommitInfo] = field(default_factory=dict)
+    commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -106,7 +106,7 @@ def neutral_launch(result: TrialResult) -> str:
 
 def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, started: str,
             links: dict[str, dict[str, str]] | None = None, more: tuple[tuple[TrialResult, ...], ...] = ((), ()),
-            assessment: dict | None = None, commits: dict[str, history.CommitInfo] | None = None) -> ABResult:
+            assessment: dict | None = None, commits: dict[str, gitlog.CommitInfo] | None = None) -> ABResult:
     divs = tuple(divergence(oa.text, ob.text) if not (oa.error or ob.error) else None
                  for oa, ob in zip(a.outputs, b.outputs))
     return ABResult(recipe.model_dump(mode="json"), a, b, divs,
@@ -171,7 +171,7 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
     links = {"a": gitlog.github_links(a.spec.repo, a.spec.sha), "b": gitlog.github_links(b.spec.repo, b.spec.sha,
                                                                                        a.spec.sha)}
     more = (tuple(p[0] for p in got[1:]), tuple(p[1] for p in got[1:]))
-    commits = {sha: history.commit_info(repo, sha) for sha in sorted({a.spec.sha, b.spec.sha})}
+    commits = {sha: gitlog.commit_info(repo, sha) for sha in sorted({a.spec.sha, b.spec.sha})}
     return compare(recipe, a, b, command, started, links, more, assessment, commits)
 
 

@@ -1,10 +1,12 @@
-"""Why the flaky bisect's defaults: a simulation (no processes) of its decision rule, with abbisect's own tests.
+"""Why the flaky bisect's defaults were what they were: a simulation (no processes) of the rule a flaky bisect
+followed before the posterior search (issue 31; benchmarks/noisy_sim.py compares the two), with abbisect's own
+tests.
 
 Each simulated bisect is a linear history of `--commits` commits whose commit P (uniform in 1..N-1, or
 `--positions`) and every later one fails a launch with probability `--rate` (one in three), the earlier ones
-never. The rule mirrors abbisect/bisect/policies.py `settle_ends`, abbisect/bisect/oracle.py `assess` /
-`grow_ends`, abbisect/assess/flaky.py and abbisect/bisect/confirm.py, with `abbisect.stats.compare_rates` and
-`classify_rate` deciding and `abbisect.bisect.search` choosing the commits (git's midpoints and skip-away):
+never. The rule is the one the former policies.settle_ends, oracle.assess / grow_ends and confirm.confirm
+followed, with `abbisect.stats.compare_rates` and `classify_rate` deciding and `abbisect.bisect.search`
+choosing the commits (git's midpoints and skip-away):
 
 - the ends get `launches` each, `launches` more each while compare_rates(old, new) is "not sure", up to the
   cap (`cap multiple` × launches); "same", or not different at the cap → no change (exit 3);

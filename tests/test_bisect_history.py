@@ -185,3 +185,20 @@ def test_github_urls_prefer_origin_then_any_github_remote(repo) -> None:
         "commit": f"https://github.com/up/stream/commit/{sha}",
         "compare": f"https://github.com/up/stream/compare/{base}...{sha}",
     }
+
+
+def test_touched_paths_and_the_prior_that_reads_them(repo) -> None:
+    """What each commit changes (a merge: what it brought in), in one git call; the posterior's prior gives
+    the commits that touch only `bisect.prior.unlikely` paths less mass."""
+    from abbisect.bisect.gitlog import touched_paths
+    from abbisect.bisect.noisy import prior_weights
+    from abbisect.recipe import Recipe
+
+    shas = [repo[k] for k in ("a", "x1", "b", "m", "t")]
+    touched = touched_paths(repo["path"], shas)
+    assert touched[repo["a"]] == ("src/a.py",) and touched[repo["b"]] == ("docs/b.md",)
+    assert touched[repo["m"]] == ("src/x.py",) and touched[repo["t"]] == ("docs/t.md",)
+    recipe = Recipe.model_validate({"name": "p", "engine": {"kind": "command", "repo": "/nonexistent"},
+                                    "launch": {"command": ["serve"]}, "prompts": ["p"],
+                                    "bisect": {"prior": {"unlikely": ["docs/"], "weight": 0.25}}})
+    assert prior_weights(recipe, touched) == {repo["b"]: 0.25, repo["t"]: 0.25}

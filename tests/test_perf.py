@@ -98,7 +98,8 @@ def test_a_performance_bisect_names_the_slowing_commit(tmp_path, cache_dir, slow
     data = json.loads(proc.stdout)["data"]
     assert data["first_new"] == shas[6], [(s["sha"][:8], s["outcome"], s["evidence"][:80]) for s in data["steps"]]
     c = data["confirmation"]
-    assert c["level"] == "confirmed" and c["compared"]["comparison"]["call"] == "different", c
+    assert c["level"] == "confirmed" and c["mass"]["found"] >= 0.99, c
+    assert data["posterior"]["kind"] == "perf" and data["posterior"]["answer"] == shas[6]
     assert all(t["perf"].startswith("tpot_median ") for t in data["trials"])
     md = (out / "bisect.md").read_text()
     assert "### Performance" in md and "tpot_median along the tested commits" in md and "**Confirmed**" in md

@@ -11,7 +11,7 @@ import pytest
 from conftest import toy_recipe
 
 from abbisect import checkout
-from abbisect.bisect.model import BisectRun, Role, Step
+from abbisect.bisect.bisection import BisectRun, Role, Step
 from abbisect.builtin.history import Commit, build_history
 from abbisect.environment import EnvResult
 from abbisect.infra.cache import Cache

@@ -32,6 +32,9 @@ ADDED_SINCE_V1 = {
     "cut": False,  # Completion.cut (ABBISECT_ANSWER_CAP_BYTES)
     "pass_no": 0, "batch": 1, "copy": 0,  # Completion: which pass, at what concurrency, which copy of a prompt
     "chunk": 0, "slot": None, "attempt": 0,  # TrialSpec: the eval part asked, the GPU slot, a repeat's launch
+    "items": None,  # TrialSpec: the eval items a bisect asks a candidate
+    "trial_rounds": [],  # Step: the round of each launch of a statistical search
+    "posterior": None,  # bisect.json: a statistical search's posterior
     "assessment": {}, "more_a": [], "more_b": [], "same_commit": False,  # ABResult: repeats and their statistics
     "commits": {},  # ABResult: each side's commit (date, parents), as results.json names no local repository
     "more": [], "stats": {},  # Step: a commit's further launches and their statistics

@@ -1,7 +1,7 @@
 """How a commit is judged from its trials: one trial by the recipe's rules (`rules.py`), or several — a failure
-rate against the ends' (`flaky.py`), a performance metric's passes against the other side's (`perf.py`), paired
-answers to an eval set (`accuracy.py`) —
-with the statistics of abbisect/stats.
+rate against the ends' (`flaky.py`; in a bisect, a batch's outputs too, `batch.py`), a performance metric's passes
+against the other side's (`perf.py`), paired answers to an eval set (`accuracy.py`) — with the statistics of
+abbisect/stats.
 
 A bisect and an A/B ask an `Assessor` (base.py) three things: what one commit's trials say on their own, how
 the two ends compare (which is bad, or run more of both), and which end a candidate's trials resemble (or run
@@ -14,9 +14,11 @@ from abbisect.assess.base import Assessor
 from abbisect.recipe import Recipe
 
 
-def assessor_for(recipe: Recipe) -> Assessor:
+def assessor_for(recipe: Recipe, bisect: bool = False) -> Assessor:
     """How this recipe's commits are judged: by a performance metric's passes (`perf`), by paired accuracy on an
-    eval set (`eval`), by a failure rate over several trials (`repeats`), else from one trial by the rules."""
+    eval set (`eval`), by a failure rate over several trials (`repeats`), else from one trial by the rules. A
+    bisect also judges a batch (`query.concurrency` or `query.repeat` above 1) by its outputs' failure rate:
+    which requests share a batch is chance, so one launch's share of bad outputs is a sample, not a verdict."""
     # Each imported when chosen: the statistics (scipy) load only for a verdict that needs them.
     if recipe.perf is not None:
         from abbisect.assess.perf import Perf
@@ -30,6 +32,10 @@ def assessor_for(recipe: Recipe) -> Assessor:
         from abbisect.assess.flaky import Flaky
 
         return Flaky(recipe)
+    if bisect and (recipe.query.concurrency > 1 or recipe.query.repeat > 1):
+        from abbisect.assess.batch import Batch
+
+        return Batch(recipe)
     from abbisect.assess.rules import Rules
 
     return Rules()

@@ -42,6 +42,10 @@ class Flaky:
     relative = True
     statistical = True
 
+    def observed(self, sample: Sample) -> tuple[int, int]:
+        """(failures, observations) of a commit's trials: one a launch or pass (`observations`)."""
+        return observations(sample)
+
     def __init__(self, recipe: Recipe) -> None:
         r = recipe.repeats
         self.first, self.cap = r.launches, r.cap
@@ -58,7 +62,7 @@ class Flaky:
         return max(0, min(self.first, self.cap - launches))
 
     def alone(self, sample: Sample) -> Assessment:
-        k, n = observations(sample)
+        k, n = self.observed(sample)
         if n == 0:
             why = "; ".join(sample[0].verdict.reasons[:1]) if sample else "no trial"
             return Assessment(Outcome.SKIP, f"untestable: {why}")
@@ -68,7 +72,7 @@ class Flaky:
         a, b = self.alone(old), self.alone(new)
         if Outcome.SKIP in (a.outcome, b.outcome):
             return a, b
-        (ko, no), (kn, nn) = observations(old), observations(new)
+        (ko, no), (kn, nn) = self.observed(old), self.observed(new)
         cmp = self._compare((ko, no), (kn, nn))
         stats = {"ends": dump(cmp)}
         if cmp.call is Call.DIFFERENT:
@@ -84,10 +88,10 @@ class Flaky:
                 Assessment(same, f"{rate_text(kn, nn)}; {why}: {cmp.describe()}", stats, more))
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
-        k, n = observations(sample)
+        k, n = self.observed(sample)
         if n == 0:
             return self.alone(sample)
-        found = classify_rate(k, n, good=observations(good), bad=observations(bad),
+        found = classify_rate(k, n, good=self.observed(good), bad=self.observed(bad),
                               min_difference=self.min_difference, alpha=self.alpha)
         stats = {"failures": k, "runs": n, "side": str(found.side), "vs_good": dump(found.vs_good),
                  "vs_bad": dump(found.vs_bad)}
@@ -95,6 +99,6 @@ class Flaky:
                       f"not sure after {len(sample)} launches: {rate_text(k, n)}")
 
     def compare(self, a: Sample, b: Sample) -> dict:
-        cmp = self._compare(observations(a), observations(b))
+        cmp = self._compare(self.observed(a), self.observed(b))
         worse = "b" if cmp.rate_b > cmp.rate_a else "a" if cmp.rate_a > cmp.rate_b else None
         return {"kind": self.kind, "comparison": dump(cmp), "text": cmp.describe(), "worse": worse}

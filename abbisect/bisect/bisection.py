@@ -91,6 +91,7 @@ class Step:
     needed: bool = True  # False: other verdicts decided the range first, so this one is not evidence
     more: tuple[TrialResult, ...] = field(default=(), repr=False)  # the commit's further trials (repeats)
     stats: dict = field(default_factory=dict)  # the numbers behind a statistical outcome (abbisect/assess)
+    trial_rounds: tuple[int, ...] = ()  # a statistical search: the round each of `trials` ran in (drift)
 
     @property
     def trials(self) -> tuple[TrialResult, ...]:
@@ -141,6 +142,7 @@ class BisectRun:
     failure: str = ""  # how the bad end fails (verdict.same_failure): another failure is skipped, not blamed
     unstable: tuple[str, ...] = ()  # prompts the good end answers differently twice (differs_from_good's noise)
     confirmation: dict = field(default_factory=dict)  # the answer run again, and the revert (abbisect/bisect/confirm.py)
+    posterior: dict = field(default_factory=dict)  # a statistical search's posterior, for the report (bisect/noisy.py)
     order: tuple[str, ...] = ()  # the tested commits in the history's order, oldest first (for the report)
     narrowing: NarrowRun | None = field(default=None, repr=False)  # bisect.narrow: abbisect narrow at the answer
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).

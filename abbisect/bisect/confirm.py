@@ -15,6 +15,7 @@ from pathlib import Path
 
 from abbisect.bisect.bisection import BisectRun, Mode
 from abbisect.bisect.kinds import VariableKind
+from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.infra import git
 from abbisect.trial.spec import TrialResult
@@ -31,39 +32,21 @@ def wanted(run: BisectRun, statistical: bool) -> bool:
 
 
 def confirm(oracle: Oracle, run: BisectRun) -> None:
-    """The found commit and its parent, fresh, as many launches as the recipe gives a commit (more while the
-    two cannot be told apart, up to the cap); `run.confirmation` says what they showed and how sure the
-    answer is. Only fresh launches count: the search's own trials chose the answer, so they cannot confirm it."""
+    """The found commit and its parent, fresh; `run.confirmation` says what they showed and how sure the answer
+    is. Only fresh launches count: the search's own trials chose the answer, so they cannot confirm it. A verdict
+    that depends on chance is judged by the posterior again (abbisect/bisect/noisy.py), one rule on one trial
+    by the rule."""
     found, parent = (run.result.first_new if run.result else None), run.found_parent
     if not found or not parent:
         return
-    a = oracle.assessor
-    n = max(a.first, 1)
-    fresh: dict[str, list] = {parent: [], found: []}
-    while True:
-        for sha, what in ((parent, "parent"), (found, "found")):
-            fresh[sha] += [oracle.again(sha, f"confirm-{what}", len(fresh[sha]) + i) for i in range(n)]
-        compared = a.compare(fresh[parent], fresh[found])
-        call = compared.get("comparison", {}).get("call")
-        if not a.statistical or call != "unsure" or len(fresh[found]) >= a.cap:
-            break
-        oracle.say(f"confirmation: {compared['text']}; {n} more launch(es) of each")
-    if a.statistical:  # each judged against the other (a performance sample says nothing alone)
-        pair = a.settle_ends(fresh[parent], fresh[found], names="parent and found")
-        seen = {parent: pair[0], found: pair[1]}
+    if oracle.assessor.statistical:
+        if not run.confirmation:  # the posterior search confirms its answers itself (bisect/noisy.py)
+            run.confirmation = NoisySearch(oracle).confirmation(run)
     else:
-        seen = {sha: a.alone(trials) for sha, trials in fresh.items()}
-    if a.statistical:  # the found commit worse than its parent for a regression, better for a fix
-        held = call == "different" and compared.get("worse") == ("b" if run.mode is Mode.REGRESSION else "a")
-        level = "confirmed" if held else "not sure" if call == "unsure" else "not reproduced"
-        sentence = {"confirmed": "run again, the found commit and its parent differ as the ends do",
-                    "not sure": f"run again {len(fresh[found])} times each, the found commit and its parent are "
-                                "not clearly different: the answer is not sure",
-                    "not reproduced": "run again, the found commit and its parent do not differ as the ends do: "
-                                      "the answer is not reproduced"}[level]
-    else:
+        fresh = {sha: oracle.again(sha, f"confirm-{what}") for sha, what in ((parent, "parent"), (found, "found"))}
+        seen = {sha: oracle.assessor.alone([t]) for sha, t in fresh.items()}
         if "differs_from_good" in run.recipe.verdict.bad_if:  # a change of output is the signal
-            changed = _changed(fresh[parent][0], fresh[found][0], run.unstable)
+            changed = _changed(fresh[parent], fresh[found], run.unstable)
             held = bool(changed)
             said = (f"the found commit's outputs differ from its parent's on {', '.join(changed[:5])}" if held
                     else "the found commit's outputs are its parent's")
@@ -72,12 +55,12 @@ def confirm(oracle: Oracle, run: BisectRun) -> None:
             held = seen[found].outcome == bad and seen[parent].outcome == good
             said = f"the found commit is {seen[found].outcome} and its parent {seen[parent].outcome}"
         level = "confirmed" if held else "not reproduced"
-        sentence = f"run again, {said}" + (", as in the search" if held else ": the answer is not reproducible")
-    run.confirmation = {"launches": len(fresh[found]), "level": level, "held": held, "sentence": sentence,
-                        "compared": compared,
-                        "parent": {"sha": parent, "outcome": seen[parent].outcome, "evidence": seen[parent].evidence},
-                        "found": {"sha": found, "outcome": seen[found].outcome, "evidence": seen[found].evidence}}
-    oracle.say(f"confirmation: {sentence}")
+        run.confirmation = {"launches": 1, "level": level, "held": held, "compared": {},
+                            "sentence": f"run again, {said}" + (", as in the search" if held
+                                                                else ": the answer is not reproducible"),
+                            **{who: {"sha": sha, "outcome": seen[sha].outcome, "evidence": seen[sha].evidence}
+                               for who, sha in (("parent", parent), ("found", found))}}
+    oracle.say(f"confirmation: {run.confirmation['sentence']}")
     if run.recipe.bisect.revert:
         run.confirmation["revert"] = revert(oracle, run, found)
 

@@ -1,6 +1,7 @@
-"""Drives a bisection with real trials: the ends policy, then the round policy (abbisect/bisect/policies.py),
-then the answer gathered for the report, with `state.json` saved after every step so that a resumed run
-replays instead of re-testing.
+"""Drives a bisection with real trials: the ends policy, then the round policy (abbisect/bisect/policies.py) —
+or, for a verdict that depends on chance, the posterior search (abbisect/bisect/noisy.py) — then the answer
+gathered for the report, with `state.json` saved after every step so that a resumed run replays instead of
+re-testing.
 
 The search itself (`search.py`, `multisect.py`) is pure; every verdict comes from the `Oracle`, the one
 `sha → verdict` function a test can replace.
@@ -17,9 +18,10 @@ from typing import Any
 from abbisect.bisect import confirm
 from abbisect.bisect.bisection import BisectRun, EndsMode, Role, Step
 from abbisect.bisect.ends import ends_first_because
+from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.bisect.policies import EndsFirst, LazyEnds, Multisection, Rounds, Sequential
-from abbisect.bisect.search import Graph, SearchState
+from abbisect.bisect.search import Graph, SearchResult, SearchState
 from abbisect.bisect.state import write_state
 from abbisect.trial.judges import Judge
 from abbisect.trial.slots import Slot
@@ -46,6 +48,8 @@ class Driver:
                 run.ends_mode = EndsMode.LAZY
                 return LazyEnds().walk(self, run)
             self.say(f"bisect.ends lazy is not possible here: {run.ends_fallback}; testing both ends first")
+        if self.oracle.assessor.statistical:  # a verdict that depends on chance: one posterior over the range
+            return NoisySearch(self.oracle, self.save).walk(self, run)
         return EndsFirst().walk(self, run)
 
     # -- what the policies call ----------------------------------------------------------------------
@@ -77,10 +81,10 @@ class Driver:
         with self.save_lock:  # slots finish at the same time: one writer at a time
             write_state(self.oracle.out, run, state, self.redact)
 
-    def conclude(self, run: BisectRun, state: SearchState, graph: Graph) -> BisectRun:
+    def conclude(self, run: BisectRun, result: SearchResult, graph: Graph) -> BisectRun:
         """The answer, its parent (for the decisive A/B) and what the report says about them, gathered now so
         that rendering needs no git."""
-        run.result = state.result()
+        run.result = result
         tested = {s.sha for s in run.steps}
         inside = [sha for sha in graph.order if sha in tested and sha not in (run.old.sha, run.new.sha)]
         run.order = (run.old.sha, *inside, run.new.sha)
@@ -99,7 +103,7 @@ class Driver:
                 run.links["parent"] = parent_link
             if confirm.wanted(run, self.oracle.assessor.statistical):
                 confirm.confirm(self.oracle, run)
-                self.save(run, state)
+                self.save(run)
         return self.finish(run)
 
     def finish(self, run: BisectRun) -> BisectRun:

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from abbisect.assess import assessor_for
 from abbisect.bisect.kinds import VariableKind
 from abbisect.recipe import Recipe
 from abbisect.trial import judges
@@ -13,8 +14,10 @@ def judged_against_ends(recipe: Recipe, judge: Judge | None = None) -> str:
     """Why a commit's verdict needs the ends' trials ("" when it does not)."""
     if "differs_from_good" in recipe.verdict.bad_if:
         return "the verdict compares each commit with the good end (differs_from_good)"
-    if recipe.repeats.flaky:
-        return "the verdict compares each commit's failure rate with the ends' (repeats)"
+    kind = assessor_for(recipe, bisect=True)
+    if kind.statistical:
+        return (f"the verdict depends on chance ({kind.kind}): the posterior search learns both ends' "
+                "distributions from their launches first")
     if judge is judges.interactive:
         return "the interactive judge shows each trial beside the ends' outputs"
     return ""

@@ -4,6 +4,7 @@ releases and backports that carry a commit. (The toy histories abbisect builds i
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -116,6 +117,19 @@ def commit_info(repo_path: PathLike, sha: str) -> CommitInfo:
     out = _git(repo_path, "show", "-s", f"--format={fmt}", resolve(repo_path, sha), "--")
     full, short, subject, author, email, date, parents = out.rstrip("\n").split("\x00")
     return CommitInfo(full, short, subject, author, email, date, pr_number(subject), tuple(parents.split()))
+
+
+def touched_paths(repo_path: PathLike, shas: Sequence[str]) -> dict[str, tuple[str, ...]]:
+    """The paths each commit changes against its first parent (a merge: what it brought in), in one git call."""
+    if not shas:
+        return {}
+    out = _git(repo_path, "log", "--no-walk=unsorted", "--first-parent", "-m", "--name-only", "--format=%x00%H",
+               *shas, "--")
+    touched: dict[str, list[str]] = {}
+    for block in out.split("\x00")[1:]:
+        sha, _, names = block.partition("\n")
+        touched.setdefault(sha.strip(), []).extend(n for n in names.splitlines() if n.strip())
+    return {sha: tuple(dict.fromkeys(paths)) for sha, paths in touched.items()}
 
 
 _GITHUB_REMOTE = re.compile(

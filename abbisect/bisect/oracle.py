@@ -1,6 +1,8 @@
 """The bisect's one `sha → verdict` function: a commit's trial (from the trial cache, a replayed state, or run
 now, on a slot when there are several), judged, retried and compared with the ends when the recipe asks, as a
-`Step`. Everything the search policies need from trials goes through `Oracle.step`.
+`Step`. Everything the search policies need from trials goes through `Oracle.step`; a verdict that depends on
+chance is searched by the posterior instead (abbisect/bisect/noisy.py), which asks `Oracle.launch` for one
+launch at a time.
 
 Venvs of the commits that may come next are built in the background (prefetch) while a trial's server runs.
 """
@@ -11,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 from abbisect.assess import assessor_for
@@ -53,11 +56,9 @@ class Oracle:
         self.local = threading.local()
         self.trial_futures: dict[str, Future[TrialResult]] = {}
         self.recorded: dict[str, dict] = {}  # steps an interrupted run finished: replayed, never run again
-        self.assessor: Assessor = assessor_for(recipe)
+        self.assessor: Assessor = assessor_for(recipe, bisect=True)
         self.failure = ""  # how the bad end fails, once known (verdict.same_failure)
         self.unstable: frozenset[str] = frozenset()  # prompts the good end answers differently twice
-        self.end_steps: dict[str, Step] = {}  # {"good": …, "bad": …} once settled: statistical verdicts grow them
-        self.ends_lock = threading.Lock()
         self.results: dict[str, TrialResult] = {}  # the trials whose verdicts the search took
         self.pool = ThreadPoolExecutor(max_workers=max(prefetch, 1), thread_name_prefix="prefetch")
         self.prefetched: dict[str, Future[EnvResult]] = {}
@@ -108,10 +109,12 @@ class Oracle:
 
     # -- one commit's verdict ------------------------------------------------------------------------
     def _trial(self, sha: str, label: str, attempt: int = 0,
-               ends: Mapping[str, TrialResult] | None = None) -> TrialResult:
+               ends: Mapping[str, TrialResult] | None = None, items: tuple[str, ...] | None = None) -> TrialResult:
         """One launch of `sha` (its `attempt`-th: repeats give a commit several), from the cache or run, and
-        judged when the recipe has a judge (which may see the ends' trials)."""
+        judged when the recipe has a judge (which may see the ends' trials); `items`: the eval items it asks."""
         spec = self.spec(sha, label).again(attempt)
+        if items is not None:
+            spec = replace(spec, items=items)
         result = self.fetch(spec, lambda msg: self.say(f"{label} {sha[:10]}: {msg}"), self.runner)
         if not result.cached:
             with self.count_lock:  # several slots report at once
@@ -121,9 +124,12 @@ class Oracle:
             result = judges.apply(self.judge, result, lambda: self.again(sha, f"{label} again", attempt), ends)
         return result
 
-    def again(self, sha: str, label: str, attempt: int = 0) -> TrialResult:
-        """The trial once more, never from the cache (a retry, a confirmation, or a person asking to see it again)."""
-        again = self.runner(self.spec(sha, label).again(attempt), lambda m: self.say(f"{label}: {m}"))
+    def again(self, sha: str, label: str, attempt: int = 0, items: tuple[str, ...] | None = None) -> TrialResult:
+        """The trial once more, never from the cache (a retry, a confirmation, or a person asking to see it again);
+        `items`: the eval items it asks."""
+        spec = self.spec(sha, label).again(attempt)
+        again = self.runner(replace(spec, items=items) if items is not None else spec,
+                            lambda m: self.say(f"{label}: {m}"))
         with self.count_lock:
             self.launches += 1 if again.launch else 0
         return again
@@ -150,68 +156,44 @@ class Oracle:
         self.results[sha] = result
         return outcome, result, evidence
 
-    def assess(self, sha: str, label: str, ends: Mapping[str, Sample] | None
-               ) -> tuple[Outcome, list[TrialResult], str, dict]:
-        """The commit's outcome from as many trials as its assessor needs: one by the rules, or several (more
-        while not sure, up to the cap) judged against the ends' when they are known. A candidate that is not
-        sure while an end has fewer trials than it first brings the ends up to its count: the comparison is
-        only as strong as the smaller sample."""
-        a = self.assessor
-        if a.kind == "rules":
-            outcome, result, evidence = self._judged(sha, label, ends)
-            return outcome, [result], evidence, {}
-        trials = [self._trial(sha, label, i) for i in range(a.first)]
-        while True:
-            now = {k: s.trials for k, s in self.end_steps.items()} if self.end_steps else ends
-            found = a.against(trials, now["good"], now["bad"]) if now and a.relative else a.alone(trials)
-            if found.outcome != Outcome.SKIP or not found.stats.get("runs"):
-                break  # settled, or untestable: more of anything cannot help
-            if now is not None and self.grow_ends(len(trials)):
-                continue
-            if not found.more:
-                break
-            self.say(f"{label} {sha[:10]}: {found.evidence}; {found.more} more launch(es)")
-            trials += [self._trial(sha, label, len(trials) + i) for i in range(found.more)]
-        self.results[sha] = trials[0]
-        return found.outcome, trials, found.evidence, found.stats
+    def launch(self, sha: str, label: str, attempt: int, slot: Slot | None = None,
+               items: tuple[str, ...] | None = None, fresh: bool = False) -> TrialResult:
+        """One launch of a commit for the posterior search (its `attempt`-th), on `slot` when several run at
+        once, asking `items` of an eval set when given; `fresh`: never from the trial cache (a confirmation)."""
+        if slot is not None:
+            self.local.slot = slot
+        if fresh:
+            return self.again(sha, label, attempt, items)
+        result = self._trial(sha, label, attempt, items=items)
+        self.results.setdefault(sha, result)
+        return result
 
-    def grow_ends(self, target: int) -> bool:
-        """Bring each end up to `target` trials (within the cap); False when none could grow."""
-        grew = False
-        with self.ends_lock:
-            for step in self.end_steps.values():
-                n = min(target, self.assessor.cap) - len(step.trials)
-                if n > 0:
-                    self.say(f"{step.role} {step.sha[:10]}: {n} more launch(es), to compare with a candidate")
-                    step.more += tuple(self.more_of(step.sha, str(step.role), len(step.trials), n))
-                    grew = True
-            if grew:  # what the ends' rows say, with their new trials
-                old, new = sorted(self.end_steps.values(), key=lambda s: s.n)
-                for step, seen in zip((old, new), self.assessor.settle_ends(old.trials, new.trials)):
-                    step.evidence, step.stats = seen.evidence, seen.stats
-        return grew
+    def warm(self, sha: str) -> bool:
+        """Whether a launch of `sha` costs only the launch: its venv was built by a trial or a prefetch."""
+        done = self.prefetched.get(sha)
+        return sha in self.results or (done is not None and done.done())
 
-    def more_of(self, sha: str, label: str, have: int, n: int) -> list[TrialResult]:
-        """`n` further launches of a commit that has `have` (the ends, while they cannot be told apart)."""
-        return [self._trial(sha, label, have + i) for i in range(n)]
+    def replayed(self, run: BisectRun, sha: str, role: Role) -> Step | None:
+        """The step an interrupted run recorded for `sha` (every trial of it), or None."""
+        r = self.recorded.get(sha)
+        if r is None or not r.get("result"):
+            return None
+        result = load(TrialResult, r["result"])
+        more = tuple(load(TrialResult, m) for m in r.get("more") or ())
+        self.results[sha] = result
+        return Step(len(run.steps), sha, role, Outcome(r["outcome"]), r["status"], r["evidence"], r["seconds"],
+                    r["cached"], result, remaining=r.get("remaining"), replayed=True, more=more,
+                    stats=r.get("stats") or {}, trial_rounds=tuple(r.get("trial_rounds") or ()))
 
     def step(self, run: BisectRun, sha: str, role: Role, ends: Mapping[str, Sample] | None = None) -> Step:
         """Test `sha` (or replay the verdict an interrupted run recorded for it) and record the step."""
         t = time.monotonic()
-        r = self.recorded.get(sha)
-        if r is not None and r.get("result"):
-            result = load(TrialResult, r["result"])
-            more = tuple(load(TrialResult, m) for m in r.get("more") or ())
-            step = Step(len(run.steps), sha, role, Outcome(r["outcome"]), r["status"], r["evidence"], r["seconds"],
-                        r["cached"], result, remaining=r.get("remaining"), replayed=True, more=more,
-                        stats=r.get("stats") or {})
-            self.results[sha] = result
-        else:
-            outcome, trials, evidence, stats = self.assess(sha, role, ends)
-            outcome, evidence, stats = self._same_failure(role, trials, outcome, evidence, stats)
-            step = Step(len(run.steps), sha, role, outcome, trials[0].verdict.status, evidence,
-                        round(time.monotonic() - t, 2), all(x.cached for x in trials), trials[0],
-                        more=tuple(trials[1:]), stats=stats)
+        step = self.replayed(run, sha, role)
+        if step is None:
+            outcome, result, evidence = self._judged(sha, role, ends)
+            outcome, evidence, stats = self._same_failure(role, [result], outcome, evidence, {})
+            step = Step(len(run.steps), sha, role, outcome, result.verdict.status, evidence,
+                        round(time.monotonic() - t, 2), result.cached, result, stats=stats)
         run.steps.append(step)
         self.say(f"{role} {sha[:10]}: {step.outcome} ({step.status}) {step.evidence[:100]}"
                  + (" (recorded before the interruption)" if step.replayed else ""))

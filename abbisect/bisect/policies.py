@@ -24,7 +24,7 @@ from abbisect.bisect.ends import judged_against_ends
 from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.multisect import fold_taken, pick, still_useful
 from abbisect.bisect.oracle import Oracle, Sample
-from abbisect.bisect.search import NEW, OLD, SKIP, Graph, Mark, SearchState, start
+from abbisect.bisect.search import NEW, OLD, SKIP, Graph, Mark, SearchResult, SearchState, start
 from abbisect.bisect.variables import Variable
 from abbisect.checkout import Revision
 from abbisect.recipe import Recipe
@@ -55,7 +55,7 @@ class Walker(Protocol):
 
     def save(self, run: BisectRun, state: SearchState | None = None) -> None: ...
 
-    def conclude(self, run: BisectRun, state: SearchState, graph: Graph) -> BisectRun: ...
+    def conclude(self, run: BisectRun, result: SearchResult, graph: Graph) -> BisectRun: ...
 
     def finish(self, run: BisectRun) -> BisectRun: ...
 
@@ -229,7 +229,7 @@ class EndsFirst:
             noise_baseline(driver, run)
             judge_ends_by_change(run)
             driver.save(run)
-        settle_ends(driver, run, run.steps[0], run.steps[1])
+        remember_failure(driver, run, run.steps[0], run.steps[1])
         return self.from_ends(driver, run, (run.steps[0], run.steps[1]), state, graph)
 
     def from_ends(self, driver: Walker, run: BisectRun, ends: tuple[Step, Step], state: SearchState | None,
@@ -273,7 +273,7 @@ class EndsFirst:
         if ahead:  # the commits tested with the ends, read now that the direction is known
             state = take(driver, state, ahead, direction)
         state = driver.rounds.search(driver, run, state, direction, rel)
-        return driver.conclude(run, state, graph)
+        return driver.conclude(run, state.result(), graph)
 
 
 class LazyEnds:
@@ -323,7 +323,7 @@ class LazyEnds:
             return self.to_first(driver, run, roles, graph)
         for s in run.steps:
             s.remaining = len(state.remaining()) if s.remaining is None else s.remaining
-        return driver.conclude(run, state, graph)
+        return driver.conclude(run, state.result(), graph)
 
     def to_first(self, driver: Walker, run: BisectRun, roles: dict[str, Role], graph: Graph) -> BisectRun:
         """An end contradicts its label: test the other one too and go on as ends-first mode would."""
@@ -407,23 +407,8 @@ def across_branches(driver: Walker, run: BisectRun, rel: Ends) -> bool:
     return True
 
 
-def settle_ends(driver: Walker, run: BisectRun, old: Step, new: Step) -> None:
-    """The ends judged against each other when one trial each cannot say it (repeats): more launches of both
-    while they cannot be told apart, up to the cap; then, the way the bad end fails (verdict.same_failure)."""
-    assessor = driver.oracle.assessor
-    while assessor.relative and Outcome.SKIP not in (old.outcome, new.outcome):
-        a, b = assessor.settle_ends(old.trials, new.trials)
-        old.outcome, old.evidence, old.stats = a.outcome, a.evidence, a.stats
-        new.outcome, new.evidence, new.stats = b.outcome, b.evidence, b.stats
-        more = max(a.more, b.more)
-        if not more or min(len(old.trials), len(new.trials)) >= assessor.cap:
-            break
-        driver.say(f"the ends: {a.evidence}; {more} more launch(es) of each")
-        for step in (old, new):
-            step.more += tuple(driver.oracle.more_of(step.sha, step.role, len(step.trials), more))
-        driver.save(run)
-    if assessor.relative and {old.outcome, new.outcome} == {Outcome.GOOD, Outcome.BAD}:
-        driver.oracle.end_steps = {str(s.outcome): s for s in (old, new)}
+def remember_failure(driver: Walker, run: BisectRun, old: Step, new: Step) -> None:
+    """How the bad end fails (verdict.same_failure): a candidate failing another way is skipped, not blamed."""
     bad = old if old.outcome == Outcome.BAD else new if new.outcome == Outcome.BAD else None
     if bad is not None and driver.recipe.verdict.same_failure:
         run.failure = driver.oracle.failure = sample_fingerprint(bad.trials, driver.recipe.scoring.warn_severity) or ""

@@ -87,6 +87,9 @@ class Variable(Protocol):
     def dry_run(self, good: Revision, bad: Revision) -> str:
         """`bisect --dry-run`: what would be walked and built, nothing built."""
 
+    def touched(self, candidates: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        """The paths each candidate changes ({} when candidates are not commits of a repository)."""
+
 
 class _Git:
     """Candidates that are commits of a git repository `repo` (the engine's or a dependency's)."""
@@ -111,6 +114,9 @@ class _Git:
 
     def releases(self, candidate: str) -> gitlog.Releases | None:
         return gitlog.releases(self.repo, candidate)
+
+    def touched(self, candidates: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        return gitlog.touched_paths(self.repo, candidates)
 
 
 class EngineCommits(_Git):
@@ -267,6 +273,9 @@ class PackageVersions(_FixedEngine):
 
     def releases(self, candidate: str) -> gitlog.Releases | None:
         return None  # versions are releases themselves
+
+    def touched(self, candidates: Sequence[str]) -> dict[str, tuple[str, ...]]:
+        return {}  # a version changes no path of a repository
 
     def describe(self) -> str:
         return f"{self.package} versions, engine fixed at {self.engine.ref} ({self.engine.short})"

@@ -88,7 +88,8 @@ def bisect_ending(run: BisectRun) -> str:
                    "found at the answer, not before the search)")
 @click.option("--confirm", type=click.Choice(["auto", "always", "never"]), default=None,
               help="after the search, run the found commit and its parent again, fresh: auto (default) when the "
-                   "verdict is statistical (repeats), always, never")
+                   "verdict depends on chance (repeats, a batch, perf, eval: judged by the posterior again), always, "
+                   "never")
 @click.option("--confirm-revert", is_flag=True, default=None,
               help="also build the far end with the found commit reverted (git revert in a worktree) and test it")
 @click.option("--narrow", is_flag=True, default=None,

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 import click
 
 from abbisect.commands.endings import exit_code, exit_help
-from abbisect.commands.options import json_option, verbosity_options
+from abbisect.commands.options import json_option, verbosity, verbosity_options
 from abbisect.infra.errors import UserError
 from abbisect.recipe.eval import MIN_DROP
 
@@ -58,10 +58,10 @@ def _abbisect_runs(path: Path) -> dict[str, EvalRun] | None:
 
 
 # A side as read: its label (the file, in its run folder), its run, and lm-eval's doc_hash of each doc_id.
-Side = tuple[str, "EvalRun", dict[str, str]]
+Labelled = tuple[str, "EvalRun", dict[str, str]]
 
 
-def _read(spec: str, task: str | None, metric: str | None, filter_: str | None) -> list[Side]:
+def _read(spec: str, task: str | None, metric: str | None, filter_: str | None) -> list[Labelled]:
     """Each side the spec names: one, or every side of an abbisect file without :SIDE."""
     from abbisect.query.lmeval import read_samples
 
@@ -81,7 +81,7 @@ def _read(spec: str, task: str | None, metric: str | None, filter_: str | None) 
     return [(f"{path}:{s}" if s else str(path), r, {}) for s, r in runs.items()]
 
 
-def _one(spec: str, sides: list[Side]) -> Side:
+def _one(spec: str, sides: list[Labelled]) -> Labelled:
     if len(sides) != 1:
         names = ", ".join(label.rpartition(":")[2] for label, _, _ in sides)
         raise UserError(f"{spec} holds {len(sides)} sides with eval results ({names}): name one as {spec}:SIDE")
@@ -170,7 +170,7 @@ def compare(a: str, b: str | None, task: str | None, metric: str | None, filter_
         click.echo(dumps("compare", data, indent=2))
     else:
         click.echo(line)
-        if progress.level > progress.QUIET:  # -q: the answer only
+        if verbosity(click.get_current_context(silent=True)) > progress.QUIET:  # -q: the answer only
             click.echo(text_table(cmp, paired, (label_a, label_b)))
             if other:
                 click.echo(f"note: {len(other):,} doc_ids name another document on each side (doc_hash): not "

@@ -269,14 +269,19 @@ def run_eval(base_url: str, model: str, eval_set: EvalSet, items: Sequence[EvalI
 
 
 def ask_eval(base_url: str, model: str, section: Eval, part: int = 0, *, timeout: float, seed: int = 0,
-             alive: Callable[[], bool] | None = None) -> EvalRun:
+             alive: Callable[[], bool] | None = None, only: Sequence[str] | None = None) -> EvalRun:
     """Part `part` of a recipe's eval (its section as load_recipe resolved it) on one server: items
     part·n … (part+1)·n − 1 of the seeded sample (n = eval.n, else the whole set), so a bisect that is not sure
-    asks further items, never the same ones again; past the set's end, no item."""
+    asks further items, never the same ones again; past the set's end, no item. `only`: these items of the set
+    instead (by id, in the set's order: a bisect asks a candidate the items that tell the ends apart)."""
     eval_set = EvalSet.of(section)
     size = len(eval_set.items)
     n = section.items_asked(size)
-    items = eval_set.sample(min(n * (part + 1), size), section.seed)[n * part:]
+    if only is not None:
+        wanted = set(only)
+        items = tuple(i for i in eval_set.items if i.id in wanted)
+    else:
+        items = eval_set.sample(min(n * (part + 1), size), section.seed)[n * part:]
     return run_eval(base_url, model, eval_set, items, api=section.api or "chat",
                     max_tokens=section.max_tokens or Sampling().max_tokens, concurrency=section.concurrency,
                     fewshot=section.fewshot, seed=seed, timeout=timeout, alive=alive)

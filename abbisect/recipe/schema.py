@@ -228,6 +228,15 @@ class Over(_Strict):
         return self
 
 
+class Prior(_Strict):
+    """Where a statistical bisect expects the change before it has any evidence (abbisect/bisect/posterior.py):
+    every commit alike, but those touching only the `unlikely` paths get `weight` times the mass."""
+
+    unlikely: list[str] = Field([], description="a folder (docs/) or a glob (*.md): a commit whose every "
+                                "changed path matches one of these is unlikely to be the change")
+    weight: float = Field(0.2, gt=0, le=1, description="such a commit's prior mass relative to the others'")
+
+
 class BisectOptions(_Strict):
     first_parent: bool = False
     pathspec: list[str] = []
@@ -252,6 +261,10 @@ class BisectOptions(_Strict):
     narrow: bool = False
     ends: Literal["first", "lazy"] = Field("first", description="first: test both ends before the search; "
                                            "lazy: only when the answer rests on them")
+    # A verdict that depends on chance (repeats, a batch, a performance or accuracy verdict) is searched by a
+    # posterior over where the change is: it stops when one commit holds this much of the mass.
+    posterior: float = Field(0.99, gt=0.5, lt=1, description="the posterior mass a commit must hold to be named")
+    prior: Prior = Prior()
 
 
 class NarrowPassing(_Strict):

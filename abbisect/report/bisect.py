@@ -19,6 +19,7 @@ from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
+from abbisect.report import posterior
 from abbisect.report.ab import (
     BUDGETS,
     OUTPUTS_FILE,
@@ -130,6 +131,10 @@ def headline(run: BisectRun) -> str:
         noun = run.variable.kind.noun
         shown = run.subject(res.first_new) if noun == "version" else res.first_new
         return f"The {noun} that {run.mode.word} it: `{shown}`"
+    if res.outcome == "ambiguous" and run.posterior:
+        return (f"Not sure: no commit holds {run.posterior['threshold']:.0%} of the posterior after "
+                f"{run.posterior['launches']} launches; the likeliest are "
+                + ", ".join(f"`{c[:10]}` ({run.posterior['mass'].get(c, 0.0):.0%})" for c in res.candidates[:4]))
     if res.outcome == "ambiguous":
         return (f"Only untestable commits are left: the commit that {run.mode.word} it is one of "
                 f"{', '.join(f'`{c[:10]}`' for c in res.candidates)}")
@@ -193,11 +198,18 @@ def how_sure_block(run: BisectRun) -> list[str]:
     notes = Notes()
     rows = [[who, f"`{c[who]['sha'][:10]}`", f"**{c[who]['outcome']}**", cell(c[who]["evidence"], 160, notes)]
             for who in ("parent", "found")]
-    lines = ["### How sure", "", (f"**{c['level'].capitalize()}**: {c['sentence']} "
-                                  f"({c['launches']} fresh launch(es) each)."), "",
+    each = (f"{c['launches']} fresh launch(es) each" if c.get("parent_launches", c["launches"]) == c["launches"]
+            else f"fresh launches: {c['launches']} of the found commit, {c['parent_launches']} of its parent")
+    lines = ["### How sure", "", f"**{c['level'].capitalize()}**: {c['sentence']} ({each}).", "",
              table(["", "commit", "verdict", "evidence"], rows, notes), ""]
     if c.get("compared", {}).get("text"):
         lines += [f"Parent vs found, run again: {c['compared']['text']}.", ""]
+    if c.get("mass"):
+        again = ", ".join(f"the {role} {n} time(s)" for role, n in c.get("ends_again", {}).items())
+        lines += [(f"The fresh launches, judged by the posterior of their own (the ends' launches showing what "
+                   f"before and after look like{'; ' + again + ' again, for the drift' if again else ''}): the "
+                   f"found commit holds {c['mass']['found']:.1%}, its parent {c['mass']['parent']:.1%}, no change "
+                   f"{c['mass']['no_change']:.1%}."), ""]
     revert = c.get("revert")
     if revert:
         lines += [f"**Revert**: {revert['sentence']}."
@@ -357,13 +369,14 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += [(f"{len(run.steps)} commits tested, {run.launches} server launches, {run.builds} venv builds, "
               f"{run.wall_s:.1f} s wall time."), ""]
     lines += [ends_mode_line(run), ""]
-    if run.rounds:
+    if run.rounds and (run.slots > 1 or not run.posterior):  # a posterior search says its rounds itself
         per_round = ", ".join(f"{r['seconds']:.0f} s ({len(r['commits'])})" for r in run.rounds)
         ahead = sum(s.round == 0 and s.role is Role.CANDIDATE for s in run.steps)
         with_ends = f"ends tested at once, with {ahead} commit(s) between them" if ahead else "ends tested at once"
         lines += [(f"{run.slots} slots on the {run.executor} executor ({with_ends}): {len(run.rounds)} "
                    f"rounds after the ends — time per round (commits tested): {per_round}."), ""]
     lines += how_sure_block(run)
+    lines += posterior.block(run)
     lines += narrowing_block(run)
     ab = decisive_ab(run)
     if ab is not None and run.result is not None:
@@ -423,6 +436,8 @@ def bisect_files(run: BisectRun, reproduce: list[str], portable: Portable, doc: 
                            "RECIPE: the absolute path of the recipe above, saved as a file")
     files = {"bisect.md": fit(lambda budget: portable.render(lambda: render_bisect(run, commands, budget, doc,
                                                                                    recipe_file.name)))}
+    if run.posterior:
+        files["posterior.svg"] = portable.text(posterior.svg(run))
     ab = decisive_ab(run)
     if ab is not None and (ab.a.outputs or ab.b.outputs):
         decisive = ab
@@ -442,7 +457,7 @@ def bisect_json(run: BisectRun) -> dict:
             "links": run.links, "mislabelled": run.mislabelled,
             "steps": [{**dump(s, exclude={"result", "more"}), "launches": len(s.trials)} for s in run.steps],
             "launches": run.launches, "builds": run.builds, "failure": run.failure, "unstable": list(run.unstable),
-            "confirmation": run.confirmation,
+            "confirmation": run.confirmation, "posterior": run.posterior or None,
             "narrowing": narrow_json(run.narrowing) if run.narrowing else None,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from abbisect.bisect.model import BisectRun
+from abbisect.bisect.bisection import BisectRun
 from abbisect.report.text import table
 from abbisect.trial.spec import TrialResult
 

@@ -31,11 +31,11 @@ from abbisect.infra.errors import InfraError, UserError
 from abbisect.infra.redact import Redactor
 from abbisect.infra.serial import dump, load
 from abbisect.infra.supervisor import own_process_groups, reap_orphans
-from abbisect.trial.cache import machine_key
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.remote import Parcels, delivery, land, localized
 from abbisect.trial.slots import Slot, infra_result, placed
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
+from abbisect.trial.trial_cache import machine_key
 
 
 def node_trial(spec_dict: dict, parcel: dict[str, dict]) -> Iterator[tuple[str, object]]:

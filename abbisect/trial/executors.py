@@ -27,10 +27,10 @@ from abbisect.infra.cache import Cache
 from abbisect.infra.errors import UserError
 from abbisect.infra.proc import abbisect_path, scrubbed_env
 from abbisect.infra.serial import dump, load
-from abbisect.trial.cache import machine_key
 from abbisect.trial.pipeline import RESULT_MARK
 from abbisect.trial.slots import Executor, Slot, infra_result, on_slot, placed, slots_for
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
+from abbisect.trial.trial_cache import machine_key
 
 
 class _Worker:

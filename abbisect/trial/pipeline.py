@@ -241,7 +241,8 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
             if recipe.eval is not None and not crash:  # the eval set's part this launch asks (query/evals.py)
                 te = time.monotonic()
                 run = ask_eval(server.base_url, model or recipe.name, recipe.eval, spec.chunk,
-                               timeout=recipe.timeouts.request, seed=recipe.sampling.seed, alive=server.alive)
+                               timeout=recipe.timeouts.request, seed=recipe.sampling.seed, alive=server.alive,
+                               only=spec.items)
                 extras["eval"] = dump(run)
                 timings["eval"] = round(time.monotonic() - te, 3)
                 say(f"eval: {run.n_correct}/{run.n_graded} right" + (f", {run.n_errors} failed request(s)"

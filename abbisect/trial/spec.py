@@ -48,6 +48,8 @@ class TrialSpec:
     # is items k·n … (k+1)·n − 1 of the seeded sample); it follows the attempt but in an A-vs-A, where both
     # sides ask the same part in launches of their own.
     chunk: int = 0
+    # Or these items of the eval set, by id (a bisect asks a candidate only the items that tell its ends apart).
+    items: tuple[str, ...] | None = None
 
     def again(self, attempt: int, chunk: int | None = None) -> TrialSpec:
         """The same trial's `attempt`-th launch (0: the first), its logs beside the first's."""

@@ -65,6 +65,8 @@ def trial_key(spec: TrialSpec, machine: str) -> str:
         parts.append(spec.attempt)
     if spec.chunk != spec.attempt:  # another part of the eval set than the attempt's own (an A-vs-A's B)
         parts.append(f"chunk {spec.chunk}")
+    if spec.items is not None:  # chosen items of the eval set instead of a part
+        parts.append(["items", *spec.items])
     blob = json.dumps(parts)
     return hashlib.sha256(blob.encode()).hexdigest()[:24]
 

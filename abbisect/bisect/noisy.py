@@ -1,0 +1,531 @@
+"""A bisection of a verdict that depends on chance — a flaky failure (`repeats`), a bug that shows only in a batch
+(`query.concurrency`), a performance or an accuracy verdict — as one posterior over where the change is
+(abbisect/bisect/posterior.py), instead of settling each commit before moving on.
+
+Round by round: both ends (and the merge base of ends on different branches) are launched first; then every
+launch's evidence updates the posterior, and the next round holds the launches expected to reduce its entropy
+most per unit of cost (k slots: k launches chosen jointly; a performance round may re-measure an end beside a
+candidate, so a drift of the host is measured, not mistaken for a change). The search stops when one commit
+holds `bisect.posterior` of the mass (it is then confirmed as any answer is, abbisect/bisect/confirm.py), when
+"no change" does, or at the cap, "not sure" with the posterior shown. Each commit is one `Step` holding all its
+launches (and the round each ran in), so `state.json` is enough to rebuild the posterior on `--resume`.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, replace
+
+from abbisect.assess.accuracy import eval_run
+from abbisect.assess.base import Assessor
+from abbisect.assess.batch import bad_outputs
+from abbisect.assess.failure import fingerprint
+from abbisect.assess.flaky import observations
+from abbisect.assess.perf import metric_values
+from abbisect.bisect.bisection import BisectRun, Mode, Role, Step
+from abbisect.bisect.oracle import Oracle
+from abbisect.bisect.posterior import AFTER, BEFORE, Items, Model, Option, Posterior, Rates, Samples, Space
+from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult
+from abbisect.checkout import Revision
+from abbisect.recipe import Recipe
+from abbisect.recipe.perf import better
+from abbisect.trial.spec import TrialResult
+from abbisect.verdict.status import Outcome
+
+NO_CHANGE_PRIOR = 0.5  # the ends were named good and bad, but whether they differ is for the evidence to say
+CONFIRMATIONS = 3  # an answer not confirmed: search on with the fresh launches as evidence, at most this often
+
+
+def likely(path: str, patterns: Sequence[str]) -> bool:
+    """Whether `path` is not among the `unlikely` patterns: a folder (`docs/`) or a glob (`*.md`)."""
+    for p in patterns:
+        if p.endswith("/") and path.startswith(p):
+            return False
+        if fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path.rsplit("/", 1)[-1], p):
+            return False
+    return True
+
+
+def prior_weights(recipe: Recipe, touched: dict[str, tuple[str, ...]]) -> dict[str, float]:
+    """{commit: weight} for the commits touching only `bisect.prior.unlikely` paths (every other weighs 1)."""
+    prior = recipe.bisect.prior
+    if not prior.unlikely:
+        return {}
+    return {sha: prior.weight for sha, paths in touched.items()
+            if paths and not any(likely(p, prior.unlikely) for p in paths)}
+
+
+@dataclass
+class Evidence:
+    """A verdict's evidence, launch by launch, as the posterior's model of it."""
+
+    kind: str
+    recipe: Recipe
+    failure: str = ""  # how the worse end fails (verdict.same_failure): other failures are no evidence
+
+    def model(self, steps: Sequence[Step]) -> Model:
+        recipe = self.recipe
+        if self.kind == "perf":
+            assert recipe.perf is not None  # a perf verdict has its section
+            samples = Samples(passes=recipe.perf.passes)
+            for s in steps:
+                for t, rnd in zip(s.trials, s.trial_rounds or (0,) * len(s.trials)):
+                    samples.add(s.sha, rnd, metric_values([t], recipe.perf.metric))
+            return samples
+        if self.kind == "accuracy":
+            items = Items()
+            for s in steps:
+                for t in s.trials:
+                    run = eval_run([t])
+                    if run is not None:
+                        items.add(s.sha, {i.id: bool(i.correct) for i in run.items if i.correct is not None})
+            return items
+        rates = Rates(recipe.repeats.min_difference)
+        for s in steps:
+            for t in s.trials:
+                rates.add(s.sha, *self.observed(t))
+        return rates
+
+    def observed(self, trial: TrialResult) -> tuple[int, int]:
+        """(failed, observed) of one launch; a failure unlike the worse end's is no observation."""
+        if self.failure and trial.verdict.outcome == Outcome.BAD and self.recipe.verdict.same_failure \
+                and fingerprint(trial, self.recipe.scoring.warn_severity) != self.failure:
+            return 0, 0
+        if self.kind == "batch":
+            return bad_outputs(trial, list(self.recipe.verdict.bad_if))
+        return observations([trial])
+
+    def observes(self, trial: TrialResult) -> bool:
+        """Whether a launch is evidence at all (it built, started, and measured or answered something)."""
+        if self.kind == "perf":
+            assert self.recipe.perf is not None
+            return bool(metric_values([trial], self.recipe.perf.metric))
+        if self.kind == "accuracy":
+            run = eval_run([trial])
+            return run is not None and run.n_graded > 0
+        return self.observed(trial)[1] > 0
+
+
+class NoisySearch:
+    """The posterior search (module docstring) over an oracle's launches: `walk` searches a bisect's range (the
+    driver, the `Walker` of policies.py, saves and concludes it); `confirmation` runs the found commit and its
+    parent again, fresh, on a range of their own."""
+
+    def __init__(self, oracle: Oracle, save: Callable[[BisectRun], None] = lambda run: None) -> None:
+        self.oracle, self.recipe, self.say, self.save = oracle, oracle.recipe, oracle.say, save
+        a: Assessor = oracle.assessor
+        self.threshold = self.recipe.bisect.posterior
+        self.evidence = Evidence(a.kind, self.recipe)
+        self.cap = max(a.cap, 4) if a.kind == "accuracy" else a.cap
+        self.labels: dict[str, str] = {}  # a launch's label when not its role (the confirmation's)
+        self.fresh = False  # never from the trial cache (the confirmation)
+        self.prior: dict[str, float] = {}
+        self.rounds = 0
+        self.anchored: dict[str, int] = {}  # the confirmation: each end's search launches, evidence but not its own
+        self.summary: dict = {}  # the confirmation: what it says (BisectRun.confirmation)
+
+    def walk(self, driver, run: BisectRun) -> BisectRun:
+        oracle, recipe, a = self.oracle, self.recipe, self.oracle.assessor
+        self.driver, self.run = driver, run
+        olds = list(run.merge_bases) or [run.old.sha]
+        if run.merge_bases:  # the change lies on either side of the merge base: both sides are searched at once
+            sides = [driver.variable.graph(tip, olds, unrelated_olds=True) for tip in (run.good.sha, run.bad.sha)]
+            walk = list(dict.fromkeys([*sides[0].walk, *sides[1].walk]))
+            self.graph = Graph.from_parents({**sides[0].parents, **sides[1].parents}, walk,
+                                            sides[0].treesame | sides[1].treesame)
+            self.ends = {run.good.sha: Role.GOOD_END, run.bad.sha: Role.BAD_END,
+                         **{b: Role.MERGE_BASE for b in run.merge_bases}}
+        else:
+            self.graph = driver.variable.graph(run.new.sha, olds)
+            self.ends = {run.old.sha: Role.OLD_END, run.new.sha: Role.NEW_END}
+        weights = prior_weights(recipe, driver.variable.touched(list(self.graph.order))) if recipe.bisect.prior.unlikely \
+            else {}
+        self.space = Space.of(self.graph, weights, NO_CHANGE_PRIOR)
+        self.prior = weights
+        n = len(self.space.culprits)
+        self.budget = self.cap * (math.ceil(math.log2(n + 1)) + 2)
+        self.say(f"{n} candidate commits between {run.old.ref} and {run.new.ref}; a {a.kind} verdict depends on "
+                   f"chance: searching by the posterior over where the change is, until one commit holds "
+                   f"{self.threshold:.0%} of it")
+        for sha, role in [*self.ends.items(), *((s, Role.CANDIDATE) for s in oracle.recorded)]:
+            if sha not in {s.sha for s in run.steps} and (sha in self.ends or sha in self.graph):
+                step = oracle.replayed(run, sha, role)
+                if step is not None:
+                    run.steps.append(step)
+        self.rounds = max((r for s in run.steps for r in s.trial_rounds), default=-1) + 1
+        first = [sha for sha in self.ends if not self.step_of(sha)]
+        if first:
+            self.launch_round(first)
+        untestable = [s for s in run.steps if s.is_end and not any(self.evidence.observes(t) for t in s.trials)]
+        if untestable:
+            return self.untestable_end(untestable[0])
+        post = self.search()
+        for attempt in range(1, CONFIRMATIONS + 1):  # confirmed, or searched on with the fresh launches as evidence
+            decision = post.decide(self.threshold)
+            if not decision.found or (self.recipe.bisect.confirm == "never" and not self.recipe.bisect.revert):
+                break
+            check = self.confirmed(decision.found, post, attempt)
+            run.confirmation = check.summary
+            if check.summary["level"] == "confirmed" or attempt == CONFIRMATIONS or self.launches() >= self.budget:
+                break
+            self.say(f"confirmation {attempt}: {check.summary['sentence']}; searching on with its launches as "
+                     "evidence")
+            self.adopt(check)
+            post = self.search()
+        return self.conclude(post)
+
+    def confirmed(self, found: str, post: Posterior, attempt: int) -> NoisySearch:
+        """The confirmation of `found` (its parent in the range), by a search of its own on a scratch copy."""
+        run = self.run
+        parents = self.graph.parents.get(found) or (run.old.sha,)
+        view = replace(run, result=SearchResult("found", found, (found,), 0, ()), found_parent=parents[0],
+                       mode=Mode.REGRESSION if self.worse_state(post, found) == AFTER else Mode.FIX)
+        check = NoisySearch(self.oracle)
+        check.summary = check.confirmation(view, f"confirm{attempt if attempt > 1 else ''}")
+        return check
+
+    def adopt(self, check: NoisySearch) -> None:
+        """A confirmation's fresh launches, added to the search's evidence (each in a round of its own)."""
+        offset = self.rounds
+        for scratch in check.run.steps:
+            fresh = scratch.trials[check.anchored.get(scratch.sha, 0):]
+            rounds = scratch.trial_rounds[check.anchored.get(scratch.sha, 0):]
+            for trial, rnd in zip(fresh, rounds):
+                self.record(scratch.sha, trial, 0.0, offset + rnd)
+        self.rounds = offset + check.rounds + 1
+
+    def search(self, options: Callable[[], list[Option]] | None = None) -> Posterior:
+        """Rounds until one hypothesis holds the threshold, the budget is spent, or no launch would tell more."""
+        post = self.posterior()
+        while True:
+            decision = post.decide(self.threshold)
+            if decision.found or decision.no_change:
+                return post
+            if self.launches() >= self.budget:
+                self.say(f"the cap of {self.budget} launches is reached: not sure where the change is")
+                return post
+            plan = post.plan((options or self.options)(), max(len(self.oracle.slots), 1),
+                             reference=self.must_reference(post))
+            if not plan:
+                self.say("no launch is expected to tell more: not sure where the change is")
+                return post
+            top = ", ".join(f"{(s or 'no change')[:10]} {m:.0%}" for s, m in decision.likely[:3])
+            self.say(f"round {self.rounds}: {post.entropy():.1f} bits left (most likely: {top}); launching "
+                     + ", ".join(f"{s[:10]} ({self.label(s)})" for s in plan))
+            self.oracle.prefetch_build([s for s in plan if not self.oracle.warm(s)])
+            self.launch_round(list(plan))
+            post = self.posterior()
+
+    def must_reference(self, post: Posterior) -> bool:
+        """Whether the next round must measure an end again beside its candidates: how much the host drifts is
+        learnt only that way, so at least every third round; and every round once the rounds are seen to drift
+        by more than a third of the smallest change that matters."""
+        model = post.model
+        if not isinstance(model, Samples) or len(self.run.rounds) < 2:
+            return False
+        if not {sha for r in self.run.rounds[-2:] for sha in r["commits"]} & set(self.ends):
+            return True
+        old = next(iter(self.ends))
+        drift = model.means(post.z, post.mass, post.target(old), BEFORE)[1]
+        return drift >= (self.recipe.perf.min_effect if self.recipe.perf else 0.03) / 3
+
+    # -- evidence -------------------------------------------------------------------------------------------
+    def step_of(self, sha: str) -> Step | None:
+        return self.run.step_of(sha)
+
+    def role(self, sha: str) -> Role:
+        return self.ends.get(sha, Role.CANDIDATE)
+
+    def label(self, sha: str) -> str:
+        return self.labels.get(sha) or str(self.role(sha))
+
+    def launches(self) -> int:
+        """Launches of this search (an anchor's earlier ones left out: the confirmation's)."""
+        return sum(len(s.trials) - self.anchored.get(s.sha, 0) for s in self.run.steps)
+
+    def posterior(self) -> Posterior:
+        """The posterior from every launch so far (rebuilt each round: cheap, and the same after a resume)."""
+        steps = [s for s in self.run.steps if s.trials]
+        self.evidence.failure = self.worse_failure(steps)
+        model = self.evidence.model(steps)
+        post = Posterior(self.space, model)
+        if isinstance(model, Items):  # a candidate is asked the items that tell the states apart
+            model.ask = model.telling(post.z, post.mass, self.items_per_launch(), self.disagreements(model))
+        return post
+
+    def worse_failure(self, steps: Sequence[Step]) -> str:
+        """How the end that fails more often fails (its commonest fingerprint), "" before either failed."""
+        if self.evidence.kind not in ("flaky", "batch") or not self.recipe.verdict.same_failure:
+            return ""
+        warn = self.recipe.scoring.warn_severity
+        failing = {s.sha: [fingerprint(t, warn) for t in s.trials if t.verdict.outcome == Outcome.BAD]
+                   for s in steps if s.sha in self.ends}
+        worst = max(failing.values(), key=lambda f: len(f), default=[])
+        return max(set(worst), key=worst.count) if worst else ""
+
+    def items_per_launch(self) -> int:
+        section = self.recipe.eval
+        return section.n if section is not None and section.n else 400
+
+    def options(self) -> list[Option]:
+        """Every commit a launch may go to: the ends and the counted commits of the range, each within its cap;
+        a commit none of whose launches could be tested is left out."""
+        options = []
+        beta = 0.5  # a build costs about half a launch more (prefetched ones cost nothing)
+        for sha in dict.fromkeys([*self.ends, *self.space.culprits]):
+            step = self.step_of(sha)
+            done = len(step.trials) if step else 0
+            if step and done and not any(self.evidence.observes(t) for t in step.trials):
+                continue  # untestable: more launches cannot help
+            cost = 1.0 if self.oracle.warm(sha) else 1.0 + beta
+            # an end of an accuracy verdict asks the next part of the set: it has as many as the set holds
+            cap = self.oracle.assessor.cap if sha in self.ends and self.evidence.kind == "accuracy" else self.cap
+            options.append(Option(sha, cost, sha in self.ends, cap - done))
+        return options
+
+    def launch_round(self, shas: list[str]) -> None:
+        """One round: the launches at once on the slots (one slot: one after the other), each recorded in its
+        commit's step as it finishes, state.json saved after each."""
+        oracle, run, number = self.oracle, self.run, self.rounds
+        self.rounds += 1
+        t_round = time.monotonic()
+        jobs: list[tuple[str, int]] = []
+        for sha in shas:
+            step = self.step_of(sha)
+            jobs.append((sha, (len(step.trials) if step else 0) + sum(1 for s, _ in jobs if s == sha)))
+        slots = oracle.slots
+
+        def one(k: int, sha: str, attempt: int) -> tuple[str, TrialResult, float]:
+            t = time.monotonic()
+            result = oracle.launch(sha, self.label(sha), attempt, slots[k % len(slots)] if len(slots) > 1 else None,
+                                   self.items_for(sha), fresh=self.fresh)
+            return sha, result, time.monotonic() - t
+
+        if len(slots) > 1 and len(jobs) > 1:
+            with ThreadPoolExecutor(max_workers=min(len(slots), len(jobs)), thread_name_prefix="slot") as pool:
+                futures = [pool.submit(one, k, sha, attempt) for k, (sha, attempt) in enumerate(jobs)]
+                for future in as_completed(futures):
+                    self.record(*future.result(), number)
+        else:
+            for k, (sha, attempt) in enumerate(jobs):
+                self.record(*one(k, sha, attempt), number)
+        run.rounds.append({"round": number, "commits": [s for s, _ in jobs], "seconds": round(time.monotonic() - t_round, 2),
+                           "remaining": len(self.space.culprits)})
+
+    def items_for(self, sha: str) -> tuple[str, ...] | None:
+        """The eval items a candidate's launch asks: those telling the states apart, once there are any; an end
+        (and every launch before then) asks the next part of the set."""
+        if self.evidence.kind != "accuracy" or sha in self.ends:
+            return None
+        steps = [s for s in self.run.steps if s.trials]
+        model = self.evidence.model(steps)
+        if not isinstance(model, Items) or not model.asked:
+            return None
+        post = Posterior(self.space, model)
+        return model.telling(post.z, post.mass, self.items_per_launch(), self.disagreements(model)) or None
+
+    def disagreements(self, model: Items) -> int:
+        """At least this many items a candidate is asked: as many as the ends answer differently, 20 or more."""
+        ends = [model.asked[e] for e in self.ends if e in model.asked]
+        both = set.intersection(*(set(e) for e in ends)) if len(ends) > 1 else set()
+        differ = sum(1 for i in both if len({e[i][0] / e[i][1] for e in ends}) > 1)
+        return max(20, differ)
+
+    def record(self, sha: str, result: TrialResult, seconds: float, number: int) -> None:
+        step = self.step_of(sha)
+        if step is None:
+            step = Step(len(self.run.steps), sha, self.role(sha), Outcome.SKIP, str(result.verdict.status), "",
+                        round(seconds, 2), result.cached, result, round=number, trial_rounds=(number,))
+            self.run.steps.append(step)
+        else:
+            step.more += (result,)
+            step.trial_rounds = (*step.trial_rounds, number)
+            step.seconds = round(step.seconds + seconds, 2)
+            step.cached = step.cached and result.cached
+        self.say(f"{self.label(sha)} {sha[:10]}: launch {len(step.trials)}: {result.verdict.status}")
+        self.save(self.run)
+
+    # -- the confirmation -----------------------------------------------------------------------------------
+    def confirmation(self, run: BisectRun, label: str = "confirm") -> dict:
+        """The found commit and its parent run again, fresh, judged by a posterior of their own: the hypotheses
+        "the change is the found commit", "it is before the parent" and "after the found commit" (and no
+        change), the ends' launches as what before and after look like (not the found commit's or its parent's:
+        the search chose the answer from those, so they cannot confirm it). Launched as the search is, until one
+        hypothesis holds `bisect.posterior` or each has its cap of fresh launches."""
+        assert run.result is not None and run.result.first_new and run.found_parent
+        found, parent = run.result.first_new, run.found_parent
+        a = self.oracle.assessor
+        chain = list(dict.fromkeys(c for c in (parent, found, run.new.sha) if c != run.old.sha))
+        self.graph = Graph.from_parents({c: ((chain[i - 1],) if i else ()) for i, c in enumerate(chain)})
+        # whether there is a change at all the search settled, every launch counting; the question here is where
+        self.space = Space.of(self.graph, None, 1e-9)
+        self.ends = {run.old.sha: Role.OLD_END, run.new.sha: Role.NEW_END}
+        anchors = [replace(s) for s in run.steps if s.sha in self.ends and s.sha not in (parent, found)]
+        self.anchored = {s.sha: len(s.trials) for s in anchors}
+        self.run = replace(run, steps=anchors, rounds=[])
+        self.rounds = 1 + max((r for s in run.steps for r in s.trial_rounds), default=0)
+        self.labels = {parent: f"{label}-parent", found: f"{label}-found",
+                       **{e: f"{label}-{role}" for e, role in self.ends.items() if e not in (parent, found)}}
+        self.fresh, self.budget = True, 3 * a.cap
+        start = self.rounds
+        self.launch_round([parent, found])
+        post = self.search(self.confirm_options)
+        mass = post.culprit_mass()
+        decision = post.decide(self.threshold)
+        worse = self.worse_state(post, found)
+        as_found = worse == (AFTER if run.mode is Mode.REGRESSION else BEFORE)
+        level = ("confirmed" if decision.found == found and as_found else
+                 "not reproduced" if decision.found or decision.no_change or not as_found else "not sure")
+        steps = {sha: self.step_of(sha) for sha in (parent, found)}
+        fresh = {sha: step.trials if step is not None else () for sha, step in steps.items()}
+        sentence = {"confirmed": f"run again, fresh, the found commit holds {mass[found]:.1%} of the posterior: its "
+                                 "parent is like the old end and it is like the new end",
+                    "not sure": f"run again {len(fresh[found])} times, the found commit holds only {mass[found]:.1%} "
+                                "of the posterior: the answer is not sure",
+                    "not reproduced": "run again, fresh, the found commit and its parent do not differ as the ends do "
+                                      f"(the found commit holds {mass[found]:.1%}): the answer is not reproduced"}[level]
+        seen = {sha: a.alone(trials) for sha, trials in fresh.items()}
+        bad = Outcome.BAD if run.mode is Mode.REGRESSION else Outcome.GOOD
+        side = {sha: post.after(sha) for sha in (parent, found)}
+        return {"launches": len(fresh[found]), "parent_launches": len(fresh[parent]), "rounds": self.rounds - start,
+                "level": level, "held": level == "confirmed", "sentence": sentence,
+                "compared": a.compare(list(fresh[parent]), list(fresh[found])),
+                "mass": {"found": round(mass[found], 6), "parent": round(mass.get(parent, 0.0), 6),
+                         "no_change": round(post.no_change, 6)},
+                "ends_again": {str(self.role(s.sha)): len(s.trials) - self.anchored[s.sha] for s in self.run.steps
+                               if s.sha in self.anchored and len(s.trials) > self.anchored[s.sha]},
+                **{who: {"sha": sha, "outcome": bad if side[sha] >= 0.5 else bad.inverted(),
+                         "evidence": f"{seen[sha].evidence}; after the change with probability {side[sha]:.1%}"}
+                   for who, sha in (("parent", parent), ("found", found))}}
+
+    def confirm_options(self) -> list[Option]:
+        """The parent and the found commit, and the ends again (a drift is measured beside them), each with its
+        cap of fresh launches."""
+        cap = self.oracle.assessor.cap
+        done = {s.sha: len(s.trials) - self.anchored.get(s.sha, 0) for s in self.run.steps}
+        return [Option(sha, 1.0, sha in self.ends, cap - done.get(sha, 0))
+                for sha in dict.fromkeys([*self.labels, *self.ends]) if sha in self.labels]
+
+    # -- the answer -----------------------------------------------------------------------------------------
+    def untestable_end(self, step: Step) -> BisectRun:
+        run = self.run
+        seen = self.oracle.assessor.alone(step.trials)
+        step.outcome, step.evidence = Outcome.SKIP, seen.evidence
+        run.mode, run.message = Mode.UNTESTABLE_END, (f"the {step.role} ({step.sha[:10]}) is untestable: "
+                                                      f"{step.status} — {seen.evidence}")
+        return self.driver.finish(run)
+
+    def worse_state(self, post: Posterior, culprit: str) -> int:
+        """Which state is worse under the likeliest culprit: AFTER (a regression) or BEFORE (a fix)."""
+        model = post.model
+        target = post.target(culprit)
+        if isinstance(model, Rates):
+            return AFTER if model.rate(post.z, post.mass, target, AFTER)[0] >= \
+                model.rate(post.z, post.mass, target, BEFORE)[0] else BEFORE
+        if isinstance(model, Samples):
+            slower = model.means(post.z, post.mass, target, AFTER)[0] < model.means(post.z, post.mass, target,
+                                                                                   BEFORE)[0]
+            metric = self.recipe.perf.metric if self.recipe.perf else "output_throughput"
+            return AFTER if slower == better(metric) else BEFORE
+        assert isinstance(model, Items)
+        before, after, _ = model.correct(post.z, post.mass)
+        return AFTER if after.mean() <= before.mean() else BEFORE
+
+    def states_said(self, post: Posterior, culprit: str) -> dict[str, str]:
+        """What the two states are, in words, under the likeliest culprit."""
+        model, target = post.model, post.target(culprit)
+        out = {}
+        for name, state in (("before", BEFORE), ("after", AFTER)):
+            if isinstance(model, Rates):
+                mean, sd = model.rate(post.z, post.mass, target, state)
+                out[name] = f"fails {mean:.1%} (± {sd:.1%}) of " + ("outputs" if self.evidence.kind == "batch"
+                                                                    else "launches")
+            elif isinstance(model, Samples):
+                value, drift = model.means(post.z, post.mass, target, state)
+                metric = self.recipe.perf.metric if self.recipe.perf else ""
+                out[name] = f"{metric} {value:,.4g}" + (f" (rounds drift ± {drift:.1%})" if name == "after" else "")
+            else:
+                assert isinstance(model, Items)
+                before, after, _ = model.correct(post.z, post.mass)
+                out[name] = f"{(before if state == BEFORE else after).mean():.1%} of the items asked right"
+        return out
+
+    def conclude(self, post: Posterior) -> BisectRun:
+        run, driver = self.run, self.driver
+        decision = post.decide(self.threshold)
+        likeliest = next((s for s, _ in decision.likely if s is not None), self.space.culprits[-1])
+        worse = self.worse_state(post, likeliest)
+        run.mode = Mode.REGRESSION if worse == AFTER else Mode.FIX
+        bad_state = worse
+        for step in run.steps:
+            q = post.after(step.sha) if step.sha in self.graph else 0.0
+            seen = driver.oracle.assessor.alone(step.trials)
+            observed = any(self.evidence.observes(t) for t in step.trials)
+            step.stats = {**seen.stats, "p_after": round(q, 4), "launches": len(step.trials),
+                          **({"mass": round(post.culprit_mass().get(step.sha, 0.0), 4)} if step.sha in self.graph else {})}
+            if not observed:
+                step.outcome, step.evidence = Outcome.SKIP, seen.evidence
+                continue
+            if q >= self.threshold:
+                step.outcome = Outcome.BAD if bad_state == AFTER else Outcome.GOOD
+            elif q <= 1 - self.threshold:
+                step.outcome = Outcome.GOOD if bad_state == AFTER else Outcome.BAD
+            else:
+                step.outcome = Outcome.SKIP
+            step.evidence = f"{seen.evidence}; after the change with probability {q:.1%}" + \
+                ("" if step.outcome != Outcome.SKIP else " (not sure)")
+            if step.sha in self.ends and self.ends[step.sha] is not Role.MERGE_BASE and step.outcome == Outcome.SKIP:
+                step.outcome = Outcome.BAD if (q >= 0.5) == (bad_state == AFTER) else Outcome.GOOD
+        run.failure = driver.oracle.failure = self.evidence.failure
+        run.posterior = self.report(post, decision, likeliest)
+        if decision.no_change:
+            for step in run.steps:
+                if step.is_end:
+                    step.outcome = driver.oracle.assessor.alone(step.trials).outcome
+            run.mode = Mode.NO_CHANGE
+            run.message = (f"the ends do not differ: no change holds {post.no_change:.1%} of the posterior after "
+                           f"{self.launches()} launches — check the recipe's verdict rules or the refs")
+            return driver.finish(run)
+        marks = tuple((s.sha, {Outcome.SKIP: SKIP}.get(s.outcome, NEW if (s.outcome == Outcome.BAD) ==
+                                                     (run.mode is Mode.REGRESSION) else OLD))
+                      for s in run.steps if s.sha in self.graph)
+        if decision.found:
+            result = SearchResult("found", decision.found, (decision.found,), 0, marks)
+            if run.merge_bases:
+                self.pick_side(decision.found)
+        else:
+            result = SearchResult("ambiguous", None, post.candidates(self.threshold)[:12], 0, marks)
+        return driver.conclude(run, result, self.graph)
+
+    def pick_side(self, found: str) -> None:
+        """Ends on different branches: the side the found commit is on is the searched range (its tip the new
+        end, the other tip excluded), as git's merge-base rule would have it."""
+        run = self.run
+        on_bad = found in self.graph.ancestors(run.bad.sha)
+        tip, other = (run.bad, run.good) if on_bad else (run.good, run.bad)
+        run.old = Revision(f"merge base of {run.good.ref} and {run.bad.ref}", run.merge_bases[0],
+                           self.oracle.variable.info(run.merge_bases[0]).subject)
+        run.new, run.excluded = tip, (other.sha,)
+        run.ends_note = (f"{run.good.ref} and {run.bad.ref} are on different branches; both sides of their merge "
+                         f"base {run.merge_bases[0][:10]} were searched at once, and the change is on "
+                         f"{tip.ref}'s side.")
+
+    def report(self, post: Posterior, decision, likeliest: str) -> dict:
+        """What bisect.md and bisect.json show of the posterior (gathered now: the renderers are pure)."""
+        mass = post.culprit_mass()
+        tested = {s.sha for s in self.run.steps}
+        shown = {sha: round(m, 6) for sha, m in mass.items() if m >= 1e-4 or sha in tested}
+        return {"kind": self.evidence.kind, "threshold": self.threshold, "launches": self.launches(),
+                "rounds": self.rounds, "budget": self.budget, "culprits": len(self.space.culprits),
+                "order": [s for s in self.space.culprits if s in shown], "mass": shown,
+                "no_change": round(post.no_change, 6), "entropy_bits": round(post.entropy(), 3),
+                "answer": decision.found, "answer_mass": round(mass.get(decision.found, 0.0), 6)
+                if decision.found else None, "likeliest": likeliest,
+                "likely": [[s, round(m, 6)] for s, m in decision.likely],
+                "prior": {sha: w for sha, w in self.prior.items()}, "unlikely": list(self.recipe.bisect.prior.unlikely),
+                "states": self.states_said(post, likeliest),
+                "after": {s.sha: s.stats.get("p_after") for s in self.run.steps if s.sha in self.graph}}

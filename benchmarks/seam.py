@@ -1,0 +1,188 @@
+"""A simulated trial runner at the bisect's seam (the oracle's `fetch` and `runner`): the real driver, oracle,
+policies, posterior, assessors and confirmation run on it; only the trial — build, launch, query, score — is
+replaced by seeded outcomes of a history with one planted change. What is simulated, per kind:
+
+- `flaky`: a launch dies at start (status crashed_at_startup, the same exception every time) with probability
+  `rate` from the planted commit on (`good_rate` before it), else serves healthily;
+- `batch`: 8 outputs a launch (4 prompts × 2 copies, 6 in flight); from the planted commit on, each launch loops
+  in a share of them drawn from `batch_share` (quiet host: 4–6 of 8; busy: about 3), judged by abbisect's own
+  rules (50 % `degenerate_fraction`), before it every output is healthy;
+- `perf`: 5 passes a launch, each the median TPOT of 24 requests with log-normal noise `sigma` a request, +10 %
+  from the planted commit on, a launch offset of 0.5 %, and optionally a drift: `drift` relative slowdown while
+  the host is busy, busy and quiet alternating every `drift_period` launches (a busy loop switching on and off);
+- `accuracy`: the built-in eval set's 400 items, `eval.n` of them a launch (the seeded parts, or the items a
+  bisect asks); from the planted commit on 8 % of the items (by a hash of the id) are answered wrong, and every
+  answer flips wrong with probability `flip`.
+
+Each launch's draws are seeded by (seed, commit, label, attempt): reproducible, and the same for every method.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import sys
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "tests"))
+
+from fakes import FakeHistory, line
+
+from abbisect.bisect.bisection import BisectRun
+from abbisect.bisect.driver import Driver
+from abbisect.bisect.oracle import Oracle
+from abbisect.infra.serial import dump
+from abbisect.launch.server import Ready
+from abbisect.query.chat import Completion
+from abbisect.query.evals import EvalRun, EvalSet, ItemResult
+from abbisect.recipe import Recipe
+from abbisect.score.degeneration import OutputAnalysis
+from abbisect.trial.executors import Slot
+from abbisect.trial.spec import LaunchInfo, TrialResult, TrialSpec
+from abbisect.verdict.rules import Evidence, Verdict, judge
+from abbisect.verdict.status import Outcome, Status
+
+CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
+
+
+def recipe_for(kind: str, **extra) -> Recipe:
+    """The recipe a simulated bisect judges by (each kind's defaults, as a user would write them)."""
+    doc: dict = {"name": f"sim-{kind}", "engine": {"kind": "command", "repo": "/nonexistent"},
+                 "launch": {"command": ["serve"]}, "prompts": ["p0", "p1", "p2", "p3"]}
+    if kind == "flaky":
+        doc["repeats"] = {"launches": 6}
+    elif kind == "batch":
+        doc["query"] = {"concurrency": 6, "repeat": 2}
+    elif kind == "perf":
+        doc["perf"] = {"metric": "tpot_median", "requests": 24, "max_concurrency": 4, "passes": 5, "launches": 2,
+                       "max_passes": 30, "min_effect": 0.03, "alpha": 0.01}
+    elif kind == "accuracy":
+        doc["eval"] = {"set": "builtin:arith_facts", "n": 280, "min_drop": 0.05, "flip_rate": 0.034,
+                       "concurrency": 8}
+    for key, value in extra.items():
+        doc[key] = {**doc.get(key, {}), **value} if isinstance(value, dict) else value
+    return Recipe.model_validate(doc)
+
+
+@dataclass
+class World:
+    """One simulated history (the module docstring says what each kind does)."""
+
+    kind: str
+    commits: int
+    culprit: int
+    seed: int = 0
+    rate: float = 1 / 3
+    good_rate: float = 0.0
+    batch_share: tuple[float, float] = (0.5, 0.75)
+    sigma: float = 0.05
+    drift: float = 0.0
+    drift_period: int = 3
+    flip: float = 0.02
+    parents: dict[str, tuple[str, ...]] | None = None  # a history other than a line: the change at `planted`
+    planted: str = ""
+    launches: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def shas(self) -> list[str]:
+        return list(self.parents) if self.parents else [f"c{i:03d}" for i in range(self.commits)]
+
+    def after(self, sha: str) -> bool:
+        """Whether `sha` has the planted change: it is the culprit or descends from it."""
+        if self.parents is None:
+            return int(sha[1:]) >= self.culprit
+        seen, todo = set(), [sha]
+        while todo:
+            s = todo.pop()
+            if s not in seen:
+                seen.add(s)
+                todo += self.parents[s]
+        return self.planted in seen
+
+    def run(self, spec: TrialSpec, progress=None) -> TrialResult:
+        """One launch of `spec`'s commit (the oracle's runner)."""
+        with self.lock:
+            clock = self.launches
+            self.launches += 1
+        rng = random.Random(f"{self.seed}/{spec.sha}/{spec.side}/{spec.attempt}/{spec.items is not None}")
+        after = self.after(spec.sha)
+        return getattr(self, f"_{self.kind}")(spec, rng, after, clock)
+
+    def fetch(self, spec: TrialSpec, progress, runner) -> TrialResult:
+        """The oracle's fetch: nothing is cached, every launch runs."""
+        return self.run(spec, progress)
+
+    def _result(self, spec: TrialSpec, verdict: Verdict, **kw) -> TrialResult:
+        status = Ready("exited" if verdict.status is Status.CRASHED_AT_STARTUP else "ready")
+        launch = LaunchInfo((), {}, status, 0.0, None, "", (), {}, {})  # a server was started: one launch
+        return TrialResult(spec, None, launch, kw.pop("outputs", ()), kw.pop("analyses", ()), kw.pop("answers", ()),
+                           (), kw.pop("first_exception", None), verdict, {}, kw.pop("extras", {}))
+
+    def _flaky(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
+        if rng.random() < (self.rate if after else self.good_rate):
+            return self._result(spec, Verdict(Status.CRASHED_AT_STARTUP, Outcome.BAD, (CRASH,)),
+                                first_exception=(1, CRASH))
+        return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("no degenerate output",)))
+
+    def _batch(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
+        share = rng.uniform(*self.batch_share) if after else 0.0
+        looped = [rng.random() < share for _ in range(8)]
+        outputs = tuple(Completion(f"p{i % 4}", f"prompt {i % 4}", "for for for" if bad else "an answer", "length",
+                                   8, 48, 0.1, copy=i // 4, batch=6) for i, bad in enumerate(looped))
+        analyses = tuple(OutputAnalysis("degenerate" if bad else "healthy", "loop" if bad else "", ())
+                         for bad in looped)
+        ev = Evidence(True, None, "ready", (), None, 8, 0, tuple(f"p{i % 4}: loop" for i, b in enumerate(looped) if b),
+                      (), (), (), ())
+        return self._result(spec, judge(ev, spec.recipe.verdict), outputs=outputs, analyses=analyses,
+                            answers=(None,) * 8)
+
+    def busy(self, clock: int) -> bool:
+        return bool(self.drift) and (clock // self.drift_period) % 2 == 1
+
+    def _perf(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
+        base = 2.0 * (1.1 if after else 1.0) * (1 + self.drift if self.busy(clock) else 1.0)
+        offset = rng.gauss(0, 0.005)
+        passes = []
+        for _ in range(5):
+            values = sorted(base * pow(2.718281828, offset + rng.gauss(0, self.sigma)) for _ in range(24))
+            passes.append({"completed": 24, "errors": 0, "values": {"tpot_median": (values[11] + values[12]) / 2}})
+        return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras={"perf": {"passes": passes}})
+
+    def _accuracy(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
+        section = spec.recipe.eval
+        assert section is not None
+        eval_set = EvalSet.of(section)
+        size, n = len(eval_set.items), section.items_asked(len(eval_set.items))
+        if spec.items is not None:
+            asked = [i for i in eval_set.items if i.id in set(spec.items)]
+        else:
+            asked = list(eval_set.sample(min(n * (spec.chunk + 1), size), section.seed)[n * spec.chunk:])
+        items = []
+        for item in asked:
+            changed = int(hashlib.sha256(item.id.encode()).hexdigest()[:8], 16) % 100 < 8
+            right = not (after and changed) and rng.random() >= self.flip
+            items.append(ItemResult(item.id, right, "", None, item.answer))
+        run = EvalRun(eval_set.name, tuple(items), size=size)
+        return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras={"eval": dump(run)})
+
+
+def bisect(world: World, recipe: Recipe, slots: int = 1, out: Path | None = None,
+           replay: dict[str, dict] | None = None, say=None, paths: dict[str, tuple[str, ...]] | None = None,
+           ends: tuple[str, str] | None = None) -> tuple[BisectRun, Oracle]:
+    """The real bisect of `world`'s history from its first commit (good) to its last (bad), or between
+    `ends` (good, bad), at the seam (`paths`: what commits change, for the prior; default one source file)."""
+    parents = world.parents or line(world.commits)
+    variable = FakeHistory(parents, recipe, paths=paths or {})
+    shas = list(parents)
+    folder = out or Path(tempfile.mkdtemp(prefix="abbisect-seam-"))
+    oracle = Oracle(recipe, variable, folder, world.fetch, lambda spec: False, say or (lambda m: None),
+                    runner=world.run, prefetch=0, slots=[Slot(i, None) for i in range(slots)])
+    good, bad = variable.resolve_ends(*(ends or (shas[0], shas[-1])))
+    old, new, bases = variable.order_ends(good, bad)
+    run = BisectRun(recipe, variable.repo, good, bad, old, new, variable, merge_bases=bases)
+    return Driver(oracle, say or (lambda m: None)).run(run, replay), oracle
