@@ -22,13 +22,27 @@ from typing import Any
 
 import click
 
-from abbisect import __version__
 from abbisect.commands.endings import SIGNALS, exit_code
 from abbisect.commands.options import verbosity_options
 from abbisect.infra.errors import describe_os_error, kind_of
 
-# The commands, each in abbisect/commands/<name>.py as a click command of that name; imported when used.
-COMMANDS = ("bisect", "cache", "check", "compare", "env", "matrix", "narrow", "run", "scan", "schema")
+# The commands, each in abbisect/commands/<name>.py as a click command of that name, imported when used; beside
+# each, the first sentence of its docstring: its line in `abbisect --help`, which so imports no command
+# (tests/test_startup.py holds the two equal).
+COMMANDS = {
+    "bisect": "Find the commit between --good and --bad where the verdict changes (a regression or a fix).",
+    "cache": "List and clean the cache (worktrees, venvs, models, trial results, clones).",
+    "check": "Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.",
+    "compare": "Compare two per-item result files with the paired test (exact McNemar, Wilson intervals, a paired "
+               "bootstrap): lm-eval --log_samples output or abbisect results. Launches nothing.",
+    "env": "Print GPU(s), driver, CUDA, torch, triton and engine versions, and a stable key for this stack.",
+    "matrix": "Every verified cell of model × engine@commit × GPU stack from the results of run, bisect and check.",
+    "narrow": "Narrow a failing launch at one commit: which flags, variables or pins are to blame, and which "
+              "feature switch makes the failure go away.",
+    "run": "A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv.",
+    "scan": "Scan server logs for known failure signatures and explain them.",
+    "schema": "Print the recipe's JSON Schema (for editors: yaml-language-server, VS Code).",
+}
 
 
 def _invocation() -> str:
@@ -60,6 +74,15 @@ class Main(click.Group):
         if cmd_name in COMMANDS and cmd_name not in self.commands:
             self.add_command(getattr(importlib.import_module(f"abbisect.commands.{cmd_name}"), cmd_name))
         return self.commands.get(cmd_name)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands' list from COMMANDS, as click would print it from each command's docstring."""
+        names = self.list_commands(ctx)
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = [(name, click.utils.make_default_short_help(COMMANDS[name], limit) if name in COMMANDS
+                 else self.commands[name].get_short_help_str(limit)) for name in names]
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
 
     def make_context(self, info_name: str | None, args: list[str], parent: click.Context | None = None,
                      **extra: Any) -> click.Context:
@@ -181,8 +204,18 @@ def _stop_children() -> None:
     stop_builds()
 
 
+def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    """`abbisect --version`: the installed distribution's version, looked up only when asked."""
+    if value and not ctx.resilient_parsing:
+        from abbisect import __version__
+
+        click.echo(f"abbisect, version {__version__}")
+        ctx.exit()
+
+
 @click.group(cls=Main, epilog="Exit codes of every command: see its --help and README \"Exit codes\".")
-@click.version_option(__version__, prog_name="abbisect")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
+              help="Show the version and exit.")
 @verbosity_options
 def main() -> None:
     """A/B and bisect LLM serving engines across git commits, with scored outputs and paste-ready reports."""

@@ -26,10 +26,12 @@ if argv is not None:
         code = exc.code
 else:
     import abbisect.cli
+light = sorted(m for m in sys.modules if m == "pydantic" or m.startswith("abbisect.commands.")
+               and m.split(".")[2] not in {"options", "endings", "common"})
 heavy = sorted({m.split(".")[0] if not m.startswith("abbisect.") else "abbisect.stats"
                 for m in sys.modules if m.split(".")[0] in {"scipy", "pandas", "rich", "httpx", "numpy"}
                 or m == "abbisect.stats" or m.startswith("abbisect.stats.")})
-print(json.dumps({"code": code, "heavy": heavy}))
+print(json.dumps({"code": code, "heavy": heavy, "light": light}))
 """
 
 
@@ -37,7 +39,17 @@ def loaded(argv: list[str] | None, cwd: Path) -> dict:
     out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
                          cwd=cwd, check=False, timeout=120)
     assert out.returncode == 0, out.stderr
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    found.pop("light")
+    return found
+
+
+def modules(argv: list[str], cwd: Path) -> list[str]:
+    """The command modules and pydantic that `abbisect ARGV` loaded."""
+    out = subprocess.run([sys.executable, "-c", PROBE, json.dumps(argv)], capture_output=True, text=True,
+                         cwd=cwd, check=False, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return json.loads(out.stdout.strip().splitlines()[-1])["light"]
 
 
 @pytest.mark.smoke
@@ -77,3 +89,28 @@ def test_a_trial_loads_them_where_used(tmp_path: Path) -> None:
                           "null"], capture_output=True, text=True, cwd=tmp_path, check=False, timeout=120)
     heavy = json.loads(out.stdout.strip().splitlines()[-1])["heavy"]
     assert {"scipy", "numpy", "httpx", "abbisect.stats"} <= set(heavy)
+
+
+@pytest.mark.smoke
+def test_help_imports_no_command_and_a_missing_recipe_no_schema(tmp_path: Path) -> None:
+    """`abbisect --help` lists the commands from cli.COMMANDS without importing one; a missing recipe is said
+    before pydantic (the recipe's schema) loads; a recipe that exists is read with it."""
+    assert modules(["--help"], tmp_path) == []
+    assert modules(["check", "missing.yaml"], tmp_path) == ["abbisect.commands.check"]
+    assert modules(["run", "missing.yaml"], tmp_path) == ["abbisect.commands.run"]
+    assert modules(["narrow", "missing.yaml", "--ref", "x"], tmp_path) == ["abbisect.commands.narrow"]
+    assert "pydantic" in modules(["run", str(Path(__file__).resolve().parents[1] / "recipes" / "demo.yaml"),
+                                  "--dry-run"], tmp_path)
+
+
+def test_the_help_table_says_what_each_command_says() -> None:
+    """cli.COMMANDS holds each command's first docstring paragraph, so `--help` reads as click would print it."""
+    import importlib
+    import inspect
+
+    from abbisect.cli import COMMANDS
+
+    for name, line in COMMANDS.items():
+        command = getattr(importlib.import_module(f"abbisect.commands.{name}"), name)
+        first = " ".join(inspect.cleandoc(command.help).split("\n\n")[0].split())
+        assert line == first, name

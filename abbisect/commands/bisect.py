@@ -27,10 +27,11 @@ from abbisect.commands.options import (
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
-from abbisect.recipe import Recipe, load_recipe, recipe_path
+from abbisect.recipe.where import existing_recipe, recipe_path
 
 if TYPE_CHECKING:
     from abbisect.bisect.bisection import BisectRun
+    from abbisect.recipe import Recipe
 
 
 @dataclass(frozen=True)
@@ -122,19 +123,21 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
 
 def run_bisect(req: BisectRequest) -> BisectRun | None:
     """The bisect the request asks for, run to its end and written to its folder (None after a dry run)."""
-    from abbisect.bisect.state import resume
-    from abbisect.bisect.variables import variable_for
-    from abbisect.gpu.preflight import preflight
-    from abbisect.trial.judges import make_judge
+    if req.resume:
+        from abbisect.bisect.state import resume
 
-    resumed = resume(req.resume, req.recipe, req.given, req.flags, req.output) if req.resume else None
-    if resumed is not None:
+        resumed = resume(req.resume, req.recipe, req.given, req.flags, req.output)
         rec, opts = resumed.recipe, resumed.options
     else:
+        resumed = None
         if not (req.good and req.bad):
             raise UserError("give both ends: --good REF --bad REF (or --old/--new; a date YYYY-MM-DD also works), "
                             "or --resume DIR")
         rec, opts = _started(req.recipe, req.given, req.flags, req.gpus)
+    from abbisect.bisect.variables import variable_for
+    from abbisect.gpu.preflight import preflight
+    from abbisect.trial.judges import make_judge
+
     if why := rec.perf_conflict():
         raise UserError(why)
     red = Redactor.from_recipe(rec)
@@ -248,7 +251,9 @@ def _write(run: BisectRun, opts: dict, cache, out: Path, say: Callable[[str], No
 def _started(recipe: str | None, given: dict[str, Any], flags: dict[str, Any],
              gpus: str | None) -> tuple[Recipe, dict[str, Any]]:
     """The recipe with the command line's bisect options (and --gpus), and the options a resumed run keeps."""
-    path = recipe_path(recipe)
+    path = existing_recipe(recipe_path(recipe))
+    from abbisect.recipe import load_recipe
+
     rec, base = load_recipe(path)
     rec = rec.model_copy(update={"bisect": rec.bisect.model_copy(
         update={k: v for k, v in given.items() if v is not None})})

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from abbisect import checkout
 from abbisect.commands.common import open_cache, open_reporter
 from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
@@ -23,8 +22,7 @@ from abbisect.commands.options import (
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
-from abbisect.infra.serial import dump
-from abbisect.recipe import load_recipe, recipe_path
+from abbisect.recipe.where import existing_recipe, recipe_path
 
 
 @click.command(epilog=exit_help("check") + " 125 covers every fault on abbisect's side (download, disk, checkout,"
@@ -48,21 +46,25 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     """
     import os
 
+    check_output_option(output)
+    recipe_file = existing_recipe(recipe_path(recipe))
+    from abbisect import checkout
     from abbisect.bisect.gitlog import bisect_under_way, has_commit
     from abbisect.gpu.preflight import preflight
     from abbisect.infra.proc import is_git_var
+    from abbisect.recipe import load_recipe
     from abbisect.trial.judges import make_judge
 
-    check_output_option(output)
     under = bisect_under_way(dict(os.environ), Path.cwd()) if ref is None else None
     # git bisect run exports GIT_DIR (and more): from here on they must not steer abbisect's own git
     # calls on the recipe's repository, nor reach a build or a server.
     for name in [n for n in os.environ if is_git_var(n)]:
         del os.environ[name]
     from abbisect.infra.envelope import dumps
+    from abbisect.infra.serial import dump
 
     # Errors from here on exit as abbisect.commands.endings.EXIT_CODES["check"] says (usage 128, infra 125).
-    rec, base = load_recipe(recipe_path(recipe))
+    rec, base = load_recipe(recipe_file)
     if rec.perf is not None or rec.eval is not None:
         what = "a performance" if rec.perf is not None else "an accuracy"
         raise UserError(f"check judges one commit alone, and {what} verdict compares two: use abbisect run "

@@ -22,7 +22,7 @@ from abbisect.commands.options import (
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
-from abbisect.recipe import load_recipe, recipe_path
+from abbisect.recipe.where import existing_recipe, recipe_path
 
 
 @click.command(epilog=exit_help("narrow"))
@@ -51,7 +51,9 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     command runs again.
     """
     check_output_option(output)
-    path = recipe_path(recipe)
+    path = existing_recipe(recipe_path(recipe))
+    from abbisect.recipe import load_recipe
+
     rec, _ = load_recipe(path)
     if slots:
         rec = rec.model_copy(update={"bisect": rec.bisect.model_copy(update={"slots": slots})})

@@ -26,9 +26,10 @@ from abbisect.commands.options import (
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
-from abbisect.recipe import Recipe, load_recipe, recipe_path
+from abbisect.recipe.where import existing_recipe, recipe_path
 
 if TYPE_CHECKING:
+    from abbisect.recipe import Recipe
     from abbisect.trial.spec import Progress, TrialResult, TrialSpec
 
 
@@ -96,17 +97,18 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
         output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
         interactive: bool, expect: str | None, fail_if: str | None) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
-    from abbisect.commands.common import gpu_lines, open_cache, open_reporter
-    from abbisect.gpu.preflight import preflight
-    from abbisect.trial.judges import make_judge
-
     gates = parse_gate(expect, "--expect"), parse_gate(fail_if, "--fail-if")
     for option, given in (("--a", ref_a), ("--b", ref_b)):
         if given is not None and not given.strip():  # never the recipe's side in its place, silently
             raise UserError(f"{option} {given!r}: an empty ref (give a branch, tag or sha, or leave {option} out "
                             "to use the recipe's side)")
     check_output_option(output)
-    recipe_file = recipe_path(recipe, DEFAULT_RECIPE)
+    recipe_file = existing_recipe(recipe_path(recipe, DEFAULT_RECIPE))
+    from abbisect.commands.common import gpu_lines, open_cache, open_reporter
+    from abbisect.gpu.preflight import preflight
+    from abbisect.recipe import load_recipe
+    from abbisect.trial.judges import make_judge
+
     rec, base = load_recipe(recipe_file)
     if why := rec.perf_conflict():
         raise UserError(why)

@@ -17,6 +17,9 @@ from abbisect.recipe.bounded import load_yaml, read_text_file
 from abbisect.recipe.eval import MAX_EVAL_FILE_BYTES, Eval, EvalItem, digest, parse_items, set_path
 from abbisect.recipe.install import OverlayInstall, PrecompiledInstall, WheelInstall
 from abbisect.recipe.schema import BUILTIN_PREFIX, MAX_PROMPTS, Prompt, Recipe
+from abbisect.recipe.where import existing_recipe, recipe_path
+
+__all__ = ["eval_items", "load_recipe", "parse_recipe", "recipe_path"]
 
 MAX_RECIPE_BYTES = 1 << 20
 MAX_PROMPTS_FILE_BYTES = 100 << 20
@@ -58,25 +61,12 @@ def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
     return recipe
 
 
-def recipe_path(recipe: str | None, fallback: Path | None = None) -> Path:
-    """The recipe a command runs: the one named, else ./abbisect.yaml, else `fallback` if it exists."""
-    if recipe:
-        return Path(recipe)
-    if Path("abbisect.yaml").is_file():
-        return Path("abbisect.yaml")
-    if fallback is not None and fallback.is_file():
-        return fallback
-    raise UserError("no RECIPE given and no abbisect.yaml in this folder (pass the path of a recipe)")
-
-
 def load_recipe(path: str | Path) -> tuple[Recipe, Path]:
     """Load and validate a recipe; relative paths inside it are resolved against its folder.
 
     Returns the recipe with prompts_file folded into prompts, and the recipe's folder.
     """
-    p = Path(path)
-    if not p.is_file():
-        raise UserError(f"recipe not found: {p} (give the path of a YAML recipe; examples are in recipes/)")
+    p = existing_recipe(path)
     data = load_yaml(read_text_file(p, "recipe", MAX_RECIPE_BYTES), str(p))
     recipe = parse_recipe(data, str(p))
     base = p.resolve().parent
