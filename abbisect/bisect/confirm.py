@@ -35,11 +35,12 @@ def confirm(oracle: Oracle, run: BisectRun) -> None:
     """The found commit and its parent, fresh; `run.confirmation` says what they showed and how sure the answer
     is. Only fresh launches count: the search's own trials chose the answer, so they cannot confirm it. A verdict
     that depends on chance is judged by the posterior again (abbisect/bisect/noisy.py), one rule on one trial
-    by the rule."""
+    by the rule (so is a performance bisect searched plainly because an end's requests failed: it has no
+    posterior)."""
     found, parent = (run.result.first_new if run.result else None), run.found_parent
     if not found or not parent:
         return
-    if oracle.assessor.statistical:
+    if oracle.assessor.statistical and run.posterior:
         if not run.confirmation:  # the posterior search confirms its answers itself (bisect/noisy.py)
             run.confirmation = NoisySearch(oracle).confirmation(run)
     else:

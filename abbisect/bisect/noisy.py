@@ -25,11 +25,11 @@ from abbisect.assess.base import Assessor
 from abbisect.assess.batch import bad_outputs
 from abbisect.assess.failure import fingerprint
 from abbisect.assess.flaky import observations
-from abbisect.assess.perf import metric_values
+from abbisect.assess.perf import failed_requests, metric_values
 from abbisect.bisect.bisection import BisectRun, Mode, Role, Step
 from abbisect.bisect.oracle import Oracle
 from abbisect.bisect.posterior import AFTER, BEFORE, Items, Model, Option, Posterior, Rates, Samples, Space
-from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult
+from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult, start
 from abbisect.checkout import Revision
 from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better
@@ -160,6 +160,9 @@ class NoisySearch:
         first = [sha for sha in self.ends if not self.step_of(sha)]
         if first:
             self.launch_round(first)
+        if self.evidence.kind == "perf" and not run.merge_bases and \
+                any(failed_requests(s.trials) is not None for s in run.steps if s.is_end):
+            return self.requests_fail()
         untestable = [s for s in run.steps if s.is_end and not any(self.evidence.observes(t) for t in s.trials)]
         if untestable:
             return self.untestable_end(untestable[0])
@@ -409,6 +412,22 @@ class NoisySearch:
         done = {s.sha: len(s.trials) - self.anchored.get(s.sha, 0) for s in self.run.steps}
         return [Option(sha, 1.0, sha in self.ends, cap - done.get(sha, 0))
                 for sha in dict.fromkeys([*self.labels, *self.ends]) if sha in self.labels]
+
+    def requests_fail(self) -> BisectRun:
+        """An end whose requests failed (a performance verdict): whether a commit's requests fail is no chance,
+        so the range is bisected plainly from the ends' verdicts — one launch a commit, a commit that answers
+        good, one that fails its requests bad (the Perf assessor's rule) — and the commit that breaks serving
+        is the answer, not a commit stepped around."""
+        from abbisect.bisect.policies import EndsFirst
+
+        run = self.run
+        old, new = (next(s for s in run.steps if s.sha == end.sha) for end in (run.old, run.new))
+        for step in (old, new):
+            seen = self.oracle.assessor.alone(step.trials)
+            step.outcome, step.evidence = seen.outcome, seen.evidence
+        self.say("an end's requests failed: bisecting by whether a commit's requests fail, one launch a commit")
+        graph = self.driver.variable.graph(run.new.sha, [run.old.sha])
+        return EndsFirst().from_ends(self.driver, run, (old, new), start(graph, run.new.sha, [run.old.sha]), graph)
 
     # -- the answer -----------------------------------------------------------------------------------------
     def untestable_end(self, step: Step) -> BisectRun:
