@@ -30,7 +30,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "tests"))
 
-from fakes import FakeHistory, line
+from fakes import FakeHistory, ancestors, line
 
 from abbisect.bisect.bisection import BisectRun
 from abbisect.bisect.driver import Driver
@@ -96,13 +96,7 @@ class World:
         """Whether `sha` has the planted change: it is the culprit or descends from it."""
         if self.parents is None:
             return int(sha[1:]) >= self.culprit
-        seen, todo = set(), [sha]
-        while todo:
-            s = todo.pop()
-            if s not in seen:
-                seen.add(s)
-                todo += self.parents[s]
-        return self.planted in seen
+        return self.planted in ancestors(self.parents, sha)
 
     def run(self, spec: TrialSpec, progress=None) -> TrialResult:
         """One launch of `spec`'s commit (the oracle's runner)."""

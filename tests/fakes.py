@@ -30,13 +30,7 @@ class FakeHistory:
     paths: dict[str, tuple[str, ...]] = field(default_factory=dict)  # what each commit changes (the prior)
 
     def _ancestors(self, sha: str) -> set[str]:
-        seen, todo = set(), [sha]
-        while todo:
-            s = todo.pop()
-            if s not in seen:
-                seen.add(s)
-                todo += self.parents[s]
-        return seen
+        return ancestors(self.parents, sha)
 
     def describe(self) -> str:
         return ""
@@ -93,6 +87,17 @@ class FakeHistory:
 
     def touched(self, candidates: Sequence[str]) -> dict[str, tuple[str, ...]]:
         return {c: self.paths.get(c, ("src/engine.py",)) for c in candidates}
+
+
+def ancestors(parents: dict[str, tuple[str, ...]], sha: str) -> set[str]:
+    """`sha` and every commit it descends from in `parents`."""
+    seen, todo = set(), [sha]
+    while todo:
+        s = todo.pop()
+        if s not in seen:
+            seen.add(s)
+            todo += parents[s]
+    return seen
 
 
 def line(n: int) -> dict[str, tuple[str, ...]]:
