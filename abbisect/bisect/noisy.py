@@ -421,6 +421,7 @@ class NoisySearch:
         from abbisect.bisect.policies import EndsFirst
 
         run = self.run
+        run.steps = [s for s in run.steps if s.is_end]  # a resumed run's candidates are replayed by the search below
         old, new = (next(s for s in run.steps if s.sha == end.sha) for end in (run.old, run.new))
         for step in (old, new):
             seen = self.oracle.assessor.alone(step.trials)
