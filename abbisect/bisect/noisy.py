@@ -22,12 +22,12 @@ from dataclasses import dataclass, replace
 
 from abbisect.assess.accuracy import eval_run
 from abbisect.assess.base import Assessor
-from abbisect.assess.batch import bad_outputs
 from abbisect.assess.failure import fingerprint
-from abbisect.assess.flaky import observations
+from abbisect.assess.flaky import Flaky
 from abbisect.assess.perf import failed_requests, metric_values
 from abbisect.bisect.bisection import BisectRun, Mode, Role, Step
 from abbisect.bisect.oracle import Oracle
+from abbisect.bisect.policies import EndsFirst
 from abbisect.bisect.posterior import AFTER, BEFORE, Items, Model, Option, Posterior, Rates, Samples, Space
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult, start
 from abbisect.checkout import Revision
@@ -65,6 +65,7 @@ class Evidence:
 
     kind: str
     recipe: Recipe
+    assessor: Assessor  # counts a launch's failures and observations for a rate (Flaky, Batch)
     failure: str = ""  # how the worse end fails (verdict.same_failure): other failures are no evidence
 
     def model(self, steps: Sequence[Step]) -> Model:
@@ -95,9 +96,8 @@ class Evidence:
         if self.failure and trial.verdict.outcome == Outcome.BAD and self.recipe.verdict.same_failure \
                 and fingerprint(trial, self.recipe.scoring.warn_severity) != self.failure:
             return 0, 0
-        if self.kind == "batch":
-            return bad_outputs(trial, list(self.recipe.verdict.bad_if))
-        return observations([trial])
+        assert isinstance(self.assessor, Flaky)  # only a rate's evidence is counted (Batch is one too)
+        return self.assessor.observed([trial])
 
     def observes(self, trial: TrialResult) -> bool:
         """Whether a launch is evidence at all (it built, started, and measured or answered something)."""
@@ -119,7 +119,7 @@ class NoisySearch:
         self.oracle, self.recipe, self.say, self.save = oracle, oracle.recipe, oracle.say, save
         a: Assessor = oracle.assessor
         self.threshold = self.recipe.bisect.posterior
-        self.evidence = Evidence(a.kind, self.recipe)
+        self.evidence = Evidence(a.kind, self.recipe, a)
         self.cap = max(a.cap, 4) if a.kind == "accuracy" else a.cap
         self.labels: dict[str, str] = {}  # a launch's label when not its role (the confirmation's)
         self.fresh = False  # never from the trial cache (the confirmation)
@@ -418,8 +418,6 @@ class NoisySearch:
         so the range is bisected plainly from the ends' verdicts — one launch a commit, a commit that answers
         good, one that fails its requests bad (the Perf assessor's rule) — and the commit that breaks serving
         is the answer, not a commit stepped around."""
-        from abbisect.bisect.policies import EndsFirst
-
         run = self.run
         run.steps = [s for s in run.steps if s.is_end]  # a resumed run's candidates are replayed by the search below
         old, new = (next(s for s in run.steps if s.sha == end.sha) for end in (run.old, run.new))
@@ -427,8 +425,8 @@ class NoisySearch:
             seen = self.oracle.assessor.alone(step.trials)
             step.outcome, step.evidence = seen.outcome, seen.evidence
         self.say("an end's requests failed: bisecting by whether a commit's requests fail, one launch a commit")
-        graph = self.driver.variable.graph(run.new.sha, [run.old.sha])
-        return EndsFirst().from_ends(self.driver, run, (old, new), start(graph, run.new.sha, [run.old.sha]), graph)
+        return EndsFirst().from_ends(self.driver, run, (old, new), start(self.graph, run.new.sha, [run.old.sha]),
+                                     self.graph)
 
     # -- the answer -----------------------------------------------------------------------------------------
     def untestable_end(self, step: Step) -> BisectRun:

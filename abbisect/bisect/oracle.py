@@ -86,8 +86,10 @@ class Oracle:
         self.executor.cancel(self.trial_futures[sha])
         return True
 
-    def spec(self, sha: str, label: str) -> TrialSpec:
-        return self.variable.spec(sha, label, self.out / "trials")
+    def spec(self, sha: str, label: str, attempt: int = 0, items: tuple[str, ...] | None = None) -> TrialSpec:
+        """The trial of `sha` (its `attempt`-th launch), asking `items` of an eval set when given."""
+        spec = self.variable.spec(sha, label, self.out / "trials").again(attempt)
+        return replace(spec, items=items) if items is not None else spec
 
     # -- prefetch ------------------------------------------------------------------------------------
     def prefetch_build(self, shas: list[str]) -> None:
@@ -112,9 +114,7 @@ class Oracle:
                ends: Mapping[str, TrialResult] | None = None, items: tuple[str, ...] | None = None) -> TrialResult:
         """One launch of `sha` (its `attempt`-th: repeats give a commit several), from the cache or run, and
         judged when the recipe has a judge (which may see the ends' trials); `items`: the eval items it asks."""
-        spec = self.spec(sha, label).again(attempt)
-        if items is not None:
-            spec = replace(spec, items=items)
+        spec = self.spec(sha, label, attempt, items)
         result = self.fetch(spec, lambda msg: self.say(f"{label} {sha[:10]}: {msg}"), self.runner)
         if not result.cached:
             with self.count_lock:  # several slots report at once
@@ -127,9 +127,7 @@ class Oracle:
     def again(self, sha: str, label: str, attempt: int = 0, items: tuple[str, ...] | None = None) -> TrialResult:
         """The trial once more, never from the cache (a retry, a confirmation, or a person asking to see it again);
         `items`: the eval items it asks."""
-        spec = self.spec(sha, label).again(attempt)
-        again = self.runner(replace(spec, items=items) if items is not None else spec,
-                            lambda m: self.say(f"{label}: {m}"))
+        again = self.runner(self.spec(sha, label, attempt, items), lambda m: self.say(f"{label}: {m}"))
         with self.count_lock:
             self.launches += 1 if again.launch else 0
         return again
