@@ -100,7 +100,7 @@ def settled(world: seam.World, recipe: Recipe, first: int, cap: int, step: int, 
     launch = Launcher(world, recipe)
     shas = world.shas
     old, new = launch.more(shas[0], "old end", [], first), launch.more(shas[-1], "new end", [], first)
-    if a.kind == "rules":
+    if not a.statistical:
         ends = a.alone(old).outcome, a.alone(new).outcome
     else:
         while True:
@@ -119,12 +119,13 @@ def settled(world: seam.World, recipe: Recipe, first: int, cap: int, step: int, 
     state = start(graph, shas[-1], [shas[0]])
     while (sha := state.next_commit()) is not None:
         trials = launch.more(sha, "candidate", [], first)
-        if a.kind == "rules":
+        if not a.statistical:
             outcome = a.alone(trials).outcome
         else:
             while True:
                 found = a.against(trials, old, new)
-                if found.outcome != Outcome.SKIP or not found.stats.get("runs"):
+                counted = found.stats.get("observations") or found.stats.get("passes") or found.stats.get("items")
+                if found.outcome != Outcome.SKIP or not counted:
                     break
                 grew = False
                 for end, end_sha in ((old, shas[0]), (new, shas[-1])):

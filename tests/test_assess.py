@@ -50,7 +50,7 @@ def test_flaky_cap_compares_launches_with_launches_not_observations():
     bad = flaky_launches(rec, "bad", [2, 1, 2, 2])
     candidate = flaky_launches(rec, "cand", [1, 0, 1, 0])  # 2 in 20: between the ends, not sure
     found = a.against(candidate, good, bad)
-    assert found.outcome is Outcome.SKIP and found.stats["runs"] == 20
+    assert found.outcome is Outcome.SKIP and found.stats["observations"] == 20
     assert found.more == 2, found  # 4 launches of a cap of 16: two more, as launches come
     at_cap = a.against(flaky_launches(rec, "cand", [1, 0] * 8), good, bad)
     assert at_cap.more == 0 and "not sure after 16 launches" in at_cap.evidence, at_cap  # the cap
@@ -115,7 +115,7 @@ def test_a_pass_over_the_error_threshold_fails_and_makes_the_trial_request_error
         assert seen.outcome is Outcome.BAD and first in seen.evidence and "no pass was measured" not in seen.evidence
     # one failure in 32 is under perf.error_threshold (5 %): a measured pass, its failure counted and shown
     fine = perf_trial(rec, "good", 0, [None] * 31 + [TIMEOUT])
-    assert fine.verdict.status is Status.OK and assessor_for(rec).alone([fine]).stats == {"runs": 3}
+    assert fine.verdict.status is Status.OK and assessor_for(rec).alone([fine]).stats == {"passes": 3}
     from abbisect.assess.perf import pass_errors
 
     assert pass_errors([fine]).describe() == f"3 of 96 in 3 passes (per pass: 1, 1, 1); first: {TIMEOUT}"

@@ -1,6 +1,7 @@
-"""The posterior over where the change is (abbisect/bisect/posterior.py), pure: its likelihoods against brute
-force on small histories, the choice of the next launch by expected entropy reduction, the stop rule, the
-joint choice for several slots, and the prior's weights. No process, no git."""
+"""The posterior over where the change is (abbisect/bisect/posterior.py, its evidence models in
+abbisect/stats/evidence.py), pure: its likelihoods against brute force on small histories, the choice of the
+next launch by expected entropy reduction, the stop rule, the joint choice for several slots, and the prior's
+weights. No process, no git."""
 
 from __future__ import annotations
 
@@ -14,19 +15,9 @@ from scipy.integrate import quad
 from scipy.special import betaln
 from scipy.stats import multivariate_t
 
-from abbisect.bisect.posterior import (
-    AFTER,
-    BEFORE,
-    NONE,
-    Array,
-    Items,
-    Option,
-    Posterior,
-    Rates,
-    Samples,
-    Space,
-)
+from abbisect.bisect.posterior import Option, Posterior, Space
 from abbisect.bisect.search import Graph
+from abbisect.stats.evidence import AFTER, BEFORE, NONE, Array, Items, Rates, Samples
 
 
 def line(n: int) -> tuple[list[str], Graph]:

@@ -20,6 +20,8 @@ from abbisect.query.evals import EvalRun, EvalSet, Pairing, pair
 from abbisect.recipe import Recipe
 from abbisect.stats import PairedComparison, classify_paired, compare_paired
 from abbisect.stats.decide import Call
+from abbisect.stats.evidence import Items, Model
+from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome, Status
 
 # A trial of one of these statuses answered no item an accuracy can be told from.
@@ -47,6 +49,8 @@ class Accuracy:
     kind = "accuracy"
     relative = True
     statistical = True
+    absolute = False  # an accuracy says nothing on its own: only against another commit's answers
+    unit = "items"
     first = 1
 
     def __init__(self, recipe: Recipe) -> None:
@@ -54,6 +58,25 @@ class Accuracy:
         self.section = recipe.eval
         size = len(EvalSet.of(recipe.eval).items)
         self.cap = max(1, math.ceil(size / self.section.items_asked(size)))  # parts of the sample
+        # the posterior search asks a candidate only the items that tell the ends apart, a launch at a time, so a
+        # candidate may get more launches than the sample has parts (at least 4)
+        self.search_cap = max(self.cap, 4)
+
+    def model(self) -> Model:
+        return Items()
+
+    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
+        assert isinstance(model, Items)  # made by model()
+        run = eval_run([trial])
+        if run is not None:
+            model.add(sha, {i.id: bool(i.correct) for i in run.items if i.correct is not None})
+
+    def observes(self, trial: TrialResult) -> bool:
+        run = eval_run([trial])
+        return run is not None and run.n_graded > 0
+
+    def unmeasured(self, sample: Sample) -> bool:
+        return False  # a failed request is no answer: its item is left out
 
     def _compare(self, p: Pairing) -> PairedComparison:
         return compare_paired(p.a, p.b, min_change=self.section.min_drop, alpha=self.section.alpha,
@@ -67,7 +90,7 @@ class Accuracy:
         if run is None or not run.n_graded:
             why = "; ".join(sample[0].verdict.reasons[:1]) if sample else "no trial"
             return Assessment(Outcome.SKIP, f"untestable: no eval item answered ({why})")
-        return Assessment(Outcome.GOOD, accuracy_text(run), {"runs": run.n_graded, "accuracy": run.accuracy})
+        return Assessment(Outcome.GOOD, accuracy_text(run), {"items": run.n_graded, "accuracy": run.accuracy})
 
     def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
         a, b = self.alone(old), self.alone(new)
@@ -79,7 +102,7 @@ class Accuracy:
             return (Assessment(Outcome.SKIP, f"{a.evidence}: no item answered on both sides"),
                     Assessment(Outcome.SKIP, f"{b.evidence}: no item answered on both sides"))
         cmp = self._compare(p)
-        stats = {"ends": dump(cmp), "runs": p.n}
+        stats = {"ends": dump(cmp), "items": p.n}
         more = 0 if cmp.call.settled else self._more(min(len(old), len(new)))
         why = f"{names} answer alike" if cmp.call is Call.SAME else f"not sure {names} differ"
         return ends_told(cmp.call is Call.DIFFERENT, cmp.difference > 0, (accuracy_text(ra), accuracy_text(rb)),
@@ -99,7 +122,7 @@ class Accuracy:
         found = classify_paired([bool(mi[i].correct) for i in ids], good=[bool(gi[i].correct) for i in ids],
                                 bad=[bool(bi[i].correct) for i in ids], min_change=self.section.min_drop,
                                 alpha=self.section.alpha, baseline_flip_rate=self.section.flip_rate)
-        stats = {"runs": len(ids), "side": str(found.side), "vs_good": dump(found.vs_good),
+        stats = {"items": len(ids), "side": str(found.side), "vs_good": dump(found.vs_good),
                  "vs_bad": dump(found.vs_bad)}
         said = f"{accuracy_text(mine)} on {len(ids)} items"
         return placed(found, said, stats, self._more(len(sample)), f"not sure with every item of the set: {said}")

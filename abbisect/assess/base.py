@@ -11,6 +11,7 @@ from abbisect.verdict.status import Outcome
 
 if TYPE_CHECKING:  # the statistics load with the assessors that use them, not with the rules
     from abbisect.stats.decide import Classification
+    from abbisect.stats.evidence import Model
 
 Sample = Sequence[TrialResult]  # every trial of one commit, in the order they ran
 
@@ -54,11 +55,17 @@ def placed(found: Classification, said: str, stats: dict, more: int, exhausted: 
 
 
 class Assessor(Protocol):
+    """How a commit is judged from its trials. The A/B, the bisect (both its searches) and narrow ask every verdict
+    the same things, never which kind it is: `kind` only names it in reports."""
+
     kind: str  # "rules", "flaky", …: what the report calls this way of judging
     relative: bool  # a candidate is judged against the ends' trials (so the ends are tested first)
-    statistical: bool  # one look is not enough to be sure (confirm reruns the answer: bisect.confirm auto)
-    first: int  # trials a commit gets at first
-    cap: int  # trials a commit gets at most while its verdict is not sure
+    statistical: bool  # one look is not enough to be sure (an A/B runs more; confirm reruns the answer)
+    absolute: bool  # one commit's trials alone can call it bad (a failure, a failure rate), so narrow can use it
+    unit: str  # what one observation of its evidence is, in a report's words: "launches", "outputs", …
+    first: int  # launches a commit gets at first
+    cap: int  # launches a commit gets at most while its verdict is not sure
+    search_cap: int  # launches a candidate may get in the posterior search (bisect/noisy.py)
 
     def alone(self, sample: Sample) -> Assessment:
         """One commit on its own (a side of an A/B, `check`, a commit before the ends are settled)."""
@@ -73,3 +80,17 @@ class Assessor(Protocol):
     def compare(self, a: Sample, b: Sample) -> dict:
         """The two sides compared, for the report ({} when one trial each says it all): "text", "comparison"
         (the numbers, with "call": same / different / unsure) and "worse" ("a", "b" or None)."""
+
+    def model(self) -> Model | None:
+        """An empty model of this verdict's evidence for the posterior search (abbisect/stats/evidence.py); None
+        for a rule on one trial, which depends on no chance."""
+
+    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
+        """One launch of `sha`, run in round `round_no`, added to `model` (one this assessor made)."""
+
+    def observes(self, trial: TrialResult) -> bool:
+        """Whether a launch is evidence at all: it built, started, and measured or answered something."""
+
+    def unmeasured(self, sample: Sample) -> bool:
+        """The commit's requests failed, so its trials measure nothing this verdict compares (a performance
+        verdict: its bisect then looks for the commit whose requests fail)."""

@@ -41,6 +41,7 @@ def bad_outputs(trial: TrialResult, bad_if: list[str]) -> tuple[int, int]:
 
 class Batch(Flaky):
     kind = "batch"
+    unit = "outputs"
 
     def __init__(self, recipe: Recipe) -> None:
         super().__init__(recipe)

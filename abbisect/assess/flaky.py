@@ -15,21 +15,23 @@ from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.stats import RateComparison, classify_rate, compare_rates, wilson
 from abbisect.stats.decide import Call
+from abbisect.stats.evidence import Model, Rates
+from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome
 
 
 def observations(sample: Sample) -> tuple[int, int]:
     """(failures, observations) of a commit's trials."""
-    failures = runs = 0
+    failures = seen = 0
     for trial in sample:
         if trial.verdict.outcome == Outcome.SKIP:
             continue
         per_pass = trial.extras.get("pass_outcomes")
         outcomes = [Outcome(o) for o in per_pass] if per_pass and trial.launch and trial.launch.status == "ready" \
             else [trial.verdict.outcome]
-        runs += len(outcomes)
+        seen += len(outcomes)
         failures += sum(o == Outcome.BAD for o in outcomes)
-    return failures, runs
+    return failures, seen
 
 
 def rate_text(k: int, n: int) -> str:
@@ -41,6 +43,8 @@ class Flaky:
     kind = "flaky"
     relative = True
     statistical = True
+    absolute = True
+    unit = "launches"
 
     def observed(self, sample: Sample) -> tuple[int, int]:
         """(failures, observations) of a commit's trials: one a launch or pass (`observations`)."""
@@ -49,7 +53,21 @@ class Flaky:
     def __init__(self, recipe: Recipe) -> None:
         r = recipe.repeats
         self.first, self.cap = r.launches, r.cap
+        self.search_cap = self.cap
         self.min_difference, self.alpha = r.min_difference, r.alpha
+
+    def model(self) -> Model:
+        return Rates(self.min_difference)
+
+    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
+        assert isinstance(model, Rates)  # made by model()
+        model.add(sha, *self.observed([trial]))
+
+    def observes(self, trial: TrialResult) -> bool:
+        return self.observed([trial])[1] > 0
+
+    def unmeasured(self, sample: Sample) -> bool:
+        return False  # failed requests are failures, counted
 
     def _compare(self, a: tuple[int, int], b: tuple[int, int]) -> RateComparison:
         return compare_rates(*a, *b, min_difference=self.min_difference, alpha=self.alpha)
@@ -66,7 +84,7 @@ class Flaky:
         if n == 0:
             why = "; ".join(sample[0].verdict.reasons[:1]) if sample else "no trial"
             return Assessment(Outcome.SKIP, f"untestable: {why}")
-        return Assessment(Outcome.BAD if k else Outcome.GOOD, rate_text(k, n), {"failures": k, "runs": n})
+        return Assessment(Outcome.BAD if k else Outcome.GOOD, rate_text(k, n), {"failures": k, "observations": n})
 
     def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
         a, b = self.alone(old), self.alone(new)
@@ -93,7 +111,7 @@ class Flaky:
             return self.alone(sample)
         found = classify_rate(k, n, good=self.observed(good), bad=self.observed(bad),
                               min_difference=self.min_difference, alpha=self.alpha)
-        stats = {"failures": k, "runs": n, "side": str(found.side), "vs_good": dump(found.vs_good),
+        stats = {"failures": k, "observations": n, "side": str(found.side), "vs_good": dump(found.vs_good),
                  "vs_bad": dump(found.vs_bad)}
         return placed(found, rate_text(k, n), stats, self._more(len(sample)),
                       f"not sure after {len(sample)} launches: {rate_text(k, n)}")

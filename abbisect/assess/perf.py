@@ -23,6 +23,7 @@ from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better, unit
 from abbisect.stats import SampleComparison, classify_sample, compare_samples
 from abbisect.stats.decide import Call
+from abbisect.stats.evidence import Model, Samples
 from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome, Status
 
@@ -125,12 +126,28 @@ class Perf:
     kind = "perf"
     relative = True
     statistical = True
+    absolute = False  # a commit's speed says nothing on its own
+    unit = "passes"
 
     def __init__(self, recipe: Recipe) -> None:
         assert recipe.perf is not None  # chosen by assessor_for only for a recipe with a perf section
         self.perf = recipe.perf
         self.metric = recipe.perf.metric
         self.first, self.cap = recipe.perf.launches, recipe.perf.max_launches
+        self.search_cap = self.cap
+
+    def model(self) -> Model:
+        return Samples(passes=self.perf.passes)
+
+    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
+        assert isinstance(model, Samples)  # made by model()
+        model.add(sha, round_no, metric_values([trial], self.metric))
+
+    def observes(self, trial: TrialResult) -> bool:
+        return bool(metric_values([trial], self.metric))
+
+    def unmeasured(self, sample: Sample) -> bool:
+        return failed_requests(sample) is not None
 
     def _compare(self, a: list[float], b: list[float]) -> SampleComparison:
         return compare_samples(a, b, min_effect=self.perf.min_effect, alpha=self.perf.alpha)
@@ -144,7 +161,7 @@ class Perf:
         return f"{self.metric} {fmt(med, self.metric)} over {len(values)} passes"
 
     def alone(self, sample: Sample) -> Assessment:
-        """Measured: good, with what it measured (`runs`: its passes, for the comparisons to come). Its requests
+        """Measured: good, with what it measured (`passes`: how many, for the comparisons to come). Its requests
         failed: its failing trial's outcome (bad, or skip where the recipe moved the status there). Else untestable."""
         failed = failed_requests(sample)
         if failed is not None:
@@ -153,15 +170,15 @@ class Perf:
         values = metric_values(sample, self.metric)
         if not values:
             return Assessment(Outcome.SKIP, f"untestable: no pass was measured ({unmeasured(sample, self.metric)})")
-        return Assessment(Outcome.GOOD, self._said(values), {"runs": len(values)})
+        return Assessment(Outcome.GOOD, self._said(values), {"passes": len(values)})
 
     def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
         a, b = self.alone(old), self.alone(new)
-        if "runs" not in a.stats or "runs" not in b.stats:  # an end that failed its requests, or untestable
+        if "passes" not in a.stats or "passes" not in b.stats:  # an end that failed its requests, or untestable
             return a, b
         va, vb = metric_values(old, self.metric), metric_values(new, self.metric)
         cmp = self._compare(va, vb)
-        stats = {"ends": dump(cmp), "metric": self.metric, "runs": min(len(va), len(vb))}
+        stats = {"ends": dump(cmp), "metric": self.metric, "passes": min(len(va), len(vb))}
         more = 0 if cmp.call.settled else self._more(min(len(old), len(new)))
         why = f"{names} perform alike" if cmp.call is Call.SAME else f"not sure {names} differ"
         return ends_told(cmp.call is Call.DIFFERENT, worse_side(cmp, self.metric) == "a",
@@ -170,15 +187,15 @@ class Perf:
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         seen = self.alone(sample)
-        if "runs" not in seen.stats:
+        if "passes" not in seen.stats:
             return seen
         values = metric_values(sample, self.metric)
         if failed_requests(bad) is not None:  # what the bisect looks for is the commit whose requests fail
             return Assessment(Outcome.GOOD, f"{self._said(values)}: its requests answered (the bad end's failed)",
-                              {"runs": len(values), "metric": self.metric})
+                              {"passes": len(values), "metric": self.metric})
         found = classify_sample(values, good=metric_values(good, self.metric), bad=metric_values(bad, self.metric),
                                 min_effect=self.perf.min_effect, alpha=self.perf.alpha)
-        stats = {"runs": len(values), "metric": self.metric, "side": str(found.side),
+        stats = {"passes": len(values), "metric": self.metric, "side": str(found.side),
                  "vs_good": dump(found.vs_good), "vs_bad": dump(found.vs_bad)}
         said = self._said(values)
         return placed(found, said, stats, self._more(len(sample)), f"not sure after {len(values)} passes: {said}")

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 from abbisect.assess.base import Assessment, Sample
+from abbisect.stats.evidence import Model
+from abbisect.trial.spec import TrialResult
+from abbisect.verdict.status import Outcome
 
 
 def said(sample: Sample) -> str:
@@ -14,8 +17,9 @@ class Rules:
     kind = "rules"
     relative = False
     statistical = False
-    first = 1
-    cap = 1
+    absolute = True
+    unit = "launches"
+    first = cap = search_cap = 1
 
     def alone(self, sample: Sample) -> Assessment:
         return Assessment(sample[0].verdict.outcome, said(sample))
@@ -28,3 +32,15 @@ class Rules:
 
     def compare(self, a: Sample, b: Sample) -> dict:
         return {}
+
+    def model(self) -> Model | None:
+        return None  # one trial is the verdict: nothing to weigh
+
+    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
+        raise TypeError("a rule on one trial has no evidence model: bisect it plainly")
+
+    def observes(self, trial: TrialResult) -> bool:
+        return trial.verdict.outcome != Outcome.SKIP
+
+    def unmeasured(self, sample: Sample) -> bool:
+        return False

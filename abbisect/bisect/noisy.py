@@ -20,19 +20,17 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, replace
 
-from abbisect.assess.accuracy import eval_run
 from abbisect.assess.base import Assessor
 from abbisect.assess.failure import fingerprint
-from abbisect.assess.flaky import Flaky
-from abbisect.assess.perf import failed_requests, metric_values
 from abbisect.bisect.bisection import BisectRun, Mode, Role, Step
 from abbisect.bisect.oracle import Oracle
 from abbisect.bisect.policies import EndsFirst
-from abbisect.bisect.posterior import AFTER, BEFORE, Items, Model, Option, Posterior, Rates, Samples, Space
+from abbisect.bisect.posterior import Option, Posterior, Space
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult, start
 from abbisect.checkout import Revision
 from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better
+from abbisect.stats.evidence import AFTER, BEFORE, Items, Model, Rates, Samples
 from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome
 
@@ -61,53 +59,29 @@ def prior_weights(recipe: Recipe, touched: dict[str, tuple[str, ...]]) -> dict[s
 
 @dataclass
 class Evidence:
-    """A verdict's evidence, launch by launch, as the posterior's model of it."""
+    """A verdict's evidence, launch by launch, as the posterior's model of it (the assessor's)."""
 
-    kind: str
     recipe: Recipe
-    assessor: Assessor  # counts a launch's failures and observations for a rate (Flaky, Batch)
+    assessor: Assessor
     failure: str = ""  # how the worse end fails (verdict.same_failure): other failures are no evidence
 
     def model(self, steps: Sequence[Step]) -> Model:
-        recipe = self.recipe
-        if self.kind == "perf":
-            assert recipe.perf is not None  # a perf verdict has its section
-            samples = Samples(passes=recipe.perf.passes)
-            for s in steps:
-                for t, rnd in zip(s.trials, s.trial_rounds or (0,) * len(s.trials)):
-                    samples.add(s.sha, rnd, metric_values([t], recipe.perf.metric))
-            return samples
-        if self.kind == "accuracy":
-            items = Items()
-            for s in steps:
-                for t in s.trials:
-                    run = eval_run([t])
-                    if run is not None:
-                        items.add(s.sha, {i.id: bool(i.correct) for i in run.items if i.correct is not None})
-            return items
-        rates = Rates(recipe.repeats.min_difference)
+        model = self.assessor.model()
+        assert model is not None  # the posterior search runs only a verdict that depends on chance
         for s in steps:
-            for t in s.trials:
-                rates.add(s.sha, *self.observed(t))
-        return rates
+            for t, rnd in zip(s.trials, s.trial_rounds or (0,) * len(s.trials)):
+                if self.counts(t):
+                    self.assessor.observe(model, s.sha, rnd, t)
+        return model
 
-    def observed(self, trial: TrialResult) -> tuple[int, int]:
-        """(failed, observed) of one launch; a failure unlike the worse end's is no observation."""
-        if self.failure and trial.verdict.outcome == Outcome.BAD and self.recipe.verdict.same_failure \
-                and fingerprint(trial, self.recipe.scoring.warn_severity) != self.failure:
-            return 0, 0
-        assert isinstance(self.assessor, Flaky)  # only a rate's evidence is counted (Batch is one too)
-        return self.assessor.observed([trial])
+    def counts(self, trial: TrialResult) -> bool:
+        """Whether a launch is evidence of the change searched for: a failure unlike the worse end's is not."""
+        return not (self.failure and trial.verdict.outcome == Outcome.BAD and self.recipe.verdict.same_failure
+                    and fingerprint(trial, self.recipe.scoring.warn_severity) != self.failure)
 
     def observes(self, trial: TrialResult) -> bool:
         """Whether a launch is evidence at all (it built, started, and measured or answered something)."""
-        if self.kind == "perf":
-            assert self.recipe.perf is not None
-            return bool(metric_values([trial], self.recipe.perf.metric))
-        if self.kind == "accuracy":
-            run = eval_run([trial])
-            return run is not None and run.n_graded > 0
-        return self.observed(trial)[1] > 0
+        return self.counts(trial) and self.assessor.observes(trial)
 
 
 class NoisySearch:
@@ -119,8 +93,9 @@ class NoisySearch:
         self.oracle, self.recipe, self.say, self.save = oracle, oracle.recipe, oracle.say, save
         a: Assessor = oracle.assessor
         self.threshold = self.recipe.bisect.posterior
-        self.evidence = Evidence(a.kind, self.recipe, a)
-        self.cap = max(a.cap, 4) if a.kind == "accuracy" else a.cap
+        self.evidence = Evidence(self.recipe, a)
+        self.cap = a.search_cap
+        self.asks_items = isinstance(a.model(), Items)  # a candidate is asked the items telling the ends apart
         self.labels: dict[str, str] = {}  # a launch's label when not its role (the confirmation's)
         self.fresh = False  # never from the trial cache (the confirmation)
         self.prior: dict[str, float] = {}
@@ -160,8 +135,7 @@ class NoisySearch:
         first = [sha for sha in self.ends if not self.step_of(sha)]
         if first:
             self.launch_round(first)
-        if self.evidence.kind == "perf" and not run.merge_bases and \
-                any(failed_requests(s.trials) is not None for s in run.steps if s.is_end):
+        if not run.merge_bases and any(a.unmeasured(s.trials) for s in run.steps if s.is_end):
             return self.requests_fail()
         untestable = [s for s in run.steps if s.is_end and not any(self.evidence.observes(t) for t in s.trials)]
         if untestable:
@@ -262,7 +236,7 @@ class NoisySearch:
 
     def worse_failure(self, steps: Sequence[Step]) -> str:
         """How the end that fails more often fails (its commonest fingerprint), "" before either failed."""
-        if self.evidence.kind not in ("flaky", "batch") or not self.recipe.verdict.same_failure:
+        if not self.oracle.assessor.absolute or not self.recipe.verdict.same_failure:  # a failure is its evidence
             return ""
         warn = self.recipe.scoring.warn_severity
         failing = {s.sha: [fingerprint(t, warn) for t in s.trials if t.verdict.outcome == Outcome.BAD]
@@ -286,7 +260,7 @@ class NoisySearch:
                 continue  # untestable: more launches cannot help
             cost = 1.0 if self.oracle.warm(sha) else 1.0 + beta
             # an end of an accuracy verdict asks the next part of the set: it has as many as the set holds
-            cap = self.oracle.assessor.cap if sha in self.ends and self.evidence.kind == "accuracy" else self.cap
+            cap = self.oracle.assessor.cap if sha in self.ends else self.cap
             options.append(Option(sha, cost, sha in self.ends, cap - done))
         return options
 
@@ -322,7 +296,7 @@ class NoisySearch:
     def items_for(self, sha: str) -> tuple[str, ...] | None:
         """The eval items a candidate's launch asks: those telling the states apart, once there are any; an end
         (and every launch before then) asks the next part of the set."""
-        if self.evidence.kind != "accuracy" or sha in self.ends:
+        if not self.asks_items or sha in self.ends:
             return None
         steps = [s for s in self.run.steps if s.trials]
         model = self.evidence.model(steps)
@@ -460,8 +434,7 @@ class NoisySearch:
         for name, state in (("before", BEFORE), ("after", AFTER)):
             if isinstance(model, Rates):
                 mean, sd = model.rate(post.z, post.mass, target, state)
-                out[name] = f"fails {mean:.1%} (± {sd:.1%}) of " + ("outputs" if self.evidence.kind == "batch"
-                                                                    else "launches")
+                out[name] = f"fails {mean:.1%} (± {sd:.1%}) of {self.oracle.assessor.unit}"
             elif isinstance(model, Samples):
                 value, drift = model.means(post.z, post.mass, target, state)
                 metric = self.recipe.perf.metric if self.recipe.perf else ""
@@ -537,7 +510,7 @@ class NoisySearch:
         mass = post.culprit_mass()
         tested = {s.sha for s in self.run.steps}
         shown = {sha: round(m, 6) for sha, m in mass.items() if m >= 1e-4 or sha in tested}
-        return {"kind": self.evidence.kind, "threshold": self.threshold, "launches": self.launches(),
+        return {"kind": self.oracle.assessor.kind, "threshold": self.threshold, "launches": self.launches(),
                 "rounds": self.rounds, "budget": self.budget, "culprits": len(self.space.culprits),
                 "order": [s for s in self.space.culprits if s in shown], "mass": shown,
                 "no_change": round(post.no_change, 6), "entropy_bits": round(post.entropy(), 3),

@@ -111,7 +111,7 @@ class Narrower:
     # -- the narrowing -------------------------------------------------------------------------------
     def narrow(self, use_switches: bool = True) -> NarrowRun:
         run = self.run
-        if self.assessor.kind in ("perf", "accuracy"):
+        if not self.assessor.absolute:
             raise UserError(f"abbisect narrow judges each probe alone; a {self.assessor.kind} verdict compares two "
                             "commits (narrow a recipe whose verdict is its own rules or repeats)")
         (base,) = self.probes([("failing", "the recipe's launch", run.failing, {})])
