@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
-from abbisect.assess.base import Assessment, Sample, ends_told, placed
+from abbisect.assess.base import Assessment, Sample, ends_told, more_launches, placed
 from abbisect.infra.serial import dump, load
 from abbisect.query.evals import EvalRun, EvalSet, Pairing, pair
 from abbisect.recipe import Recipe
@@ -82,9 +82,6 @@ class Accuracy:
         return compare_paired(p.a, p.b, min_change=self.section.min_drop, alpha=self.section.alpha,
                               baseline_flip_rate=self.section.flip_rate)
 
-    def _more(self, parts: int) -> int:
-        return 1 if parts < self.cap else 0
-
     def alone(self, sample: Sample) -> Assessment:
         run = eval_run(sample)
         if run is None or not run.n_graded:
@@ -103,7 +100,7 @@ class Accuracy:
                     Assessment(Outcome.SKIP, f"{b.evidence}: no item answered on both sides"))
         cmp = self._compare(p)
         stats = {"ends": dump(cmp), "items": p.n}
-        more = 0 if cmp.call.settled else self._more(min(len(old), len(new)))
+        more = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
         why = f"{names} answer alike" if cmp.call is Call.SAME else f"not sure {names} differ"
         return ends_told(cmp.call is Call.DIFFERENT, cmp.difference > 0, (accuracy_text(ra), accuracy_text(rb)),
                          f"{names}: {cmp.describe()}", f"{why}: {cmp.describe()}", stats, more)
@@ -125,7 +122,8 @@ class Accuracy:
         stats = {"items": len(ids), "side": str(found.side), "vs_good": dump(found.vs_good),
                  "vs_bad": dump(found.vs_bad)}
         said = f"{accuracy_text(mine)} on {len(ids)} items"
-        return placed(found, said, stats, self._more(len(sample)), f"not sure with every item of the set: {said}")
+        return placed(found, said, stats, more_launches(self.first, self.cap, len(sample)),
+                      f"not sure with every item of the set: {said}")
 
     def compare(self, a: Sample, b: Sample) -> dict:
         ra, rb = eval_run(a), eval_run(b)

@@ -39,6 +39,14 @@ def ends_told(different: bool, a_worse: bool, texts: tuple[str, str], said: str,
             Assessment(Outcome.GOOD, f"{texts[1]}; {alike}", stats, more))
 
 
+def more_launches(first: int, cap: int, launches: int) -> int:
+    """More launches of a commit not settled yet: `first` at a time (as Pinpoint adds attempts in fixed steps),
+    within the cap — launches counted against launches (a launch may be several observations, passes or eval
+    items). The sample size a comparison says would settle it is shown, not followed: it is an even chance, and
+    jumping to it overshoots as often as not. An accuracy's launch is the next part of its eval sample."""
+    return max(0, min(first, cap - launches))
+
+
 def placed(found: Classification, said: str, stats: dict, more: int, exhausted: str) -> Assessment:
     """A candidate's assessment from where it stands between the ends: like the bad end → bad, like the good end
     → good, else skipped for now with `more` trials to run, or (no more can be run) skipped for good with

@@ -10,7 +10,7 @@ was rejected, it never became ready) is no observation: a commit with none is un
 
 from __future__ import annotations
 
-from abbisect.assess.base import Assessment, Sample, placed
+from abbisect.assess.base import Assessment, Sample, more_launches, placed
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.stats import RateComparison, classify_rate, compare_rates, wilson
@@ -72,13 +72,6 @@ class Flaky:
     def _compare(self, a: tuple[int, int], b: tuple[int, int]) -> RateComparison:
         return compare_rates(*a, *b, min_difference=self.min_difference, alpha=self.alpha)
 
-    def _more(self, launches: int) -> int:
-        """More launches while not sure: `repeats.launches` at a time (as Pinpoint adds attempts in fixed
-        steps), within the cap — launches counted against launches (with `passes` > 1 a launch is several
-        observations). The sample size a comparison says would settle it is shown, not followed: it is an
-        even chance, and jumping to it overshoots as often as not."""
-        return max(0, min(self.first, self.cap - launches))
-
     def alone(self, sample: Sample) -> Assessment:
         k, n = self.observed(sample)
         if n == 0:
@@ -98,7 +91,8 @@ class Flaky:
             return (Assessment(worse.inverted(), f"{rate_text(ko, no)}; {names} {cmp.describe()}", stats),
                     Assessment(worse, f"{rate_text(kn, nn)}; {names} {cmp.describe()}", stats))
         launches = min(len(old), len(new))
-        more = 0 if cmp.call is Call.SAME else self._more(launches)  # alike: settled, no change to search for
+        # alike: settled, no change to search for
+        more = 0 if cmp.call is Call.SAME else more_launches(self.first, self.cap, launches)
         same = Outcome.BAD if (ko or kn) else Outcome.GOOD
         why = f"{names} fail alike" if cmp.call is Call.SAME else (
             f"not sure {names} differ after {launches} launches")
@@ -113,7 +107,7 @@ class Flaky:
                               min_difference=self.min_difference, alpha=self.alpha)
         stats = {"failures": k, "observations": n, "side": str(found.side), "vs_good": dump(found.vs_good),
                  "vs_bad": dump(found.vs_bad)}
-        return placed(found, rate_text(k, n), stats, self._more(len(sample)),
+        return placed(found, rate_text(k, n), stats, more_launches(self.first, self.cap, len(sample)),
                       f"not sure after {len(sample)} launches: {rate_text(k, n)}")
 
     def compare(self, a: Sample, b: Sample) -> dict:

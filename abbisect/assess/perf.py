@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from abbisect.assess.base import Assessment, Sample, ends_told, placed
+from abbisect.assess.base import Assessment, Sample, ends_told, more_launches, placed
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better, unit
@@ -152,10 +152,6 @@ class Perf:
     def _compare(self, a: list[float], b: list[float]) -> SampleComparison:
         return compare_samples(a, b, min_effect=self.perf.min_effect, alpha=self.perf.alpha)
 
-    def _more(self, launches: int) -> int:
-        """More launches while not sure: `perf.launches` at a time, within the cap."""
-        return max(0, min(self.first, self.cap - launches))
-
     def _said(self, values: list[float]) -> str:
         med = median(values)
         return f"{self.metric} {fmt(med, self.metric)} over {len(values)} passes"
@@ -179,7 +175,7 @@ class Perf:
         va, vb = metric_values(old, self.metric), metric_values(new, self.metric)
         cmp = self._compare(va, vb)
         stats = {"ends": dump(cmp), "metric": self.metric, "passes": min(len(va), len(vb))}
-        more = 0 if cmp.call.settled else self._more(min(len(old), len(new)))
+        more = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
         why = f"{names} perform alike" if cmp.call is Call.SAME else f"not sure {names} differ"
         return ends_told(cmp.call is Call.DIFFERENT, worse_side(cmp, self.metric) == "a",
                          (self._said(va), self._said(vb)), f"{names}: {self.metric} {cmp.describe()}",
@@ -198,7 +194,8 @@ class Perf:
         stats = {"passes": len(values), "metric": self.metric, "side": str(found.side),
                  "vs_good": dump(found.vs_good), "vs_bad": dump(found.vs_bad)}
         said = self._said(values)
-        return placed(found, said, stats, self._more(len(sample)), f"not sure after {len(values)} passes: {said}")
+        return placed(found, said, stats, more_launches(self.first, self.cap, len(sample)),
+                      f"not sure after {len(values)} passes: {said}")
 
     def compare(self, a: Sample, b: Sample) -> dict:
         failed = {side: t for side, t in (("a", failed_requests(a)), ("b", failed_requests(b))) if t is not None}
