@@ -11,7 +11,7 @@ from abbisect.report.perf import along_bisect, busy_host, metric_table, perf_sec
 
 
 def _loaded(trial, load1: float, cores: int):
-    for p in trial.extras["perf"]["passes"]:
+    for p in trial.extras.perf["passes"]:
         p["conditions"] = {"load1": load1, "cores": cores, "cpu_mhz": 2000.0}
     return trial
 
@@ -46,7 +46,7 @@ def test_a_busy_host_is_said_first_in_the_performance_section():
     section = perf_section(perf, quiet, busy, False, "### Performance")
     assert section[2] == said and "| B | 3 | 12.4–12.4 on 2 cores |" in "\n".join(section)
     old = [perf_trial(rec, "a", 0, [None] * 8)]  # passes recorded before the core count: nothing to say
-    for p in old[0].extras["perf"]["passes"]:
+    for p in old[0].extras.perf["passes"]:
         p["conditions"] = {"load1": 14.0}
     assert busy_host(old) == ""
 

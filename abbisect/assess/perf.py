@@ -29,7 +29,7 @@ from abbisect.verdict.status import Outcome, Status
 
 def passes_of(sample: Sample) -> list[dict]:
     """Every perf pass of the commit's trials, in the order they ran."""
-    return [p for trial in sample for p in (trial.extras.get("perf") or {}).get("passes", ())]
+    return [p for trial in sample for p in (trial.extras.perf or {}).get("passes", ())]
 
 
 def pass_failed(p: dict) -> bool:
