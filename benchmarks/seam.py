@@ -38,6 +38,7 @@ from abbisect.bisect.oracle import Oracle
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
 from abbisect.query.evals import EvalRun, EvalSet, ItemResult
+from abbisect.query.measure import PerfPass, PerfRun, workload
 from abbisect.recipe import Recipe
 from abbisect.score.degeneration import OutputAnalysis
 from abbisect.trial.executors import Slot
@@ -140,11 +141,15 @@ class World:
     def _perf(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
         base = 2.0 * (1.1 if after else 1.0) * (1 + self.drift if self.busy(clock) else 1.0)
         offset = rng.gauss(0, 0.005)
+        perf = spec.recipe.perf
+        assert perf is not None
         passes = []
         for _ in range(5):
             values = sorted(base * pow(2.718281828, offset + rng.gauss(0, self.sigma)) for _ in range(24))
-            passes.append({"completed": 24, "errors": 0, "values": {"tpot_median": (values[11] + values[12]) / 2}})
-        return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras=Extras(perf={"passes": passes}))
+            passes.append(PerfPass({"tpot_median": (values[11] + values[12]) / 2}, completed=24, errors=0))
+        run = PerfRun(workload(perf, spec.recipe.api, [p.prompt for p in spec.recipe.prompts]), perf.metric,
+                      tuple(passes))
+        return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras=Extras(perf=run))
 
     def _accuracy(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
         section = spec.recipe.eval

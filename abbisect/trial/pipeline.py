@@ -394,7 +394,7 @@ def _evidence(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) ->
         request_errors=tuple(f"{tag(o)}: {o.error[:200]}" for o in outputs if o.error and not crashed)
         + _eval_errors(recipe, rec),
         failed_passes=() if crashed else _failed_passes(recipe, rec),
-        n_passes=len((rec.extras.perf or {}).get("passes", ())),
+        n_passes=len(rec.extras.passes),
         degenerate=tuple(f"{tag(o)}: {a.reason}" for o, a in zip(outputs, analyses)
                          if a.label == "degenerate" and not o.error),
         late_loops=tuple(f"{tag(o)}: {a.reason}" for o, a in zip(outputs, analyses) if a.label == "late_loop"),
@@ -423,10 +423,9 @@ def _failed_passes(recipe: Recipe, rec: TrialRecord) -> tuple[str, ...]:
     error (a pass of a stream that ends in an error event, a timeout or a malformed event is no measurement)."""
     if recipe.perf is None:
         return ()
-    passes = (rec.extras.perf or {}).get("passes", ())
-    return tuple(f"perf pass {k + 1}: {p['errors']}/{p['completed'] + p['errors']} requests failed (over "
-                 f"{recipe.perf.error_threshold:.0%}); first: {(p.get('first_error') or '?')[:200]}"
-                 for k, p in enumerate(passes) if p.get("failed"))
+    return tuple(f"perf pass {k + 1}: {p.errors}/{p.completed + p.errors} requests failed (over "
+                 f"{recipe.perf.error_threshold:.0%}); first: {(p.first_error or '?')[:200]}"
+                 for k, p in enumerate(rec.extras.passes) if p.failed)
 
 
 def batch_variant(outputs: list[Completion]) -> tuple[str, ...]:

@@ -21,6 +21,7 @@ from abbisect.infra.cache import Cache
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
 from abbisect.query.evals import EvalRun
+from abbisect.query.measure import PerfPass, PerfRun
 from abbisect.recipe import Recipe
 from abbisect.score import AnswerCheck, OutputAnalysis, SignatureMatch
 from abbisect.verdict.rules import Verdict
@@ -99,13 +100,18 @@ class Extras:
     server_times: dict | None = None  # wall clock: launched, ready, stopped
     gpu_during: dict | None = None
     eval: EvalRun | None = None  # the eval set's part this launch asked (query/evals.py)
-    perf: dict | None = None  # the performance passes (query/measure.py)
+    perf: PerfRun | None = None  # the performance passes (query/measure.py)
     gpu_after: dict | None = None
     pass_outcomes: tuple[Outcome, ...] | None = None  # each pass's outcome (repeats.passes > 1)
     placement: dict | None = None  # where and when it ran (trial/slots.py `placed`, an executor's node)
     cache: dict | None = None  # a trial cache hit's origin: when stored, its logs (trial/trial_cache.py)
     judge: dict | None = None  # an external judge's decision and the built-in verdict it replaced (trial/judges.py)
     executor_error: str | None = None  # why the executor could not carry the trial out (trial/slots.py)
+
+    @property
+    def passes(self) -> tuple[PerfPass, ...]:
+        """The performance passes, in the order they ran (none without a perf stage)."""
+        return self.perf.passes if self.perf is not None else ()
 
     @classmethod
     def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
