@@ -35,14 +35,14 @@ from fakes import FakeHistory, ancestors, line
 from abbisect.bisect.bisection import BisectRun
 from abbisect.bisect.driver import Driver
 from abbisect.bisect.oracle import Oracle
-from abbisect.infra.serial import dump
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
 from abbisect.query.evals import EvalRun, EvalSet, ItemResult
+from abbisect.query.measure import PerfPass, PerfRun, workload
 from abbisect.recipe import Recipe
 from abbisect.score.degeneration import OutputAnalysis
 from abbisect.trial.executors import Slot
-from abbisect.trial.spec import LaunchInfo, TrialResult, TrialSpec
+from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Evidence, Verdict, judge
 from abbisect.verdict.status import Outcome, Status
 
@@ -115,7 +115,7 @@ class World:
         status = Ready("exited" if verdict.status is Status.CRASHED_AT_STARTUP else "ready")
         launch = LaunchInfo((), {}, status, 0.0, None, "", (), {}, {})  # a server was started: one launch
         return TrialResult(spec, None, launch, kw.pop("outputs", ()), kw.pop("analyses", ()), kw.pop("answers", ()),
-                           (), kw.pop("first_exception", None), verdict, {}, kw.pop("extras", {}))
+                           (), kw.pop("first_exception", None), verdict, {}, kw.pop("extras", Extras()))
 
     def _flaky(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
         if rng.random() < (self.rate if after else self.good_rate):
@@ -141,11 +141,15 @@ class World:
     def _perf(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
         base = 2.0 * (1.1 if after else 1.0) * (1 + self.drift if self.busy(clock) else 1.0)
         offset = rng.gauss(0, 0.005)
+        perf = spec.recipe.perf
+        assert perf is not None
         passes = []
         for _ in range(5):
             values = sorted(base * pow(2.718281828, offset + rng.gauss(0, self.sigma)) for _ in range(24))
-            passes.append({"completed": 24, "errors": 0, "values": {"tpot_median": (values[11] + values[12]) / 2}})
-        return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras={"perf": {"passes": passes}})
+            passes.append(PerfPass({"tpot_median": (values[11] + values[12]) / 2}, completed=24, errors=0))
+        run = PerfRun(workload(perf, spec.recipe.api, [p.prompt for p in spec.recipe.prompts]), perf.metric,
+                      tuple(passes))
+        return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras=Extras(perf=run))
 
     def _accuracy(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
         section = spec.recipe.eval
@@ -162,7 +166,7 @@ class World:
             right = not (after and changed) and rng.random() >= self.flip
             items.append(ItemResult(item.id, right, "", None, item.answer))
         run = EvalRun(eval_set.name, tuple(items), size=size)
-        return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras={"eval": dump(run)})
+        return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras=Extras(eval=run))
 
 
 def bisect(world: World, recipe: Recipe, slots: int = 1, out: Path | None = None,

@@ -4,12 +4,13 @@ the pipeline makes them (a verdict, a launch, per-pass outcomes, perf passes) â€
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from abbisect.assess import assessor_for
 from abbisect.assess.flaky import Flaky
 from abbisect.launch.server import Ready
 from abbisect.recipe import Recipe
-from abbisect.trial.spec import LaunchInfo, TrialResult, TrialSpec
+from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 from abbisect.verdict.status import Outcome, Status
 
@@ -24,16 +25,16 @@ def launch() -> LaunchInfo:
 
 
 def trial(rec: Recipe, sha: str, n: int, status: Status = Status.OK, outcome: Outcome = Outcome.GOOD,
-          reasons: tuple[str, ...] = ("fake",), **extras) -> TrialResult:
+          reasons: tuple[str, ...] = ("fake",), **extras: Any) -> TrialResult:
     spec = TrialSpec(rec, "x", sha, sha, "", "/nonexistent", "/nonexistent", str(Path("/nonexistent") / sha))
     return TrialResult(spec.again(n), None, launch(), (), (), (), (), None, Verdict(status, outcome, reasons), {},
-                       extras)
+                       Extras(**extras))
 
 
 def flaky_launches(rec: Recipe, sha: str, bad_passes: list[int]) -> list[TrialResult]:
     """One launch per entry, each with `passes` passes of which the given number failed."""
     passes = rec.repeats.passes
-    return [trial(rec, sha, i, pass_outcomes=[Outcome.BAD] * k + [Outcome.GOOD] * (passes - k))
+    return [trial(rec, sha, i, pass_outcomes=(Outcome.BAD,) * k + (Outcome.GOOD,) * (passes - k))
             for i, k in enumerate(bad_passes)]
 
 
@@ -83,7 +84,7 @@ def perf_trial(rec: Recipe, sha: str, n: int, errors: list[str | None], passes: 
     full), each reduced by measure's own `record`, and the verdict the trial's evidence gives."""
     from abbisect.environment import EnvResult
     from abbisect.query.load import RequestRecord, Workload, summarise
-    from abbisect.query.measure import record
+    from abbisect.query.measure import PerfRun, record
     from abbisect.trial.pipeline import TrialRecord, _evidence
     from abbisect.verdict.rules import judge
 
@@ -94,7 +95,8 @@ def perf_trial(rec: Recipe, sha: str, n: int, errors: list[str | None], passes: 
     result = summarise("m", load, tuple(done), 0, sum(e is None for e in errors) * 10 / tokens_s or 1.0)
     spec = TrialSpec(rec, "x", sha, sha, "", "/nonexistent", "/nonexistent", f"/nonexistent/{sha}").again(n)
     trial = TrialRecord(spec, EnvResult(True, "k", "/venv", "python", True, 0.0, "log", ()), launch(),
-                        extras={"perf": {"passes": [record(result, rec.perf, {}) for _ in range(passes)]}})
+                        extras=Extras(perf=PerfRun(load, rec.perf.metric,
+                                                   tuple(record(result, rec.perf, {}) for _ in range(passes)))))
     trial.verdict = judge(_evidence(rec, trial), rec.verdict)
     return trial.result()
 

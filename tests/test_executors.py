@@ -60,7 +60,7 @@ def test_local_parallel_runs_slots_at_once(tmp_path, engine_repo, cache_dir):
     finally:
         ex.shutdown()
     assert [r.verdict.status for r in results] == ["degenerate", "ok"]
-    where = [r.extras["placement"] for r in results]
+    where = [r.extras.placement for r in results]
     assert [w["slot"] for w in where] == [0, 1] and _overlap(*where)
     assert any(line.startswith("slot 1:") for line in seen)
 
@@ -71,7 +71,7 @@ def test_gpu_slot_pins_the_trial(tmp_path, engine_repo, cache_dir):
     (spec,) = _specs(tmp_path, engine_repo, cache_dir, ["fixed"])
     result = run_trial(on_slot(spec, Slot(0, (3,))))
     assert result.spec.recipe.gpus == [3]
-    assert result.extras["gpu_before"]["skipped"] and result.extras["gpu_before"]["notice"]
+    assert result.extras.gpu_before["skipped"] and result.extras.gpu_before["notice"]
 
 
 @pytest.mark.e2e
@@ -137,11 +137,11 @@ def test_ray_runs_trials_as_tasks(tmp_path, engine_repo, cache_dir, ray_node):
     ex = RayExecutor(slots_for([], 2), resource="abbisect_slot")
     results = [f.result(timeout=300) for f in [ex.submit(s, slot, lambda m: None) for s, slot in zip(specs, ex.slots)]]
     assert [r.verdict.status for r in results] == ["degenerate", "ok"]
-    assert all(r.extras["placement"]["executor"] == "ray" for r in results)
-    assert _overlap(*(r.extras["placement"] for r in results))
+    assert all(r.extras.placement["executor"] == "ray" for r in results)
+    assert _overlap(*(r.extras.placement for r in results))
     # built on the node, in its own cache; the logs came back into the run's trial folders
     assert all(r.env and r.env.path.startswith(str(ray_node)) for r in results)
-    assert all(r.extras["placement"]["node"]["cache"] == str(ray_node) for r in results)
+    assert all(r.extras.placement["node"]["cache"] == str(ray_node) for r in results)
     for r in results:
         assert r.launch and Path(r.launch.log_path) == Path(r.spec.out_dir) / "server.log"
         assert Path(r.launch.log_path).read_text().strip() and (Path(r.spec.out_dir) / "build.log").is_file()
@@ -182,7 +182,7 @@ def test_ray_worker_lost_mid_trial(tmp_path, engine_repo, cache_dir, ray_node, r
     os.kill(workers.pop(), signal.SIGKILL)
     result = future.result(timeout=300)
     assert result.verdict.status == expected
-    lost = result.extras["placement"]["lost"]
+    lost = result.extras.placement["lost"]
     assert len(lost) == 1 and "WorkerCrashedError" in lost[0]["error"]
     if expected == "infra_error":
         assert result.verdict.outcome == "skip" and "Ray could not run the trial" in result.verdict.reasons[0]

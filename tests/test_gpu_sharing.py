@@ -213,7 +213,7 @@ def test_a_trial_on_a_shared_slot_waits_for_its_slots_previous_server(tmp_path, 
             p.wait()
     assert result.verdict.status == "ok", result.verdict.reasons
     assert result.launch is not None and "toy-0.22" in result.launch.argv
-    before, after = result.extras["gpu_before"], result.extras["gpu_after"]
+    before, after = result.extras.gpu_before, result.extras.gpu_after
     assert before["mode"] == "per-slot" and not before["busy"] and 0.5 <= before["waited_s"] < 10
     assert sorted(p["slot"] for p in before["others"]) == [0, 1, 3] and before["own"] == []
     assert after["mode"] == "per-slot" and not after["busy"]
@@ -237,6 +237,6 @@ def test_a_trial_whose_share_never_comes_free_is_not_launched(tmp_path, engine_r
     assert "GPU slot 1: not ready for a launch after 1" in result.verdict.reasons[0]
     assert "slot 1's share needs 63,672" in result.verdict.reasons[0]
     assert result.launch is None and not (Path(placed.out_dir) / "server.log").exists()
-    before = result.extras["gpu_before"]
+    before = result.extras.gpu_before
     assert before["busy"] and [p["mib"] for p in before["foreign"]] == [120_000, 2665]  # slot 0 has no ledger here
     assert not result.verdict.status.cacheable

@@ -22,7 +22,7 @@ from abbisect.recipe import parse_recipe
 from abbisect.report.nodes import node_caches, nodes_block, nodes_json
 from abbisect.trial.remote import Parcels, delivery, land, localized
 from abbisect.trial.slots import infra_result
-from abbisect.trial.spec import TrialSpec
+from abbisect.trial.spec import Extras, TrialSpec
 from abbisect.verdict.status import Outcome
 
 
@@ -120,7 +120,7 @@ def _trial(spec: TrialSpec, node: dict | None, reused: bool, base_reused: bool, 
     env = EnvResult(True, "k", "/n/cache/envs/k/venv", "python", reused, 1.0, "log", (), base_reused=base_reused)
     placement = {"executor": "ray", "slot": 0, "node": node, "lost": lost or []}
     result = infra_result(spec, "stand-in")
-    return replace(result, env=env, extras={"placement": placement})
+    return replace(result, env=env, extras=Extras(placement=placement))
 
 
 def test_the_report_counts_each_nodes_trials_builds_and_losses(tmp_path, repo):

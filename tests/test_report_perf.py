@@ -3,6 +3,8 @@ requests in every table, and the warning of a busy host. Pure: no process, no se
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from test_assess import ERROR_EVENT, PERF, perf_trial, recipe
 
 from abbisect.assess.perf import pass_errors
@@ -10,10 +12,15 @@ from abbisect.recipe.perf import Perf
 from abbisect.report.perf import along_bisect, busy_host, metric_table, perf_section, told
 
 
+def _conditions(trial, **conditions):
+    """The trial with every perf pass recorded under `conditions`."""
+    perf = trial.extras.perf
+    passes = tuple(replace(p, conditions=conditions) for p in perf.passes)
+    return replace(trial, extras=replace(trial.extras, perf=replace(perf, passes=passes)))
+
+
 def _loaded(trial, load1: float, cores: int):
-    for p in trial.extras["perf"]["passes"]:
-        p["conditions"] = {"load1": load1, "cores": cores, "cpu_mhz": 2000.0}
-    return trial
+    return _conditions(trial, load1=load1, cores=cores, cpu_mhz=2000.0)
 
 
 def test_every_perf_table_says_the_failed_requests_per_pass_and_the_first_error():
@@ -45,9 +52,7 @@ def test_a_busy_host_is_said_first_in_the_performance_section():
     assert said.startswith("⚠ Busy host: the load average reached 12.4 on 2 core(s) (6.2 per core) during the passes")
     section = perf_section(perf, quiet, busy, False, "### Performance")
     assert section[2] == said and "| B | 3 | 12.4–12.4 on 2 cores |" in "\n".join(section)
-    old = [perf_trial(rec, "a", 0, [None] * 8)]  # passes recorded before the core count: nothing to say
-    for p in old[0].extras["perf"]["passes"]:
-        p["conditions"] = {"load1": 14.0}
+    old = [_conditions(perf_trial(rec, "a", 0, [None] * 8), load1=14.0)]  # before the core count: nothing to say
     assert busy_host(old) == ""
 
 

@@ -22,7 +22,7 @@ from abbisect.infra.serial import dump, load
 from abbisect.query.chat import Completion
 from abbisect.recipe import FLAT_INSTALL_DEFAULTS
 from abbisect.score import OutputAnalysis, SignatureMatch
-from abbisect.trial.spec import LaunchInfo, TrialResult, TrialSpec
+from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
 DATA = Path(__file__).parent / "data" / "v1"
@@ -104,7 +104,7 @@ def test_fields_an_older_writer_left_out_or_wrote_as_lists():
     del data["extras"], data["cached"]
     data["first_exception"] = [12, "RuntimeError: CUDA error"]
     r = load(TrialResult, data)
-    assert r.extras == {} and r.cached is False
+    assert r.extras == Extras() and r.cached is False
     assert r.first_exception == (12, "RuntimeError: CUDA error")
     assert as_written(dump(r))["first_exception"] == [12, "RuntimeError: CUDA error"]
 

@@ -15,7 +15,7 @@ import math
 from dataclasses import replace
 
 from abbisect.assess.base import Assessment, Sample, ends_told, more_launches, placed
-from abbisect.infra.serial import dump, load
+from abbisect.infra.serial import dump
 from abbisect.query.evals import EvalRun, EvalSet, Pairing, pair
 from abbisect.recipe import Recipe
 from abbisect.stats import PairedComparison, classify_paired, compare_paired
@@ -31,8 +31,7 @@ _NO_ANSWERS = {Status.BUILD_FAILED, Status.FLAG_REJECTED, Status.CRASHED_AT_STAR
 
 def eval_run(sample: Sample) -> EvalRun | None:
     """Every item the commit's trials answered, the parts of its sample in the order they were asked."""
-    runs = [load(EvalRun, t.extras["eval"]) for t in sample
-            if t.extras.get("eval") and t.verdict.status not in _NO_ANSWERS]
+    runs = [t.extras.eval for t in sample if t.extras.eval is not None and t.verdict.status not in _NO_ANSWERS]
     if not runs:
         return None
     return replace(runs[0], items=tuple(i for r in runs for i in r.items))

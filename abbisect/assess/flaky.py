@@ -26,8 +26,8 @@ def observations(sample: Sample) -> tuple[int, int]:
     for trial in sample:
         if trial.verdict.outcome == Outcome.SKIP:
             continue
-        per_pass = trial.extras.get("pass_outcomes")
-        outcomes = [Outcome(o) for o in per_pass] if per_pass and trial.launch and trial.launch.status == "ready" \
+        per_pass = trial.extras.pass_outcomes
+        outcomes = list(per_pass) if per_pass and trial.launch and trial.launch.status == "ready" \
             else [trial.verdict.outcome]
         seen += len(outcomes)
         failures += sum(o == Outcome.BAD for o in outcomes)

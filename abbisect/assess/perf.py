@@ -19,6 +19,7 @@ from statistics import median
 
 from abbisect.assess.base import Assessment, Sample, ends_told, more_launches, placed
 from abbisect.infra.serial import dump
+from abbisect.query.measure import PerfPass
 from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better, unit
 from abbisect.stats import SampleComparison, classify_sample, compare_samples
@@ -28,23 +29,17 @@ from abbisect.trial.spec import TrialResult
 from abbisect.verdict.status import Outcome, Status
 
 
-def passes_of(sample: Sample) -> list[dict]:
+def passes_of(sample: Sample) -> list[PerfPass]:
     """Every perf pass of the commit's trials, in the order they ran."""
-    return [p for trial in sample for p in (trial.extras.get("perf") or {}).get("passes", ())]
+    return [p for trial in sample for p in trial.extras.passes]
 
 
-def pass_failed(p: dict) -> bool:
-    """A pass that is no measurement: marked failed when it ran (its failed requests over perf.error_threshold),
-    or, in a result from before that mark, one with no completed request."""
-    return bool(p.get("failed", not p.get("completed")))
-
-
-def values_in(passes: Sequence[dict], metric: str) -> list[float]:
-    """The metric's value in every pass that is a measurement (a failed pass gives none)."""
+def values_in(passes: Sequence[PerfPass], metric: str) -> list[float]:
+    """The metric's value in every pass that is a measurement (a failed pass gives none: `PerfPass.is_failed`)."""
     found = []
     for p in passes:
-        v = (p.get("values") or {}).get(metric)
-        if not pass_failed(p) and v is not None and v > 0:
+        v = p.values.get(metric)
+        if not p.is_failed and v is not None and v > 0:
             found.append(float(v))
     return found
 
@@ -83,11 +78,9 @@ def pass_errors(sample: Sample) -> PassErrors:
     return errors_in(passes_of(sample))
 
 
-def errors_in(passes: Sequence[dict]) -> PassErrors:
-    return PassErrors(tuple(int(p.get("errors") or 0) for p in passes),
-                      sum(int(p.get("completed") or 0) + int(p.get("errors") or 0) for p in passes),
-                      sum(pass_failed(p) for p in passes), next((p["first_error"] for p in passes
-                                                                   if p.get("first_error")), None))
+def errors_in(passes: Sequence[PerfPass]) -> PassErrors:
+    return PassErrors(tuple(p.errors for p in passes), sum(p.completed + p.errors for p in passes),
+                      sum(p.is_failed for p in passes), next((p.first_error for p in passes if p.first_error), None))
 
 
 # A trial whose requests failed: some on a living server, or all after its server died serving them.

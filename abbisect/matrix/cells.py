@@ -283,9 +283,10 @@ def perf_of(trial: Mapping[str, Any], recipe: Mapping[str, Any]) -> str:
     if not metric:
         return ""
     from abbisect.assess.perf import errors_in, values_in
+    from abbisect.query.measure import PerfPass
     from abbisect.report.perf import told
 
-    passes = ((trial.get("extras") or {}).get("perf") or {}).get("passes") or []
+    passes = [load(PerfPass, p) for p in ((trial.get("extras") or {}).get("perf") or {}).get("passes") or []]
     return told(metric, values_in(passes, metric), errors_in(passes))
 
 

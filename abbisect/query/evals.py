@@ -9,8 +9,8 @@ finish) is an error on its item, `correct` None with the reason apart: never a w
 an eval client turned connection failures into a GSM8K score of 0.048 (SGLang PR #29334). Items are paired
 across sides by id (`pair`).
 
-What a trial keeps (TrialResult.extras["eval"]) is `serial.dump(EvalRun)`; `runs_in_results` reads it
-back from a results.json.
+What a trial keeps (TrialResult.extras.eval) is the EvalRun, written as `serial.dump(EvalRun)`;
+`runs_in_results` reads it back from a results.json.
 """
 
 from __future__ import annotations

@@ -12,14 +12,50 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from abbisect.infra import procfs
-from abbisect.query.load import PassResult, Summary, Workload, run_pass
+from abbisect.query.workload import Workload
 from abbisect.recipe.perf import Perf
 
+if TYPE_CHECKING:  # the client (and its HTTP libraries) is loaded to measure, not by a result naming a PerfRun
+    from abbisect.query.load import PassResult, Summary
+
 MS = 1000.0
+
+
+@dataclass(frozen=True)
+class PerfPass:
+    """What a trial keeps of one pass: one value of every metric (`values`), its measured requests answered in
+    full and failed, whether it failed as a pass (its failed requests over perf.error_threshold: its values are
+    no measurement), the warm-up's failed requests, its wall time and output tokens, what could have disturbed
+    it (`conditions`, read just before it) and its first failed request's error."""
+
+    values: dict[str, float | None]
+    completed: int
+    errors: int
+    failed: bool | None = None  # None: a pass recorded before the mark (failed when none completed: `is_failed`)
+    warmup_errors: int = 0
+    wall_s: float = 0.0
+    output_tokens: int = 0
+    conditions: dict[str, Any] = field(default_factory=dict)
+    first_error: str | None = None
+
+    @property
+    def is_failed(self) -> bool:
+        """No measurement: marked failed when it ran, or, in a result from before that mark, no completed request."""
+        return self.failed if self.failed is not None else not self.completed
+
+
+@dataclass(frozen=True)
+class PerfRun:
+    """Every pass of one launch: pass 0's load (pass k's differs only in its seed + k), the recipe's metric, and
+    the passes in the order they ran (they stop when the server dies)."""
+
+    workload: Workload
+    metric: str
+    passes: tuple[PerfPass, ...]
 
 
 def workload(perf: Perf, api: str, prompts: Sequence[str], k: int = 0) -> Workload:
@@ -62,30 +98,30 @@ def conditions(gpus: Sequence[int] | None) -> dict[str, Any]:
 
 
 def measure(base_url: str, model: str, perf: Perf, api: str, prompts: Sequence[str], timeout: float,
-            gpus: Sequence[int] | None, say: Callable[[str], None], alive: Callable[[], bool]) -> dict[str, Any]:
-    """Every pass of one launch: {"workload": pass 0's load, "passes": [{"values", "completed", "errors",
-    "failed", "warmup_errors", "wall_s", "output_tokens", "conditions", "first_error"}]}; `failed`: the pass's
-    failed requests exceed `perf.error_threshold` (its values are no measurement). Passes stop when the server
-    dies (the trial's status says so)."""
-    passes = []
+            gpus: Sequence[int] | None, say: Callable[[str], None], alive: Callable[[], bool]) -> PerfRun:
+    """Every pass of one launch (`PerfRun`); a pass is `failed` when its failed requests exceed
+    `perf.error_threshold` (its values are no measurement). Passes stop when the server dies (the trial's status
+    says so)."""
+    from abbisect.query.load import run_pass
+
+    passes: list[PerfPass] = []
     for k in range(perf.passes):
         load = workload(perf, api, prompts, k)
         before = conditions(gpus)
         result = run_pass(base_url, model, load, timeout)
         passes.append(record(result, perf, before))
-        shown, first_error = passes[-1]["values"][perf.metric], passes[-1]["first_error"]
+        shown, first_error = passes[-1].values[perf.metric], passes[-1].first_error
         say(f"perf pass {k + 1}/{perf.passes}: {perf.metric} "
             + (f"{shown:,.4g}" if shown is not None else "—")
             + (f", {result.errors} of {result.completed + result.errors} request(s) failed: {first_error}"[:300]
                if result.errors else ""))
         if not alive():
             break
-    return {"workload": asdict(workload(perf, api, prompts)), "metric": perf.metric, "passes": passes}
+    return PerfRun(workload(perf, api, prompts), perf.metric, tuple(passes))
 
 
-def record(result: PassResult, perf: Perf, before: dict[str, Any]) -> dict[str, Any]:
-    """What a trial keeps of one pass (measure's docstring lists the keys)."""
-    return {"values": values(result), "completed": result.completed, "errors": result.errors,
-            "failed": failed(result, perf.error_threshold), "warmup_errors": result.warmup_errors,
-            "wall_s": round(result.wall_s, 4), "output_tokens": result.output_tokens, "conditions": before,
-            "first_error": next((r.error for r in result.records if r.error), None)}
+def record(result: PassResult, perf: Perf, before: dict[str, Any]) -> PerfPass:
+    """What a trial keeps of one pass."""
+    return PerfPass(values(result), result.completed, result.errors, failed(result, perf.error_threshold),
+                    result.warmup_errors, round(result.wall_s, 4), result.output_tokens, before,
+                    next((r.error for r in result.records if r.error), None))

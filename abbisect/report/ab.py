@@ -67,7 +67,7 @@ def cached_note(r: TrialResult, short: bool = False) -> str:
     """'fresh', or where a cached result came from: the date of the original run and its logs."""
     if not r.cached:
         return "fresh"
-    origin = r.extras.get("cache") or {}
+    origin = r.extras.cache or {}
     stored = origin.get("stored", "an earlier run")
     if short:
         return f"cached ({stored})"
@@ -231,8 +231,8 @@ def facts_block(a: TrialResult, b: TrialResult) -> str:
     for label, r in (("A", a), ("B", b)):
         facts = r.launch.facts if r.launch else {}
         version = facts.get("version")
-        if not version and (r.extras.get("fingerprint") or {}).get("engine_version"):
-            version = f"{r.extras['fingerprint']['engine_version']} (from its venv)"
+        if not version and (from_venv := (r.extras.fingerprint or {}).get("engine_version")):
+            version = f"{from_venv} (from its venv)"
         shims = _shims(r)
         if version and str(version) in shims.values():  # the engine reads its version from the shim
             version = f"{version} (= the recipe's dist-info shim; the engine may read it, not the commit's own version)"
@@ -264,7 +264,7 @@ def _args(args: object, limit: int = 160, notes: Notes | None = None) -> str:
 def fingerprint_block(a: TrialResult, b: TrialResult) -> str:
     from abbisect.gpu.fingerprint import Fingerprint, render_sides
 
-    fa, fb = a.extras.get("fingerprint"), b.extras.get("fingerprint")
+    fa, fb = a.extras.fingerprint, b.extras.fingerprint
     if not (fa and fb):
         return ""
     sides = {"A": load(Fingerprint, fa), "B": load(Fingerprint, fb)}
@@ -275,14 +275,14 @@ def at_once_block(a: TrialResult, b: TrialResult) -> str:
     """A and B on two slots at the same time (`ab.parallel`): where each ran and both sides' GPUs."""
     from abbisect.gpu.fingerprint import Fingerprint, describe_gpus
 
-    pa, pb = a.extras.get("placement"), b.extras.get("placement")
+    pa, pb = a.extras.placement, b.extras.placement
     if not (pa and pb) or pa.get("slot") == pb.get("slot"):
         return ""
     where, gpus = [], []
     for side, r, p in (("A", a, pa), ("B", b, pb)):
         where.append(f"{side} on slot {p['slot']} (" + (f"GPU {','.join(map(str, p['gpus']))}" if p.get("gpus")
                                                        else "no GPU pinned") + ")")
-        fp = r.extras.get("fingerprint")
+        fp = r.extras.fingerprint
         gpus.append(f"{side}: {describe_gpus(load(Fingerprint, fp))}"
                     if fp else f"{side}: not recorded")
     return (f"**A and B ran at the same time** (`ab.parallel`): {'; '.join(where)}. GPUs each side saw — "
@@ -292,11 +292,11 @@ def at_once_block(a: TrialResult, b: TrialResult) -> str:
 def gpu_block(a: TrialResult, b: TrialResult) -> str:
     rows = []
     for label, r in (("A", a), ("B", b)):
-        for when in ("gpu_before", "gpu_during", "gpu_after"):
-            rep = r.extras.get(when)
+        for when, rep in (("before", r.extras.gpu_before), ("during", r.extras.gpu_during),
+                          ("after", r.extras.gpu_after)):
             if rep:
                 state = "skipped: " + rep["notice"] if rep["skipped"] else ("BUSY" if rep["busy"] else "idle")
-                rows.append([label, when.removeprefix("gpu_"), state, ", ".join(map(str, rep["pids"])) or "—",
+                rows.append([label, when, state, ", ".join(map(str, rep["pids"])) or "—",
                              ", ".join(map(str, rep["used_mib"])) or "—", f"{rep['waited_s']:.1f} s"])
     return table(["side", "when", "GPU", "PIDs", "used MiB", "waited"], rows) if rows else ""
 
@@ -304,7 +304,7 @@ def gpu_block(a: TrialResult, b: TrialResult) -> str:
 def probe_block(label: str, r: TrialResult, level: int = 4) -> str:
     from abbisect.gpu.kernel_probe import ProbeResult, render_probe_markdown
 
-    data = r.extras.get("probe")
+    data = r.extras.probe
     return f"{heading(level, f'{label}: kernel probe')}\n\n{render_probe_markdown(load(ProbeResult, data))}" if data else ""
 
 

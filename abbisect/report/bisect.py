@@ -321,8 +321,7 @@ def slot_hygiene(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
     """Each trial's per-slot checks (gpu/sharing.py) when the run's slots share a GPU; "" otherwise."""
     rows = []
     for s in run.steps:
-        extras = s.result.extras if s.result is not None else {}
-        before, after = extras.get("gpu_before"), extras.get("gpu_after")
+        before, after = (s.result.extras.gpu_before, s.result.extras.gpu_after) if s.result is not None else (None, None)
         if not (isinstance(before, dict) and before.get("mode") == "per-slot"):
             continue
         rows.append([str(s.n), str(s.slot if s.slot is not None else before.get("slot")), f"`{s.sha[:10]}`",
@@ -402,7 +401,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
         lines += [f"- `{s.sha[:10]}`: {s.status} — {cell(s.evidence, 150)}" for s in skipped]
         lines += [""]
     end_steps = [s for s in run.steps if s.is_end][:2]
-    fps = {str(s.role): s.result.extras["fingerprint"] for s in end_steps if s.result and s.result.extras.get("fingerprint")}
+    fps = {str(s.role): fp for s in end_steps if s.result and (fp := s.result.extras.fingerprint)}
     if fps:
         sides = {role: load(Fingerprint, fp) for role, fp in fps.items()}
         lines += [details("Environment fingerprint of the two ends' venvs", render_sides(sides)), ""]
@@ -479,8 +478,9 @@ def trial_record(run: BisectRun, step: Step) -> dict:
             "pins": list(r.spec.pins), "dependency": (r.spec.dependency or {}).get("sha"),
             "commit_date": info.date, "parents": list(info.parents),
             "version": r.launch.facts.get("version") if r.launch else None,
-            "fingerprint": r.extras.get("fingerprint"), "timings": r.timings, "cached": r.cached,
-            "placement": r.extras.get("placement"),
-            "gpu": {w: r.extras[f"gpu_{w}"] for w in ("before", "after") if f"gpu_{w}" in r.extras} or None,
+            "fingerprint": r.extras.fingerprint, "timings": r.timings, "cached": r.cached,
+            "placement": r.extras.placement,
+            "gpu": {w: rep for w, rep in (("before", r.extras.gpu_before), ("after", r.extras.gpu_after))
+                    if rep is not None} or None,
             "perf": told(run.recipe.perf.metric, metric_values(step.trials, run.recipe.perf.metric),
                          pass_errors(step.trials)) if run.recipe.perf else ""}

@@ -109,6 +109,6 @@ def narrow_json(run: NarrowRun) -> dict:
             "deltas": [dump(d) for d in run.deltas], "minimal": list(run.minimal) if run.minimal else None,
             "workarounds": [p.switch for p in run.workarounds], "not_accepted": run.not_accepted,
             "already": run.already, "help_source": run.help_source,
-            "probes": [{**dump(p, exclude={"trials"}), "server_times": p.trials[0].extras.get("server_times")
+            "probes": [{**dump(p, exclude={"trials"}), "server_times": p.trials[0].extras.server_times
                         if p.trials else None} for p in run.probes], "launches": run.launches,
             "wall_s": run.wall_s, "command": run.command, "version": __version__}

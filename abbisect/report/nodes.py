@@ -16,8 +16,8 @@ def _run_here(run: BisectRun) -> Iterable[tuple[int, str, TrialResult]]:
     """(step, sha, trial) of every trial this run ran on a cluster node (not from the trial cache)."""
     for step in run.steps:
         for trial in step.trials:
-            node = (trial.extras.get("placement") or {}).get("node")
-            lost = (trial.extras.get("placement") or {}).get("lost")
+            node = (trial.extras.placement or {}).get("node")
+            lost = (trial.extras.placement or {}).get("lost")
             if not trial.cached and (node or lost):
                 yield step.n, step.sha, trial
 
@@ -26,7 +26,7 @@ def _labels(run: BisectRun) -> dict[str, str]:
     """Node id → how a report names it: its address, with the id's start where two nodes share one."""
     nodes: dict[str, str] = {}
     for _, _, trial in _run_here(run):
-        placement = trial.extras["placement"]
+        placement = trial.extras.placement or {}
         for node in [placement.get("node"), *(x.get("node") for x in placement.get("lost") or ())]:
             if node:
                 nodes[node["id"]] = node["ip"]
@@ -36,7 +36,7 @@ def _labels(run: BisectRun) -> dict[str, str]:
 
 def node_of(run: BisectRun, trial: TrialResult | None) -> str:
     """The node a trial ran on, as the report names it ("" when not on a cluster node)."""
-    node = ((trial.extras.get("placement") or {}).get("node") if trial is not None else None) or {}
+    node = ((trial.extras.placement or {}).get("node") if trial is not None else None) or {}
     return _labels(run).get(node.get("id", ""), "")
 
 
@@ -48,7 +48,7 @@ def nodes_json(run: BisectRun) -> list[dict]:
     rows: dict[str, dict[str, Any]] = {nid: {"id": nid, "name": name, **dict.fromkeys(counts, 0)}
                                        for nid, name in labels.items()}
     for _, _, trial in _run_here(run):
-        placement = trial.extras["placement"]
+        placement = trial.extras.placement or {}
         for attempt in placement.get("lost") or ():
             if attempt.get("node"):
                 rows[attempt["node"]["id"]]["lost"] += 1
@@ -78,7 +78,7 @@ def nodes_block(run: BisectRun) -> list[str]:
                      f"{r['deps_built']} / {r['deps_reused']}", str(r["lost"])] for r in rows]), ""]
     labels = _labels(run)
     for n, sha, trial in _run_here(run):
-        placement = trial.extras["placement"]
+        placement = trial.extras.placement or {}
         node = placement.get("node")
         for attempt in placement.get("lost") or ():
             where = labels.get((attempt.get("node") or {}).get("id", ""), "a node not known")
@@ -93,4 +93,4 @@ def nodes_block(run: BisectRun) -> list[str]:
 def node_caches(run: BisectRun) -> list[str]:
     """The nodes' cache folders (paths of other machines, which a report replaces like this one's cache)."""
     return sorted({node["cache"] for _, _, t in _run_here(run)
-                   if (node := t.extras["placement"].get("node")) and node.get("cache")})
+                   if (node := (t.extras.placement or {}).get("node")) and node.get("cache")})

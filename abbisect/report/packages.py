@@ -75,7 +75,7 @@ def named_packages(*results) -> set[str]:
         named |= {requirement_name(p) for p in getattr(r.spec, "pins", [])}
         dep = getattr(r.spec, "dependency", None)
         if dep:
-            dists = (r.extras.get("packages") or {}).get("dists", {})
+            dists = (r.extras.packages or {}).get("dists", {})
             named |= {n for n, d in dists.items() if dep["sha"] in (d.get("url") or "")}
     return named
 
@@ -91,7 +91,7 @@ def side_variable(r) -> str:
 def render_packages(a, b, same_launch: bool) -> list[str]:
     """Markdown: the single variable, the engine and flags identical or not (`same_launch`), the package-list
     diff."""
-    pa, pb = a.extras.get("packages"), b.extras.get("packages")
+    pa, pb = a.extras.packages, b.extras.packages
     if not pa or not pb:
         return []
     named = named_packages(a, b)

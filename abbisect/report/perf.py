@@ -33,8 +33,8 @@ def busy_host(trials: Trials) -> str:
     """A warning when the host was busy during the passes (load average per core above BUSY_PER_CORE), ""
     otherwise: a measurement on a busy host drifts with whatever else runs (results from before the core count
     was recorded say nothing)."""
-    seen = [(c["load1"], c["cores"]) for t in trials for p in (t.extras.get("perf") or {}).get("passes", ())
-            if (c := p.get("conditions") or {}).get("load1") is not None and c.get("cores")]
+    seen = [(c["load1"], c["cores"]) for t in trials for p in t.extras.passes
+            if (c := p.conditions).get("load1") is not None and c.get("cores")]
     if not seen:
         return ""
     load, cores = max(seen, key=lambda lc: lc[0] / lc[1])
@@ -136,7 +136,7 @@ def conditions_table(a: Trials, b: Trials) -> str:
     """What could have disturbed the passes, per side: host load, CPU frequency, GPU clocks and temperature."""
     rows = []
     for name, trials in (("A", a), ("B", b)):
-        conds = [p.get("conditions") or {} for t in trials for p in (t.extras.get("perf") or {}).get("passes", ())]
+        conds = [p.conditions for t in trials for p in t.extras.passes]
         if not conds:
             continue
 

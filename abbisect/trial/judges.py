@@ -159,8 +159,7 @@ def rejudged(result: TrialResult, d: Decision) -> TrialResult:
     """The result with the judge's outcome; the built-in status and reasons kept as evidence."""
     v = result.verdict
     reasons = (f"{d.by}: {d.outcome} ({d.reason})", f"built-in: {v.status} → {v.outcome}", *v.reasons)
-    extras = {**result.extras, "judge": {"by": d.by, "outcome": d.outcome, "reason": d.reason,
-                                         "builtin": dump(v)}}
+    extras = replace(result.extras, judge={"by": d.by, "outcome": d.outcome, "reason": d.reason, "builtin": dump(v)})
     return replace(result, verdict=Verdict(v.status, Outcome(d.outcome.value), reasons), extras=extras)
 
 

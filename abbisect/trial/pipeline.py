@@ -30,7 +30,7 @@ from abbisect.infra.serial import dump, load
 from abbisect.launch import server as launch
 from abbisect.launch.engines import adapter
 from abbisect.query.chat import Completion, label, ordered, query_all, tag
-from abbisect.query.evals import EvalRun, ask_eval
+from abbisect.query.evals import ask_eval
 from abbisect.query.measure import measure
 from abbisect.recipe import Prompt, Recipe
 from abbisect.score import (
@@ -45,7 +45,7 @@ from abbisect.score import (
     severity_at_least,
 )
 from abbisect.score.scanner import LineScanner
-from abbisect.trial.spec import LaunchInfo, Progress, TrialResult, TrialSpec
+from abbisect.trial.spec import Extras, LaunchInfo, Progress, TrialResult, TrialSpec
 from abbisect.verdict.rules import Evidence, Verdict, judge
 
 LOG_TAIL_LINES = 30
@@ -66,9 +66,12 @@ class TrialRecord:
     first_exception: tuple[int, str] | None = None
     verdict: Verdict | None = None
     timings: dict[str, float] = field(default_factory=dict)
-    extras: dict = field(default_factory=dict)
+    extras: Extras = field(default_factory=Extras)  # each stage adds its part (dataclasses.replace)
     t0: float = field(default_factory=time.monotonic)
     described: threading.Thread | None = None  # the venv's fingerprint and packages, read in the background
+    # What `described` read, apart from `extras` (which the stages replace meanwhile); `result()` adds them.
+    fingerprint: dict | None = None
+    packages: dict | None = None
 
     def wait_described(self) -> None:
         if self.described is not None:
@@ -81,8 +84,11 @@ class TrialRecord:
         timings["total"] = round(time.monotonic() - self.t0, 3)
         spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "eval", "perf", "teardown", "probe"))
         timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
+        extras = self.extras
+        if self.fingerprint is not None or self.packages is not None:
+            extras = replace(extras, fingerprint=self.fingerprint, packages=self.packages)
         return TrialResult(self.spec, self.env, self.launch, self.outputs, self.analyses, self.answers,
-                           self.signatures, self.first_exception, self.verdict, timings, self.extras)
+                           self.signatures, self.first_exception, self.verdict, timings, extras)
 
 
 def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | None = None) -> dict[str, str]:
@@ -139,7 +145,8 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
         from abbisect.trial.probe_trial import probe_trial
 
         probe = probe_trial(recipe.probe, env.python, source, Path(spec.out_dir), say)
-        rec.timings["probe"], rec.extras["probe"], rec.verdict = probe.seconds, dump(probe.result), probe.verdict
+        rec.timings["probe"], rec.verdict = probe.seconds, probe.verdict
+        rec.extras = replace(rec.extras, probe=dump(probe.result))
         return rec.result()
     prompts = ordered(list(recipe.prompts), recipe.prompt_order)
     _launch_and_query(rec, recipe, source, prompts, say)
@@ -152,8 +159,8 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     _score(rec, recipe, prompts)
     rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
     if recipe.repeats.passes > 1:  # each pass is one observation of a flaky verdict (abbisect/assess)
-        rec.extras["pass_outcomes"] = [judge(_evidence(recipe, rec, k), recipe.verdict).outcome
-                                       for k in range(recipe.repeats.passes)]
+        outcomes = tuple(judge(_evidence(recipe, rec, k), recipe.verdict).outcome for k in range(recipe.repeats.passes))
+        rec.extras = replace(rec.extras, pass_outcomes=outcomes)
     rec.timings["score"] = round(time.monotonic() - ts, 4)
     return rec.result()
 
@@ -185,12 +192,16 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> Env
     # The full package list proves what differs between two sides (and what does not). It is read while
     # the server loads; with GPUs (or a kernel probe) before, since reading it may open a CUDA context that
     # must not overlap the engine's own memory sizing or the same-GPU hygiene baseline.
-    rec.described = threading.Thread(target=lambda: rec.extras.update(
-        fingerprint=_fingerprint(env.python, recipe, spec), packages=installed_packages(env.python)), daemon=True)
+    rec.described = threading.Thread(target=_describe, args=(rec, env.python, recipe), daemon=True)
     rec.described.start()
     if recipe.probe is not None or recipe.gpus is not None or recipe.perf is not None:  # nothing else running
         rec.wait_described()
     return env
+
+
+def _describe(rec: TrialRecord, python: str, recipe: Recipe) -> None:
+    """The venv's fingerprint and package list, into the record (`result()` puts them in its extras)."""
+    rec.fingerprint, rec.packages = _fingerprint(python, recipe, rec.spec), installed_packages(python)
 
 
 def _catalogue(recipe: Recipe) -> list[Signature]:
@@ -202,7 +213,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
                       say: Progress) -> None:
     """Start the server, wait for ready, send the prompts, stop it: the launch, the outputs and the log's
     signatures."""
-    spec, env, extras, timings = rec.spec, rec.env, rec.extras, rec.timings
+    spec, env, timings = rec.spec, rec.env, rec.timings
     assert env is not None  # built: the stage before ends the trial otherwise
     cache, out = Cache.at(spec.cache_dir), Path(spec.out_dir)
     model = resolve_model(recipe, cache, say)
@@ -214,13 +225,14 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     # Hook (issue 25): same-GPU hygiene, whole-GPU or per slot when slots share a GPU (abbisect/gpu/sharing.py).
     gpu = guard_for(recipe.gpus, recipe.gpu_share, spec.slot, spec.cache_dir, spec.sha, say)
     if gpu is not None:
-        extras["gpu_before"] = gpu.before()
+        rec.extras = replace(rec.extras, gpu_before=gpu.before())
         if gpu.refusal is not None:  # the slot's share never came free: untested, the machine's fault
             rec.verdict = gpu.refusal
             return
     say(f"launch: {' '.join(plan.argv)}")
     t_launch = time.monotonic()
-    server_times = extras["server_times"] = {"launched": round(time.time(), 3)}  # wall clock: A/B at once overlap
+    server_times = {"launched": round(time.time(), 3)}  # wall clock (A/B at once overlap), filled in as it goes
+    rec.extras = replace(rec.extras, server_times=server_times)
     scanner = LineScanner(_catalogue(recipe), plan.ready_log, own_client=True)
     crash: dict = {}
     # Nothing between the start and the try: a Ctrl-C in between would leave the server to its supervisor.
@@ -234,7 +246,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         server_times["ready"] = round(time.time(), 3)
         if ready.status == "ready":
             if gpu is not None:  # evidence that the check sees this side's own server on the GPU
-                extras["gpu_during"] = gpu.during()
+                rec.extras = replace(rec.extras, gpu_during=gpu.during())
             tq = time.monotonic()
             crash = _query(rec, recipe, server, prompts, model or recipe.name, say)
             timings["query"] = round(time.monotonic() - tq, 3)
@@ -243,7 +255,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
                 run = ask_eval(server.base_url, model or recipe.name, recipe.eval, spec.chunk,
                                timeout=recipe.timeouts.request, seed=recipe.sampling.seed, alive=server.alive,
                                only=spec.items)
-                extras["eval"] = dump(run)
+                rec.extras = replace(rec.extras, eval=run)
                 timings["eval"] = round(time.monotonic() - te, 3)
                 say(f"eval: {run.n_correct}/{run.n_graded} right" + (f", {run.n_errors} failed request(s)"
                                                                      if run.n_errors else ""))
@@ -251,9 +263,9 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
                     crash = _crashed(server)
             if recipe.perf is not None and not crash:  # the pinned load, timed (abbisect/query/measure.py)
                 tp = time.monotonic()
-                extras["perf"] = measure(server.base_url, model or recipe.name, recipe.perf, recipe.api,
-                                         [p.prompt for _, p in prompts], recipe.timeouts.request, recipe.gpus, say,
-                                         server.alive)
+                perf = measure(server.base_url, model or recipe.name, recipe.perf, recipe.api,
+                               [p.prompt for _, p in prompts], recipe.timeouts.request, recipe.gpus, say, server.alive)
+                rec.extras = replace(rec.extras, perf=perf)
                 timings["perf"] = round(time.monotonic() - tp, 3)
                 if not server.alive():
                     crash = _crashed(server)
@@ -271,7 +283,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         server_times["stopped"] = round(time.time(), 3)
         timings["teardown"] = teardown.seconds
         if gpu is not None:
-            extras["gpu_after"] = gpu.after()
+            rec.extras = replace(rec.extras, gpu_after=gpu.after())
 
     log_text = log_path.read_bytes().decode(errors="replace")  # capped on disk (abbisect.infra.logstream)
     if ready.status == "exited" and _PORT_TAKEN.search(log_text):
@@ -382,7 +394,7 @@ def _evidence(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) ->
         request_errors=tuple(f"{tag(o)}: {o.error[:200]}" for o in outputs if o.error and not crashed)
         + _eval_errors(recipe, rec),
         failed_passes=() if crashed else _failed_passes(recipe, rec),
-        n_passes=len((rec.extras.get("perf") or {}).get("passes", ())),
+        n_passes=len(rec.extras.passes),
         degenerate=tuple(f"{tag(o)}: {a.reason}" for o, a in zip(outputs, analyses)
                          if a.label == "degenerate" and not o.error),
         late_loops=tuple(f"{tag(o)}: {a.reason}" for o, a in zip(outputs, analyses) if a.label == "late_loop"),
@@ -398,10 +410,9 @@ def _evidence(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) ->
 def _eval_errors(recipe: Recipe, rec: TrialRecord) -> tuple[str, ...]:
     """The eval's failed requests when they are more than eval.error_threshold of its items (the side failed as
     a side); below it they are counted apart by the accuracy verdict and are no evidence here."""
-    data = rec.extras.get("eval")
-    if recipe.eval is None or not data:
+    run = rec.extras.eval
+    if recipe.eval is None or run is None:
         return ()
-    run = load(EvalRun, data)
     if not run.request_errors(recipe.eval.error_threshold):
         return ()
     return tuple(f"eval item {i.id}: {(i.error or '')[:200]}" for i in run.errors())
@@ -412,10 +423,9 @@ def _failed_passes(recipe: Recipe, rec: TrialRecord) -> tuple[str, ...]:
     error (a pass of a stream that ends in an error event, a timeout or a malformed event is no measurement)."""
     if recipe.perf is None:
         return ()
-    passes = (rec.extras.get("perf") or {}).get("passes", ())
-    return tuple(f"perf pass {k + 1}: {p['errors']}/{p['completed'] + p['errors']} requests failed (over "
-                 f"{recipe.perf.error_threshold:.0%}); first: {(p.get('first_error') or '?')[:200]}"
-                 for k, p in enumerate(passes) if p.get("failed"))
+    return tuple(f"perf pass {k + 1}: {p.errors}/{p.completed + p.errors} requests failed (over "
+                 f"{recipe.perf.error_threshold:.0%}); first: {(p.first_error or '?')[:200]}"
+                 for k, p in enumerate(rec.extras.passes) if p.failed)
 
 
 def batch_variant(outputs: list[Completion]) -> tuple[str, ...]:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from abbisect.gpu.sharing import SlotPlace
 from abbisect.recipe.gpus import neighbours, parse_gpu_option
-from abbisect.trial.spec import Progress, TrialResult, TrialSpec
+from abbisect.trial.spec import Extras, Progress, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 from abbisect.verdict.status import Outcome, Status
 
@@ -69,13 +69,13 @@ def placed(result: TrialResult, executor: str, slot: Slot, started: float, **mor
     where = {"executor": executor, "slot": slot.index, "gpus": list(slot.gpus) if slot.gpus else None,
              "share": slot.share, "shared_with": list(slot.shared_with),
              "start": round(started, 3), "end": round(time.time(), 3), **more}
-    return replace(result, extras={**result.extras, "placement": where})
+    return replace(result, extras=replace(result.extras, placement=where))
 
 
 def infra_result(spec: TrialSpec, reason: str) -> TrialResult:
     """The result of a trial that the executor could not carry out (not the commit's fault)."""
     return TrialResult(spec, None, None, (), (), (), (), None, Verdict(Status.INFRA_ERROR, Outcome.SKIP, (reason,)),
-                       {}, {"executor_error": reason})
+                       {}, Extras(executor_error=reason))
 
 
 class Executor(Protocol):

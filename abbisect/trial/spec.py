@@ -9,6 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any, cast
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
 
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
@@ -16,9 +20,12 @@ from abbisect.gpu.sharing import SlotPlace
 from abbisect.infra.cache import Cache
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
+from abbisect.query.evals import EvalRun
+from abbisect.query.measure import PerfPass, PerfRun
 from abbisect.recipe import Recipe
 from abbisect.score import AnswerCheck, OutputAnalysis, SignatureMatch
 from abbisect.verdict.rules import Verdict
+from abbisect.verdict.status import Outcome
 
 Progress = Callable[[str], None]
 
@@ -79,6 +86,45 @@ class LaunchInfo:
 
 
 @dataclass(frozen=True)
+class Extras:
+    """What the optional stages of a trial add to its result, each None where that stage did not run. Written as
+    results.json's and the trial cache's `"extras"` object, a key per field that is not None (an old dump, with
+    fewer keys, reads back with the others None).
+
+    The typed ones are read by the assessors; the others are JSON reports made elsewhere, kept as they came."""
+
+    fingerprint: dict | None = None  # the venv's torch, triton, engine version, its GPU (gpu/fingerprint.py)
+    packages: dict | None = None  # the venv's full package list (environment/inventory.py)
+    probe: dict | None = None  # a kernel probe's result (trial/probe_trial.py), instead of a launch
+    gpu_before: dict | None = None  # same-GPU hygiene's checks around the launch (gpu/sharing.py)
+    server_times: dict | None = None  # wall clock: launched, ready, stopped
+    gpu_during: dict | None = None
+    eval: EvalRun | None = None  # the eval set's part this launch asked (query/evals.py)
+    perf: PerfRun | None = None  # the performance passes (query/measure.py)
+    gpu_after: dict | None = None
+    pass_outcomes: tuple[Outcome, ...] | None = None  # each pass's outcome (repeats.passes > 1)
+    placement: dict | None = None  # where and when it ran (trial/slots.py `placed`, an executor's node)
+    cache: dict | None = None  # a trial cache hit's origin: when stored, its logs (trial/trial_cache.py)
+    judge: dict | None = None  # an external judge's decision and the built-in verdict it replaced (trial/judges.py)
+    executor_error: str | None = None  # why the executor could not carry the trial out (trial/slots.py)
+
+    @property
+    def passes(self) -> tuple[PerfPass, ...]:
+        """The performance passes, in the order they ran (none without a perf stage)."""
+        return self.perf.passes if self.perf is not None else ()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        """The dataclass's own schema, written without its None fields (as the dict it replaces had no key)."""
+        written = core_schema.wrap_serializer_function_ser_schema(_without_none)
+        return cast(core_schema.CoreSchema, {**handler(source), "serialization": written})
+
+
+def _without_none(value: Extras, write: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
+    return {k: v for k, v in write(value).items() if v is not None}
+
+
+@dataclass(frozen=True)
 class TrialResult:
     spec: TrialSpec
     env: EnvResult | None
@@ -90,7 +136,7 @@ class TrialResult:
     first_exception: tuple[int, str] | None
     verdict: Verdict
     timings: dict[str, float]
-    extras: dict = field(default_factory=dict)  # hygiene, fingerprint, probe: optional stages
+    extras: Extras = field(default_factory=Extras)  # what the optional stages add (eval, perf, hygiene, …)
     cached: bool = False
 
     @property

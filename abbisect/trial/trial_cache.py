@@ -117,7 +117,7 @@ class TrialCache:
         if launch is not None:
             launch = replace(launch, log_path=str(Path(spec.out_dir) / Path(launch.log_path).name))
         return replace(result, spec=replace(result.spec, side=spec.side, ref=spec.ref, out_dir=spec.out_dir),
-                       launch=launch, extras={**result.extras, "cache": origin}, cached=True)
+                       launch=launch, extras=replace(result.extras, cache=origin), cached=True)
 
     def fetch(self, spec: TrialSpec, progress: Progress, run: Runner = run_trial) -> TrialResult:
         """The cached result (marked `cached`, its logs copied into this run's folder), else run the trial and
@@ -127,7 +127,8 @@ class TrialCache:
         hit = self.get(spec, progress) if spec.recipe.perf is None else None
         if hit is not None:
             copied = self._copy_logs(spec)
-            when = hit.extras["cache"]["stored"]
+            assert hit.extras.cache is not None  # `get` says where a hit came from
+            when = hit.extras.cache["stored"]
             progress(f"cached result from a run at {when}: {hit.verdict.status}"
                      + (f" (its logs copied: {', '.join(copied)})" if copied else ""))
             return hit
