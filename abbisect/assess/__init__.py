@@ -1,4 +1,4 @@
-"""How a commit is judged from its trials: one trial by the recipe's rules (`rules.py`), or several — a failure
+"""How a commit is judged from its trials: one trial by the recipe's rules (`one_trial.py`), or several — a failure
 rate against the ends' (`flaky.py`; in a bisect, a batch's outputs too, `batch.py`), a performance metric's passes
 against the other side's (`perf.py`), paired answers to an eval set (`accuracy.py`) — with the statistics of
 abbisect/stats.
@@ -36,6 +36,6 @@ def assessor_for(recipe: Recipe, bisect: bool = False) -> Assessor:
         from abbisect.assess.batch import Batch
 
         return Batch(recipe)
-    from abbisect.assess.rules import Rules
+    from abbisect.assess.one_trial import Rules
 
     return Rules()
