@@ -47,3 +47,27 @@ def test_neutral_launch_hides_the_port_wherever_the_template_puts_it():
     for flag in (True, False):
         a, b = neutral_launch(result("54085", flag)), neutral_launch(result("39987", flag))
         assert a == b and "$PORT" in a and "54085" not in a
+
+
+def test_the_server_may_write_its_bytecode_into_the_commits_venv(monkeypatch):
+    """The caller's PYTHONDONTWRITEBYTECODE stays out of the server's environment (the venv is abbisect's own:
+    the engine's next process reads its bytecode instead of compiling again); a recipe's env can set it."""
+    from abbisect.trial.pipeline import server_env
+
+    monkeypatch.setenv("PYTHONDONTWRITEBYTECODE", "1")
+    recipe = parse_recipe(toy_recipe("/nonexistent"))
+    assert "PYTHONDONTWRITEBYTECODE" not in server_env(recipe, {}, "/venv")
+    assert server_env(recipe, {"PYTHONDONTWRITEBYTECODE": "1"}, "/venv")["PYTHONDONTWRITEBYTECODE"] == "1"
+
+
+@pytest.mark.e2e
+def test_a_launch_leaves_the_engines_bytecode_in_the_cache(tmp_path, engine_repo):
+    """A real launch under PYTHONDONTWRITEBYTECODE=1: the toy engine's modules are compiled once, into the cache."""
+    from conftest import abbisect, write_recipe
+
+    cache = tmp_path / "cache"
+    recipe = write_recipe(tmp_path / "r.yaml", toy_recipe(engine_repo))
+    proc = abbisect("check", str(recipe), "fixed", "--json", cwd=tmp_path, cache=cache,
+                    env={"PYTHONDONTWRITEBYTECODE": "1"})
+    assert proc.returncode == 0, proc.stderr
+    assert [p for p in cache.rglob("toyengine/__pycache__/*.pyc")], "no bytecode of the engine in the cache"

@@ -92,7 +92,13 @@ class TrialRecord:
 
 
 def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | None = None) -> dict[str, str]:
+    """The server's environment: abbisect's own, scrubbed, in the commit's venv. The venv is abbisect's (in its
+    cache, never the user's checkout), so the server writes its bytecode there even where the caller's
+    environment says PYTHONDONTWRITEBYTECODE: vLLM's other processes and the commit's next launch then read it
+    instead of compiling every module again (vLLM's API server imports in 8 s instead of 23 s on 2 cores; a
+    start imports it in three processes). A recipe's `env` can still set it."""
     env = scrubbed_env()
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update({"VIRTUAL_ENV": venv, "PATH": os.pathsep.join([*bin_dirs(venv, base), env.get("PATH", "")]),
                 "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     if recipe.gpus is not None:
