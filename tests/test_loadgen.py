@@ -20,7 +20,8 @@ import numpy as np
 import pytest
 from sse_standin import Behaviour, StandIn
 
-from abbisect.query.load import CUT_MARKER, TEXT_CAP, VOCABULARY, Summary, Workload, run_pass, schedule
+from abbisect.query.load import CUT_MARKER, TEXT_CAP, Summary, Workload, run_pass, schedule
+from abbisect.query.workload import VOCABULARY
 
 
 @pytest.fixture

@@ -259,7 +259,8 @@ class NoisySearch:
             if step and done and not any(self.evidence.observes(t) for t in step.trials):
                 continue  # untestable: more launches cannot help
             cost = 1.0 if self.oracle.warm(sha) else 1.0 + beta
-            # an end of an accuracy verdict asks the next part of the set: it has as many as the set holds
+            # an end has the assessor's own cap (an accuracy's asks the next part of its set, as many as it has),
+            # a candidate the search's (`search_cap`)
             cap = self.oracle.assessor.cap if sha in self.ends else self.cap
             options.append(Option(sha, cost, sha in self.ends, cap - done))
         return options

@@ -30,7 +30,7 @@ import httpx
 from httpx_sse import ServerSentEvent, SSEError, aconnect_sse
 
 from abbisect.infra.proc import deliver, signals_held
-from abbisect.query.workload import VOCABULARY, Workload  # noqa: F401 (the load's words, named here as before)
+from abbisect.query.workload import Workload
 
 TEXT_CAP = 2048
 CUT_MARKER = "…[cut]"

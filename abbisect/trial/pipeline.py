@@ -84,9 +84,7 @@ class TrialRecord:
         timings["total"] = round(time.monotonic() - self.t0, 3)
         spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "eval", "perf", "teardown", "probe"))
         timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
-        extras = self.extras
-        if self.fingerprint is not None or self.packages is not None:
-            extras = replace(extras, fingerprint=self.fingerprint, packages=self.packages)
+        extras = replace(self.extras, fingerprint=self.fingerprint, packages=self.packages)
         return TrialResult(self.spec, self.env, self.launch, self.outputs, self.analyses, self.answers,
                            self.signatures, self.first_exception, self.verdict, timings, extras)
 
