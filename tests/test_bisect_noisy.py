@@ -37,6 +37,20 @@ def test_a_one_in_three_crash_is_named_and_confirmed(slots):
         assert any(len(set(r["commits"])) > 1 for r in run.rounds)  # rounds of different commits, not copies
 
 
+def test_the_report_tells_each_state_as_the_answer_has_it():
+    """"Before the change" is what the commits before the answer showed: none of them ever failed, so it reads
+    0 %, not a mix with the hypotheses that put the answer itself before the change (they see its crashes)."""
+    world = seam.World("flaky", 16, 9, seed=2)
+    run, _ = seam.bisect(world, seam.recipe_for("flaky"))
+    assert found(run) == "c009"
+    seen = {side: [t.verdict.outcome is Outcome.BAD for s in run.steps if world.after(s.sha) is side
+                   for t in s.trials] for side in (False, True)}
+    assert not any(seen[False]) and sum(seen[True]) >= 3
+    said = {k: float(v.split()[1].rstrip("%")) / 100 for k, v in run.posterior["states"].items()}
+    assert said["before"] <= 0.01, run.posterior["states"]
+    assert abs(said["after"] - sum(seen[True]) / len(seen[True])) <= 0.1, run.posterior["states"]
+
+
 def test_four_slots_need_fewer_rounds_than_one():
     one, _ = seam.bisect(seam.World("flaky", 16, 5, seed=7), seam.recipe_for("flaky"), slots=1)
     four, _ = seam.bisect(seam.World("flaky", 16, 5, seed=7), seam.recipe_for("flaky"), slots=4)

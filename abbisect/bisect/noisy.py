@@ -413,36 +413,35 @@ class NoisySearch:
         return self.driver.finish(run)
 
     def worse_state(self, post: Posterior, culprit: str) -> int:
-        """Which state is worse under the likeliest culprit: AFTER (a regression) or BEFORE (a fix)."""
-        model = post.model
-        target = post.target(culprit)
+        """Which state is worse if `culprit` is the answer: AFTER (a regression) or BEFORE (a fix)."""
+        model, z = post.model, post.z
         if isinstance(model, Rates):
-            return AFTER if model.rate(post.z, post.mass, target, AFTER)[0] >= \
-                model.rate(post.z, post.mass, target, BEFORE)[0] else BEFORE
+            return AFTER if model.rate(z, *post.under(culprit, AFTER), AFTER)[0] >= \
+                model.rate(z, *post.under(culprit, BEFORE), BEFORE)[0] else BEFORE
         if isinstance(model, Samples):
-            slower = model.means(post.z, post.mass, target, AFTER)[0] < model.means(post.z, post.mass, target,
-                                                                                   BEFORE)[0]
+            slower = model.means(z, *post.under(culprit, AFTER), AFTER)[0] < \
+                model.means(z, *post.under(culprit, BEFORE), BEFORE)[0]
             metric = self.recipe.perf.metric if self.recipe.perf else "output_throughput"
             return AFTER if slower == better(metric) else BEFORE
         assert isinstance(model, Items)
-        before, after, _ = model.correct(post.z, post.mass)
+        before, after, _ = model.correct(z, post.under(culprit, AFTER)[0])
         return AFTER if after.mean() <= before.mean() else BEFORE
 
     def states_said(self, post: Posterior, culprit: str) -> dict[str, str]:
-        """What the two states are, in words, under the likeliest culprit."""
-        model, target = post.model, post.target(culprit)
+        """What the two states are, in words, if `culprit` is the answer."""
+        model, z = post.model, post.z
         out = {}
         for name, state in (("before", BEFORE), ("after", AFTER)):
             if isinstance(model, Rates):
-                mean, sd = model.rate(post.z, post.mass, target, state)
+                mean, sd = model.rate(z, *post.under(culprit, state), state)
                 out[name] = f"fails {mean:.1%} (± {sd:.1%}) of {self.oracle.assessor.unit}"
             elif isinstance(model, Samples):
-                value, drift = model.means(post.z, post.mass, target, state)
+                value, drift = model.means(z, *post.under(culprit, state), state)
                 metric = self.recipe.perf.metric if self.recipe.perf else ""
                 out[name] = f"{metric} {value:,.4g}" + (f" (rounds drift ± {drift:.1%})" if name == "after" else "")
             else:
                 assert isinstance(model, Items)
-                before, after, _ = model.correct(post.z, post.mass)
+                before, after, _ = model.correct(z, post.under(culprit, state)[0])
                 out[name] = f"{(before if state == BEFORE else after).mean():.1%} of the items asked right"
         return out
 

@@ -115,6 +115,14 @@ class Posterior:
         """`sha`'s state under each hypothesis."""
         return self.space.column(sha)
 
+    def under(self, culprit: str, state: int) -> tuple[Array, Array]:
+        """(weights, target) that ask a model about `state` under the one hypothesis "the change is `culprit`"
+        alone: what before and after look like if that is the answer (a state's rate or mean over the hypotheses
+        that put one commit in it mixes wrong answers in: those that put the culprit itself before the change)."""
+        w = np.zeros(self.space.size)
+        w[self.space.culprits.index(culprit)] = 1.0
+        return w, np.full(self.space.size, state, dtype=np.int8)
+
     def after(self, sha: str) -> float:
         """The chance that `sha` is after the change, given that there is one."""
         change = self.mass[:-1]
