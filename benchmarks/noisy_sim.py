@@ -10,10 +10,14 @@ former oracle.assess / grow_ends, policies.settle_ends and confirm.confirm), wri
 assessors (abbisect/assess: Fisher, KS/MWU, McNemar) and git's own search (abbisect/bisect/search.py); a batch
 was a rule on one launch (the 50 % `degenerate_fraction`). **pinpoint** is Chromium Pinpoint's way with a flaky
 verdict: 10 launches a commit and 10 more while the comparison with the ends is unsure (up to 40), no
-confirmation. Launches count server starts (the confirmation's separately); wall time counts rounds, one launch
-of time each, k at once on k slots.
+confirmation. **clairvoyant** is a bound, not a method: the posterior search told where the change is, so it may
+launch only the planted commit, its parent and the ends — the same posterior, stopping rule and confirmation as
+**posterior**; what it costs is what certifying the answer costs, whatever order a search launches in.
+Launches count server starts (the confirmation's separately); wall time counts rounds, one launch of time each,
+k at once on k slots.
 
-    python benchmarks/noisy_sim.py [--seeds 20] [--commits 60] [--scenarios flaky,flaky10,...] [--json FILE]
+    python benchmarks/noisy_sim.py [--seeds 20] [--commits 60] [--scenarios flaky,flaky10,...]
+                                   [--methods posterior,...] [--no-change-prior P] [--json FILE]
 """
 
 from __future__ import annotations
@@ -27,12 +31,16 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from contextlib import contextmanager
 from pathlib import Path
 
 import seam
 
 from abbisect.assess import assessor_for
 from abbisect.assess.accuracy import eval_run
+from abbisect.bisect import noisy
+from abbisect.bisect.noisy import NoisySearch
+from abbisect.bisect.posterior import Option
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, start
 from abbisect.recipe import Recipe
 from abbisect.stats import Call
@@ -41,18 +49,35 @@ from abbisect.verdict.status import Outcome
 
 # scenario -> (world kind, world options, recipe options, methods)
 SCENARIOS: dict[str, tuple[str, dict, dict, tuple[str, ...]]] = {
-    "flaky": ("flaky", {}, {}, ("posterior", "posterior-4", "today", "pinpoint")),
+    "flaky": ("flaky", {}, {}, ("posterior", "posterior-4", "today", "pinpoint", "clairvoyant")),
     # a rare crash: the recipe allows a commit 96 launches (2 × the default cap): telling 1 in 10 from 0 at 99 %
     # takes about 44 clean launches of the parent alone
     "flaky10": ("flaky", {"rate": 0.1}, {"repeats": {"launches": 6, "min_difference": 0.05, "max_launches": 96}},
                 ("posterior", "today")),
-    "perf": ("perf", {}, {}, ("posterior", "today")),
-    "perf-drift": ("perf", {"drift": 0.08, "drift_period": 3}, {}, ("posterior", "today")),
+    "perf": ("perf", {}, {}, ("posterior", "today", "clairvoyant")),
+    "perf-drift": ("perf", {"drift": 0.08, "drift_period": 3}, {}, ("posterior", "today", "clairvoyant")),
     "batch": ("batch", {}, {}, ("posterior", "today")),
     "batch-busy": ("batch", {"batch_share": (0.3, 0.45)}, {}, ("posterior", "today")),
     "accuracy": ("accuracy", {}, {}, ("posterior", "today")),
     "rules": ("flaky", {"rate": 1.0}, {"repeats": {"launches": 1}, "bisect": {"ends": "lazy"}}, ("posterior",)),
 }
+
+
+@contextmanager
+def told(world: seam.World):
+    """The posterior search may launch only the planted commit, its parent and the ends (**clairvoyant**)."""
+    shas = world.shas
+    allowed = {shas[world.culprit], shas[world.culprit - 1]}
+    plain = NoisySearch.options
+
+    def options(self: NoisySearch) -> list[Option]:
+        return [o for o in plain(self) if o.end or o.sha in allowed]
+
+    NoisySearch.options = options  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        NoisySearch.options = plain  # type: ignore[method-assign]
 
 
 def items_of(trials) -> int:
@@ -166,6 +191,9 @@ def run_method(method: str, world: seam.World, recipe: Recipe) -> dict:
         return posterior(world, recipe, 1)
     if method == "posterior-4":
         return posterior(world, recipe, 4)
+    if method == "clairvoyant":
+        with told(world):
+            return posterior(world, recipe, 1)
     if method == "today":
         return settled(world, recipe, a.first, a.cap, a.first, grow=True, confirm=True)
     if method == "pinpoint":
@@ -198,8 +226,14 @@ def main() -> None:
     ap.add_argument("--first-seed", type=int, default=0)
     ap.add_argument("--commits", type=int, default=60)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--methods", help="only these methods (comma-separated), e.g. posterior,clairvoyant")
+    ap.add_argument("--no-change-prior", type=float,
+                    help="a what-if: the search's prior mass on \"the ends do not differ\" (abbisect's is "
+                         f"{noisy.NO_CHANGE_PRIOR})")
     ap.add_argument("--json", type=Path, help="also write every row here")
     args = ap.parse_args()
+    if args.no_change_prior is not None:
+        noisy.NO_CHANGE_PRIOR = args.no_change_prior
     print("`" + shlex.join(["python", "benchmarks/noisy_sim.py", *sys.argv[1:]]) + "`")
     print(f"\n{args.seeds} seeded histories of {args.commits} commits a scenario, the planted commit drawn from the "
           "seed; a simulation at the bisect's seam (benchmarks/seam.py): the real driver, oracle, posterior and "
@@ -207,6 +241,8 @@ def main() -> None:
     everything: dict = {}
     for name in args.scenarios.split(","):
         kind, world_opts, recipe_opts, methods = SCENARIOS[name]
+        if args.methods:
+            methods = tuple(m for m in methods if m in args.methods.split(","))
         recipe = seam.recipe_for(kind, **recipe_opts)
         rows: dict[str, list[dict]] = {m: [] for m in methods}
         culprits = []
