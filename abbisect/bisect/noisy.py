@@ -412,37 +412,42 @@ class NoisySearch:
                                                       f"{step.status} — {seen.evidence}")
         return self.driver.finish(run)
 
-    def worse_state(self, post: Posterior, culprit: str) -> int:
-        """Which state is worse if `culprit` is the answer: AFTER (a regression) or BEFORE (a fix)."""
+    def state_values(self, post: Posterior, culprit: str) -> dict[int, tuple[float, float]]:
+        """Each state's (value, spread) if `culprit` is the answer: a failure rate (its sd), a metric's mean (the
+        rounds' drift), or the share of the items asked that were right (0)."""
         model, z = post.model, post.z
         if isinstance(model, Rates):
-            return AFTER if model.rate(z, *post.under(culprit, AFTER), AFTER)[0] >= \
-                model.rate(z, *post.under(culprit, BEFORE), BEFORE)[0] else BEFORE
+            return {s: model.rate(z, *post.under(culprit, s), s) for s in (BEFORE, AFTER)}
         if isinstance(model, Samples):
-            slower = model.means(z, *post.under(culprit, AFTER), AFTER)[0] < \
-                model.means(z, *post.under(culprit, BEFORE), BEFORE)[0]
-            metric = self.recipe.perf.metric if self.recipe.perf else "output_throughput"
-            return AFTER if slower == better(metric) else BEFORE
+            return {s: model.means(z, *post.under(culprit, s), s) for s in (BEFORE, AFTER)}
         assert isinstance(model, Items)
         before, after, _ = model.correct(z, post.under(culprit, AFTER)[0])
-        return AFTER if after.mean() <= before.mean() else BEFORE
+        return {BEFORE: (float(before.mean()), 0.0), AFTER: (float(after.mean()), 0.0)}
+
+    def worse_state(self, post: Posterior, culprit: str) -> int:
+        """Which state is worse if `culprit` is the answer: AFTER (a regression) or BEFORE (a fix)."""
+        values = self.state_values(post, culprit)
+        before, after = values[BEFORE][0], values[AFTER][0]
+        if isinstance(post.model, Rates):
+            return AFTER if after >= before else BEFORE
+        if isinstance(post.model, Samples):
+            metric = self.recipe.perf.metric if self.recipe.perf else "output_throughput"
+            return AFTER if (after < before) == better(metric) else BEFORE
+        return AFTER if after <= before else BEFORE
 
     def states_said(self, post: Posterior, culprit: str) -> dict[str, str]:
         """What the two states are, in words, if `culprit` is the answer."""
-        model, z = post.model, post.z
+        values = self.state_values(post, culprit)
         out = {}
         for name, state in (("before", BEFORE), ("after", AFTER)):
-            if isinstance(model, Rates):
-                mean, sd = model.rate(z, *post.under(culprit, state), state)
-                out[name] = f"fails {mean:.1%} (± {sd:.1%}) of {self.oracle.assessor.unit}"
-            elif isinstance(model, Samples):
-                value, drift = model.means(z, *post.under(culprit, state), state)
+            value, spread = values[state]
+            if isinstance(post.model, Rates):
+                out[name] = f"fails {value:.1%} (± {spread:.1%}) of {self.oracle.assessor.unit}"
+            elif isinstance(post.model, Samples):
                 metric = self.recipe.perf.metric if self.recipe.perf else ""
-                out[name] = f"{metric} {value:,.4g}" + (f" (rounds drift ± {drift:.1%})" if name == "after" else "")
+                out[name] = f"{metric} {value:,.4g}" + (f" (rounds drift ± {spread:.1%})" if name == "after" else "")
             else:
-                assert isinstance(model, Items)
-                before, after, _ = model.correct(z, post.under(culprit, state)[0])
-                out[name] = f"{(before if state == BEFORE else after).mean():.1%} of the items asked right"
+                out[name] = f"{value:.1%} of the items asked right"
         return out
 
     def conclude(self, post: Posterior) -> BisectRun:
