@@ -31,7 +31,7 @@ from abbisect.infra.errors import describe_os_error, kind_of
 # (tests/test_startup.py holds the two equal).
 COMMANDS = {
     "bisect": "Find the commit between --good and --bad where the verdict changes (a regression or a fix).",
-    "cache": "List and clean the cache (worktrees, venvs, models, trial results, clones).",
+    "cache": "List and clean the cache (worktrees, venvs, models, trial results, clones, JIT caches).",
     "check": "Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.",
     "compare": "Compare two per-item result files with the paired test (exact McNemar, Wilson intervals, a paired "
                "bootstrap): lm-eval --log_samples output or abbisect results. Launches nothing.",

@@ -136,6 +136,12 @@ def test_bisect_on_the_cluster_matches_one_slot(cluster, history, test_mark, tmp
         node = cluster.by_ip(trial["placement"]["node"]["ip"])
         assert trial["placement"]["node"]["cache"] == str(node.cache)
     assert not (cluster.driver / "cache" / "envs").exists()
+    # Its JIT caches too: each trial's in its node's own cache, a folder per commit's venv, the kernels in it.
+    for trial in ran(data):
+        folder = Path(trial["jit"]["folder"])
+        assert folder.parent == cluster.by_ip(trial["placement"]["node"]["ip"]).cache / "jit"
+        assert list(folder.glob("triton/*/toy_kernels.json")) and trial["jit"]["starts"] == ["cold"]
+    assert not (cluster.driver / "cache" / "jit").exists()
     for ip in set(placed):  # each node got the commits through a bundle, into a repository of its own
         assert list((cluster.by_ip(ip).cache / "repos").iterdir())
     # Each node's build cache: the shared venv of the dependencies built once there, reused by the rest.

@@ -51,6 +51,14 @@ def test_a_performance_ab_finds_the_planted_slowdown(tmp_path, cache_dir):
     md = (out / "report.md").read_text()
     assert "### Performance" in md and "| **tpot_median** (lower is better) |" in md and "**different**" in md
     assert (out / "perf.svg").read_text().startswith("<svg") and "Every pass of tpot_median" in md
+    # Each side's launches on its own JIT caches: warm after the side's first launch, and the report says how
+    # each side started (and warns if one side started cold where the other did not).
+    jit = {side: [t["launch"]["jit"] for t in ts] for side, ts in (("a", a), ("b", b))}
+    assert all(len({j["folder"] for j in js}) == 1 and {j["start"] for j in js[1:]} == {"warm"} for js in jit.values())
+    assert jit["a"][0]["folder"] != jit["b"][0]["folder"]
+    assert "`launch.jit_cache: commit`" in md and "Launches started: A " in md
+    unlike = [j["start"] for j in jit["a"]].count("cold") != [j["start"] for j in jit["b"]].count("cold")
+    assert ("did not start alike" in md) == unlike
 
 
 @pytest.mark.alone

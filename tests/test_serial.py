@@ -41,6 +41,7 @@ ADDED_SINCE_V1 = {
     "base_reused": None,  # EnvResult: whether the shared venv of the dependencies was found built
     "schema": "abbisect/run/v1",  # results.json names its format
     "client_gone": 0,  # LaunchInfo: tracebacks of abbisect's own client going away, not counted
+    "jit": None,  # LaunchInfo: its JIT caches (launch/jit.py), unknown in a result from before
 }
 
 

@@ -70,7 +70,8 @@ def _launch(tree: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str, Pat
     """The server, its address and its log (a file: a pipe nobody reads would stall a busy server)."""
     port = _port()
     log = tree.parent / f"{tree.name}-{port}.log"
-    full = {**os.environ, "PYTHONPATH": str(tree), "TOYENGINE_LOAD_SECONDS": "0", **env}
+    full = {**os.environ, "PYTHONPATH": str(tree), "TOYENGINE_LOAD_SECONDS": "0",  # its kernels beside it, not in ~
+            "TRITON_CACHE_DIR": str(tree.parent / "triton-cache"), **env}
     with log.open("wb") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "toyengine.server", "--port", str(port)], env=full,
                                 stdout=fh, stderr=subprocess.STDOUT)

@@ -15,10 +15,10 @@ from abbisect.infra.cache import EVICTABLE, LAYOUT, entries, gc, human, parse_ag
 
 @click.group("cache", epilog=exit_help("cache"))
 def cache() -> None:
-    """List and clean the cache (worktrees, venvs, models, trial results, clones).
+    """List and clean the cache (worktrees, venvs, models, trial results, clones, JIT caches).
 
     Nothing in use by a running abbisect is ever removed. Set ABBISECT_CACHE_MAX_SIZE (e.g. 50G) to have
-    every run, bisect and check evict the least recently used worktrees and venvs over that budget.
+    every run, bisect and check evict the least recently used worktrees, venvs and JIT caches over that budget.
     """
 
 

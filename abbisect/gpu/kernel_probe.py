@@ -80,14 +80,16 @@ def worker_spec(config: ProbeConfig, source_root: Path) -> dict[str, Any]:
     return spec
 
 
-def run_probe(config: ProbeConfig, python: str, source_root: Path, workdir: Path) -> ProbeResult:
-    """Run the probe under `python` (the side's venv) against the checkout at `source_root`."""
+def run_probe(config: ProbeConfig, python: str, source_root: Path, workdir: Path,
+              env: dict[str, str] | None = None) -> ProbeResult:
+    """Run the probe under `python` (the side's venv) against the checkout at `source_root`, with `env` on top
+    of abbisect's own environment."""
     workdir.mkdir(parents=True, exist_ok=True)
     spec_path, out_path, log_path = workdir / "probe-spec.json", workdir / "probe-result.json", workdir / "probe.log"
     spec_path.write_text(json.dumps(worker_spec(config, Path(source_root).resolve()), indent=1))
     out_path.unlink(missing_ok=True)
     try:
-        ran = run_logged([python, str(_WORKER), str(spec_path), str(out_path)], log_path, cwd=workdir,
+        ran = run_logged([python, str(_WORKER), str(spec_path), str(out_path)], log_path, env, cwd=workdir,
                          timeout=config.timeout_s, fresh=True, header=False, tail_lines=1)
     except FileNotFoundError as exc:
         raise UserError(f"cannot run the probe: no interpreter {python}") from exc

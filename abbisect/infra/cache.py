@@ -5,6 +5,7 @@ Entries (one folder or file each) by kind:
     venvs      envs/<key>                      a built venv (+ build.log, complete.json)
     models     models/<name>                   converted checkpoints and the converter venv
     trials     trials/<key>.json (+ folder)    cached trial results and their logs
+    jit        jit/<venv key>                  a commit's JIT and compile caches (launch/jit.py)
     clones     repos/<key>, builtin/<name>, demo-engine, wheels/<file>   repositories and base wheels
                shipped/<digest>                a file a cluster's driver sent this node (an eval set, a wheel)
 
@@ -35,7 +36,7 @@ from abbisect.infra.locks import locked_open
 WORKTREES, ENVS, MODELS, TRIALS = "worktrees", "envs", "models", "trials"
 REPOS, BUILTIN, WHEELS, DEMO_ENGINE, SHIPPED = "repos", "builtin", "wheels", "demo-engine", "shipped"
 SERVERS, CHECKS, CRASH_LOG, FINGERPRINT_KEY = "servers", "checks", "crash.log", "fingerprint.key"
-GPU_SLOTS = "gpu-slots"
+GPU_SLOTS, JIT = "gpu-slots", "jit"
 
 # kind -> ((top-level folder, depth of its entries: 0 the folder itself, 1 its children, 2 one level deeper,
 # under a per-repository folder), …)
@@ -44,10 +45,12 @@ LAYOUT: dict[str, tuple[tuple[str, int], ...]] = {
     "venvs": ((ENVS, 1),),
     "models": ((MODELS, 1),),
     "trials": ((TRIALS, 1),),
+    "jit": ((JIT, 1),),
     "clones": ((REPOS, 1), (BUILTIN, 1), (WHEELS, 1), (DEMO_ENGINE, 0), (SHIPPED, 1)),
 }
-# What automatic eviction may take: cheap to rebuild from what stays (clones, models, trial results).
-EVICTABLE = ("worktrees", "venvs")
+# What automatic eviction may take: cheap to rebuild from what stays (clones, models, trial results); a commit's
+# JIT caches are compiled again by its next launch.
+EVICTABLE = ("worktrees", "venvs", "jit")
 BUDGET_ENV = "ABBISECT_CACHE_MAX_SIZE"
 _SIDECARS = (".lock", ".use")
 
@@ -146,6 +149,10 @@ class Cache:
 
     def venv(self, key: str) -> Path:
         return self.env(key) / "venv"
+
+    def jit(self, name: str) -> Path:
+        """The JIT and compile caches of one environment (`jit/<venv key>`) or of one launch (launch/jit.py)."""
+        return self.root / JIT / name
 
     def model(self, name: str) -> Path:
         """A converted checkpoint: `models/<name>`."""
@@ -420,14 +427,14 @@ def budget() -> int | None:
 
 
 def enforce_budget(root: Path, say=None) -> GcPlan | None:
-    """Automatic LRU eviction of worktrees and venvs when the cache exceeds $ABBISECT_CACHE_MAX_SIZE."""
+    """Automatic LRU eviction of worktrees, venvs and JIT caches when the cache exceeds $ABBISECT_CACHE_MAX_SIZE."""
     limit = budget()
     if limit is None:
         return None
     plan = gc(root, limit, None)
     if plan.remove and say:
         say(f"cache over its budget of {human(limit)}: removed {len(plan.remove)} least recently used "
-            f"worktree(s)/venv(s), {human(plan.freed)} freed")
+            f"worktree(s), venv(s) and JIT cache(s), {human(plan.freed)} freed")
     return plan
 
 

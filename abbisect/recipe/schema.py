@@ -85,6 +85,12 @@ class Launch(_Strict):
     command: list[str] = Field(default=[], description="argv template for engine kind 'command'")
     ready: Ready | None = None
     entrypoint: Literal["module", "cli"] = "module"
+    # Where the server's JIT, compile and autotune caches go (abbisect/launch/jit.py): `commit` a folder per
+    # commit's environment in abbisect's cache, `launch` a fresh one every launch, `user` the engine's defaults.
+    jit_cache: Literal["commit", "launch", "user"] = Field(
+        "commit", description="where the server's JIT/compile caches go: commit (a folder per commit's "
+                              "environment, warm across its own launches), launch (fresh every launch: every "
+                              "launch compiles from nothing), user (the engine's defaults in the user's home)")
 
 
 class Side(_Strict):

@@ -17,7 +17,9 @@ from statistics import median
 import yaml
 
 from abbisect.infra.serial import load
+from abbisect.launch.jit import JitMode, Start
 from abbisect.query.chat import tag
+from abbisect.report.jit import caches_line
 from abbisect.report.packages import render_packages, side_variable
 from abbisect.report.text import CELL, Notes, cell, details, esc, heading, shown, table
 from abbisect.trial.spec import TrialResult
@@ -129,6 +131,8 @@ def launches_block(ab) -> str:
 
     def said_of(t: TrialResult) -> str:
         said = f"{t.verdict.status} → {t.verdict.outcome}"
+        if t.launch is not None and t.launch.jit is not None and t.launch.jit.start is not Start.UNKNOWN:
+            said += f"; started {t.launch.jit.start}"
         if metric:  # a performance verdict: the launch's median of the metric, and its failed requests
             from abbisect.assess.perf import fmt, metric_values, pass_errors
 
@@ -354,6 +358,8 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     sampling = ab.recipe["sampling"]
     lines += ["", (f"Sampling: temperature {sampling['temperature']}, max_tokens {sampling['max_tokens']}, "
                   f"seed {sampling['seed']}, API `{ab.recipe['api']}`."), ""]
+    lines += [caches_line(JitMode(ab.recipe["launch"].get("jit_cache", JitMode.USER)), [("A", ab.trials("a")), ("B", ab.trials("b"))]),
+              ""]
     if ab.recipe.get("perf") and not embedded:
         from abbisect.recipe.perf import Perf
         from abbisect.report.perf import perf_section

@@ -19,6 +19,7 @@ from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
+from abbisect.launch.jit import JitMode
 from abbisect.report import posterior
 from abbisect.report.ab import (
     BUDGETS,
@@ -32,6 +33,7 @@ from abbisect.report.ab import (
     reproduce_block,
 )
 from abbisect.report.accuracy import ab_accuracy, accuracy_along
+from abbisect.report.jit import caches_line, starts_of, unlike_starts
 from abbisect.report.narrow import headline as narrow_headline
 from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
 from abbisect.report.nodes import node_of, nodes_block, nodes_json
@@ -248,6 +250,8 @@ def perf_block(run: BisectRun) -> list[str]:
     by_sha = {s.sha: s for s in run.steps}
     found = run.result.first_new if run.result else None
     if found in by_sha and run.found_parent in by_sha:
+        unlike = unlike_starts(by_sha[run.found_parent].trials, by_sha[found].trials, ("the parent", "the found commit"))
+        lines += [unlike, ""] if unlike else []
         lines += ["Parent (A) vs the found commit (B), every launch of the search:", "",
                   metric_table(perf, by_sha[run.found_parent].trials, by_sha[found].trials), ""]
     chart = along_bisect(perf, [(str(s.role).replace(" end", ""), s.sha, str(s.outcome), s.trials)
@@ -368,6 +372,8 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += [(f"{len(run.steps)} commits tested, {run.launches} server launches, {run.builds} venv builds, "
               f"{run.wall_s:.1f} s wall time."), ""]
     lines += [ends_mode_line(run), ""]
+    lines += [caches_line(JitMode(run.recipe.launch.jit_cache), [("the tested commits", [t for s in run.steps
+                                                                                          for t in s.trials])]), ""]
     if run.rounds and (run.slots > 1 or not run.posterior):  # a posterior search says its rounds itself
         per_round = ", ".join(f"{r['seconds']:.0f} s ({len(r['commits'])})" for r in run.rounds)
         ahead = sum(s.round == 0 and s.role is Role.CANDIDATE for s in run.steps)
@@ -480,6 +486,10 @@ def trial_record(run: BisectRun, step: Step) -> dict:
             "version": r.launch.facts.get("version") if r.launch else None,
             "fingerprint": r.extras.fingerprint, "timings": r.timings, "cached": r.cached,
             "placement": r.extras.placement,
+            # Where its JIT caches were, and how each launch of the commit started (cold, warm; unknown on the
+            # user's caches): a performance step's launches are measured alike only when they started alike.
+            "jit": {"folder": r.launch.jit.folder, "starts": starts_of(step.trials)}
+            if r.launch is not None and r.launch.jit is not None else None,
             "gpu": {w: rep for w, rep in (("before", r.extras.gpu_before), ("after", r.extras.gpu_after))
                     if rep is not None} or None,
             "perf": told(run.recipe.perf.metric, metric_values(step.trials, run.recipe.perf.metric),

@@ -8,6 +8,7 @@ from statistics import median
 
 from abbisect.assess.perf import PassErrors, fmt, metric_values, pass_errors
 from abbisect.recipe.perf import METRICS, SHOWN, Perf, better
+from abbisect.report.jit import unlike_starts
 from abbisect.report.text import cell, table
 from abbisect.stats import compare_samples, detectable_change, noise_floor
 from abbisect.stats.decide import pct
@@ -157,9 +158,9 @@ def conditions_table(a: Trials, b: Trials) -> str:
 def perf_section(perf: Perf, a: Trials, b: Trials, same_commit: bool, heading: str) -> list[str]:
     """The A/B report's performance section."""
     lines = [heading, ""]
-    busy = busy_host([*a, *b])
-    if busy:
-        lines += [busy, ""]
+    for warning in (busy_host([*a, *b]), unlike_starts(a, b)):
+        if warning:
+            lines += [warning, ""]
     lines += [metric_table(perf, a, b), ""]
     picture = strip(perf, a, b)
     if picture:

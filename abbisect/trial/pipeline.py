@@ -27,8 +27,10 @@ from abbisect.infra.proc import scrubbed_env
 from abbisect.infra.progress import Status
 from abbisect.infra.redact import Redactor, expand_env
 from abbisect.infra.serial import dump, load
+from abbisect.launch import jit
 from abbisect.launch import server as launch
 from abbisect.launch.engines import adapter
+from abbisect.launch.jit import JitMode, Start
 from abbisect.query.chat import Completion, label, ordered, query_all, tag
 from abbisect.query.evals import ask_eval
 from abbisect.query.measure import measure
@@ -89,18 +91,22 @@ class TrialRecord:
                            self.signatures, self.first_exception, self.verdict, timings, extras)
 
 
-def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | None = None) -> dict[str, str]:
+def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | None = None,
+               jit_env: dict[str, str] | None = None) -> dict[str, str]:
     """The server's environment: abbisect's own, scrubbed, in the commit's venv. The venv is abbisect's (in its
     cache, never the user's checkout), so the server writes its bytecode there even where the caller's
     environment says PYTHONDONTWRITEBYTECODE: vLLM's other processes and the commit's next launch then read it
     instead of compiling every module again (vLLM's API server imports in 8 s instead of 23 s on 2 cores; a
-    start imports it in three processes). A recipe's `env` can still set it."""
+    start imports it in three processes). `jit_env` points the JIT and compile caches at the launch's folder
+    (abbisect/launch/jit.py), over what the caller's environment says. A recipe's `env` can still set any of
+    them."""
     env = scrubbed_env()
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update({"VIRTUAL_ENV": venv, "PATH": os.pathsep.join([*bin_dirs(venv, base), env.get("PATH", "")]),
                 "PYTHONUNBUFFERED": "1", "CUDA_DEVICE_ORDER": "PCI_BUS_ID"})
     if recipe.gpus is not None:
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in recipe.gpus)
+    env.update(jit_env or {})
     env.update(plan_env)
     env.update(expand_env(recipe.env, env))  # ${VAR} references are read only now, never stored
     return env
@@ -148,7 +154,12 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     if recipe.probe is not None:
         from abbisect.trial.probe_trial import probe_trial
 
-        probe = probe_trial(recipe.probe, env.python, source, Path(spec.out_dir), say)
+        caches, jit_env = jit.prepare(JitMode(recipe.launch.jit_cache), jit.TORCH_STACK, Cache.at(spec.cache_dir),
+                                      env.key, recipe.env)
+        try:
+            probe = probe_trial(recipe.probe, env.python, source, Path(spec.out_dir), say, jit_env)
+        finally:
+            jit.done(caches)
         rec.timings["probe"], rec.verdict = probe.seconds, probe.verdict
         rec.extras = replace(rec.extras, probe=dump(probe.result))
         return rec.result()
@@ -239,9 +250,18 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     rec.extras = replace(rec.extras, server_times=server_times)
     scanner = LineScanner(_catalogue(recipe), plan.ready_log, own_client=True)
     crash: dict = {}
+    caches, jit_env = jit.prepare(JitMode(recipe.launch.jit_cache), mod.jit_caches, cache, env.key, recipe.env)
+    if caches.start is not Start.UNKNOWN:
+        say(f"JIT caches: {caches.start} ({caches.files} file(s) from earlier launches)" if caches.files
+            else f"JIT caches: {caches.start}")
+    try:
+        server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base, jit_env), log_path, source,
+                              f"http://{host}:{port}", cache=cache, scanner=scanner,
+                              mask=Redactor.from_recipe(recipe).stream())
+    except BaseException:
+        jit.done(caches)
+        raise
     # Nothing between the start and the try: a Ctrl-C in between would leave the server to its supervisor.
-    server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base), log_path, source, f"http://{host}:{port}",
-                          cache=cache, scanner=scanner, mask=Redactor.from_recipe(recipe).stream())
     try:
         if gpu is not None:
             gpu.started(server.proc)
@@ -284,6 +304,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
         scanner.freeze()
         teardown = launch.stop(server, grace)
+        jit.done(caches)
         server_times["stopped"] = round(time.time(), 3)
         timings["teardown"] = teardown.seconds
         if gpu is not None:
@@ -299,7 +320,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     shown_env = Redactor.from_recipe(recipe).env({**plan.env, **recipe.env})  # a result never holds a secret
     rec.launch = LaunchInfo(plan.argv, shown_env, ready.status, ready.seconds, ready.returncode,
                             str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
-                            mod.facts(log_text), **crash, client_gone=scanner.client_gone)
+                            mod.facts(log_text), **crash, client_gone=scanner.client_gone, jit=caches)
 
 
 def passes(recipe: Recipe) -> list[tuple[int, int]]:

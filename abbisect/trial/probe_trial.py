@@ -21,11 +21,12 @@ class ProbeTrial:
 
 
 def probe_trial(config: ProbeConfig, python: str, source: Path, out: Path,
-                say: Callable[[str], None]) -> ProbeTrial:
-    """Run the recipe's probe under the side's venv `python` against its checkout `source`."""
+                say: Callable[[str], None], env: dict[str, str] | None = None) -> ProbeTrial:
+    """Run the recipe's probe under the side's venv `python` against its checkout `source`, with `env` (its
+    Triton and torch caches: abbisect/launch/jit.py)."""
     say(f"probe: {config.kernel} over {', '.join(config.targets)}")
     t0 = time.monotonic()
-    result = run_probe(config, python, source, out)
+    result = run_probe(config, python, source, out, env)
     seconds = round(time.monotonic() - t0, 3)
     outcome = probe_status(result, config)
     _, evidence = probe_verdict(result, config)

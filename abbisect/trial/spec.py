@@ -18,6 +18,7 @@ from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
 from abbisect.gpu.sharing import SlotPlace
 from abbisect.infra.cache import Cache
+from abbisect.launch.jit import JitCache
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
 from abbisect.query.evals import EvalRun
@@ -83,6 +84,9 @@ class LaunchInfo:
     # Tracebacks in the log that end in abbisect's own client going away (a connection it closed or reset):
     # not evidence (score/scanner.py, own_client), counted here so the report can say so.
     client_gone: int = 0
+    # Where its JIT and compile caches were and whether they started cold or warm (launch.jit_cache); None in a
+    # result from before abbisect kept them apart.
+    jit: JitCache | None = None
 
 
 @dataclass(frozen=True)

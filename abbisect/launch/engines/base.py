@@ -24,6 +24,9 @@ class Adapter(Protocol):
     # `command` engine fills a {gpu_share} placeholder instead). abbisect passes it when the recipe's slots
     # have a share (abbisect/recipe/gpus.py), and refuses a recipe that passes it too (gpu/preflight.py).
     share_flag: str | None
+    # The JIT, compile and autotune caches the engine's stack reads, as (variable, subfolder): abbisect points
+    # each into the launch's own folder (abbisect/launch/jit.py, `launch.jit_cache`).
+    jit_caches: tuple[tuple[str, str], ...]
 
     def plan(self, recipe: Recipe, python: str, model: str | None, host: str, port: int) -> LaunchPlan: ...
 

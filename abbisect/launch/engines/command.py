@@ -6,11 +6,14 @@ when the slot has the whole GPU: the server is told its budget the way the recip
 from __future__ import annotations
 
 from abbisect.environment.base import fill
+from abbisect.launch import jit
 from abbisect.launch.engines.base import LaunchPlan, share_text, vllm_style_facts
 from abbisect.recipe import Recipe
 
 kind = "command"
 share_flag: str | None = None  # a placeholder instead: {gpu_share}
+# Any engine: every cache variable abbisect knows (one the server does not read is harmless).
+jit_caches = (*jit.VLLM, *jit.SGLANG, *jit.TORCH_STACK, *jit.KERNEL_LIBS)
 SHARE_PLACEHOLDER = "{gpu_share}"
 
 

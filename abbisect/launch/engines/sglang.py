@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import re
 
+from abbisect.launch import jit
 from abbisect.launch.engines.base import LaunchPlan, share_args
 from abbisect.recipe import Recipe
 
 kind = "sglang"
 share_flag: str | None = "--mem-fraction-static"  # the fraction of the GPU's memory for weights and the KV cache pool
+# SGLANG_CACHE_DIR (its own JIT kernels; recent versions put Triton's, inductor's and CUDA's under it unless set),
+# and what torch, Triton and the kernel libraries compile.
+jit_caches = (*jit.SGLANG, *jit.TORCH_STACK, *jit.KERNEL_LIBS)
 READY_LINE = r"The server is fired up and ready to roll!"
 
 

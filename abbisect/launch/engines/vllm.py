@@ -5,11 +5,15 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from abbisect.launch import jit
 from abbisect.launch.engines.base import LaunchPlan, share_args, vllm_style_facts
 from abbisect.recipe import Recipe
 
 kind = "vllm"
 share_flag: str | None = "--gpu-memory-utilization"  # the fraction of the GPU's total memory this instance may use
+# Its torch.compile cache (and FlashInfer's autotune) under VLLM_CACHE_ROOT, and what torch, Triton and the kernel
+# libraries compile.
+jit_caches = (*jit.VLLM, *jit.TORCH_STACK, *jit.KERNEL_LIBS)
 
 
 def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -> LaunchPlan:

@@ -49,8 +49,33 @@ def parse_args(argv):
 def startup():
     # abbisect-demo: startup
     test_hooks()
+    compile_kernels()
     delay = float(os.environ.get("TOYENGINE_LOAD_SECONDS", "0.1"))
     time.sleep(delay)
+
+
+def compile_kernels():
+    """An engine's JIT at start, in miniature: the model's kernels compiled once into Triton's cache folder
+    (TRITON_CACHE_DIR, else ~/.triton/cache, as Triton's own default), keyed by the model code's bytes; a later
+    start of the same code loads them instead. A compile takes TOYENGINE_COMPILE_SECONDS (0 by default)."""
+    import hashlib
+
+    import toyengine.model
+
+    root = os.environ.get("TRITON_CACHE_DIR") or os.path.join(os.path.expanduser("~"), ".triton", "cache")
+    with open(toyengine.model.__file__, "rb") as fh:
+        key = hashlib.sha256(fh.read()).hexdigest()[:16]
+    path = os.path.join(root, key, "toy_kernels.json")
+    if os.path.exists(path):
+        log.info("kernel cache: loaded %s", key)
+        return
+    time.sleep(float(os.environ.get("TOYENGINE_COMPILE_SECONDS") or 0))
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"key": key, "kernels": ["prefill", "decode"]}, fh)
+    os.replace(tmp, path)
+    log.info("kernel cache: compiled %s", key)
 
 
 def test_hooks():
