@@ -45,7 +45,7 @@ from abbisect.bisect.search import NEW, OLD, SKIP, Graph, start
 from abbisect.recipe import Recipe
 from abbisect.stats import Call
 from abbisect.trial.spec import TrialResult, TrialSpec
-from abbisect.verdict.status import Outcome
+from abbisect.recipe.status import Outcome
 
 # scenario -> (world kind, world options, recipe options, methods)
 SCENARIOS: dict[str, tuple[str, dict, dict, tuple[str, ...]]] = {

@@ -44,7 +44,7 @@ from abbisect.score.degeneration import OutputAnalysis
 from abbisect.trial.executors import Slot
 from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Evidence, Verdict, judge
-from abbisect.verdict.status import Outcome, Status
+from abbisect.recipe.status import Outcome, Status
 
 CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
 

@@ -10,9 +10,9 @@ from abbisect.assess import assessor_for
 from abbisect.assess.flaky import Flaky
 from abbisect.launch.server import Ready
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome, Status
 from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
-from abbisect.verdict.status import Outcome, Status
 
 
 def recipe(**overrides) -> Recipe:

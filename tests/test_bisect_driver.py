@@ -19,10 +19,10 @@ from abbisect.bisect.driver import Driver
 from abbisect.bisect.oracle import Oracle
 from abbisect.bisect.search import bisect as git_bisect
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome, Status
 from abbisect.trial.executors import Slot
 from abbisect.trial.spec import TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
-from abbisect.verdict.status import Outcome, Status
 
 STATUS = {Outcome.GOOD: Status.OK, Outcome.BAD: Status.DEGENERATE, Outcome.SKIP: Status.BUILD_FAILED}
 

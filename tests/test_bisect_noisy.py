@@ -14,7 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import seam
 
 from abbisect.bisect.bisection import Mode
-from abbisect.verdict.status import Outcome
+from abbisect.recipe.status import Outcome
 
 
 def found(run) -> str | None:

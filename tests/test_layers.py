@@ -2,9 +2,10 @@
 one of a higher layer. The layers (README "How it works" draws them) from the bottom:
 
 0. infra      the machinery every stage uses: errors, git, processes, the cache, locks, logs, masking
-1. inputs     the recipe and its schema (with the table of GPU device classes its probe names), the
-              statuses, and the pure functions every stage may call (scoring, statistics): never a stage,
-              so the recipe does not import gpu/ (gpu/ reads the device classes from the recipe's table)
+1. inputs     the recipe and its schema (with the table of GPU device classes its probe names, and the
+              statuses its verdict rules name), and the pure functions every stage may call (scoring,
+              statistics): never a stage, so the recipe does not import gpu/ (gpu/ reads the device classes
+              from the recipe's table) nor verdict/ (verdict/ reads the statuses from the recipe)
 2. stages     checkout, environment, launch, query, verdict, the GPU tools and the histories abbisect
               builds itself: each imports only infra, inputs and the stages before it
 3. trial      one commit through the stages (and where trials run)
@@ -27,7 +28,7 @@ PACKAGE = Path(__file__).resolve().parents[1] / "abbisect"
 # Module-name prefixes per layer, bottom first. A module belongs to the layer of its longest matching prefix.
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("abbisect.infra",),
-    ("abbisect.recipe", "abbisect.verdict.status", "abbisect.score", "abbisect.stats"),
+    ("abbisect.recipe", "abbisect.score", "abbisect.stats"),
     ("abbisect.checkout", "abbisect.environment", "abbisect.launch", "abbisect.query", "abbisect.verdict",
      "abbisect.gpu", "abbisect.builtin"),
     ("abbisect.trial", "abbisect.assess"),
@@ -131,6 +132,17 @@ def upward(graph: dict[str, set[str]]) -> list[str]:
     return arrows
 
 
+def both_ways(graph: dict[str, set[str]]) -> list[str]:
+    """Pairs of the package's folders that import each other (module by module there is no loop, but the
+    drawing of the folders would show an arrow running back up)."""
+    def folder(m: str) -> str:
+        return ".".join(m.split(".")[:2])
+
+    arrows = {(folder(s), folder(t)) for s, ts in graph.items() for t in ts
+              if folder(s) != folder(t) and t not in ANYWHERE and s not in ANYWHERE}
+    return sorted(f"{a} <-> {b}" for a, b in arrows if (b, a) in arrows and a < b)
+
+
 def test_every_module_has_a_layer() -> None:
     unplaced = sorted(m for m in modules() if m not in ANYWHERE and layer_of(m) is None)
     assert not unplaced, f"modules in no layer of tests/test_layers.py LAYERS: {unplaced}"
@@ -146,15 +158,21 @@ def test_nothing_imports_upward() -> None:
     assert not found, "imports from a lower layer to a higher one:\n" + "\n".join(found)
 
 
+def test_no_two_folders_import_each_other() -> None:
+    found = both_ways(imports(modules()))
+    assert not found, "folders that import each other:\n" + "\n".join(found)
+
+
 def test_the_checks_can_fail(tmp_path: Path) -> None:
     """A planted loop and a planted upward import are both found (the checks are not vacuous)."""
     pkg = tmp_path / "abbisect"
     for rel, text in {"__init__.py": "", "infra/__init__.py": "", "infra/a.py": "from abbisect.infra import b\n",
                       "infra/b.py": "def f():\n    from abbisect.infra import a\n",
                       "trial/__init__.py": "", "trial/t.py": "",
-                      "infra/c.py": "import abbisect.trial.t\n"}.items():
+                      "infra/c.py": "import abbisect.trial.t\n", "trial/u.py": "from abbisect.infra import c\n"}.items():
         (pkg / rel).parent.mkdir(parents=True, exist_ok=True)
         (pkg / rel).write_text(text)
     graph = imports(modules(pkg))
     assert circles(graph) == [["abbisect.infra.a", "abbisect.infra.b"]]
     assert upward(graph) == ["abbisect.infra.c (layer 0) -> abbisect.trial.t (layer 3)"]
+    assert both_ways(graph) == ["abbisect.infra <-> abbisect.trial"]

@@ -19,11 +19,11 @@ from abbisect.infra.errors import InfraError
 from abbisect.infra.git import git
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import parse_recipe
+from abbisect.recipe.status import Outcome
 from abbisect.report.nodes import node_caches, nodes_block, nodes_json
 from abbisect.trial.remote import Parcels, delivery, land, localized
 from abbisect.trial.slots import infra_result
 from abbisect.trial.spec import Extras, TrialSpec
-from abbisect.verdict.status import Outcome
 
 
 @pytest.fixture

@@ -21,12 +21,12 @@ from abbisect.narrow.deltas import Delta, Launch
 from abbisect.narrow.narrowing import NarrowRun, Probe, masked
 from abbisect.query.chat import Completion
 from abbisect.recipe import load_recipe, parse_recipe
+from abbisect.recipe.status import Outcome, Status
 from abbisect.report.narrow import narrow_json, render_narrow
 from abbisect.report.render import ab_files, model_path, portable_for
 from abbisect.score.degeneration import OutputAnalysis
 from abbisect.trial.spec import LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
-from abbisect.verdict.status import Outcome, Status
 
 INVISIBLE = re.compile("[\u200b-\u200d\u2060\ufeff]")
 SHA_A, SHA_B = "903fef3ace96402133e626cdf5802395abf85f97", "7b18977842343176fbd1570304fbdfd7f9942bb0"

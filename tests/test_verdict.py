@@ -9,9 +9,9 @@ import pytest
 from pydantic import ValidationError
 
 from abbisect.recipe import Verdicts
+from abbisect.recipe.status import BAD_RULES, SKIP_RULES, Status
 from abbisect.trial.slots import infra_result
 from abbisect.verdict.rules import PROBE_STATUS, Evidence, judge, status_of
-from abbisect.verdict.status import BAD_RULES, SKIP_RULES, Status
 
 _HEALTHY = {"build_ok": True, "build_error": None, "ready": "ready", "rejected_flags": (), "first_exception": None,
             "n_outputs": 4, "n_errors": 0, "degenerate": (), "late_loops": (), "answer_misses": (),

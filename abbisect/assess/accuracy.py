@@ -18,11 +18,11 @@ from abbisect.assess.base import Assessment, Sample, ends_told, more_launches, p
 from abbisect.infra.serial import dump
 from abbisect.query.evals import EvalRun, EvalSet, Pairing, pair
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome, Status
 from abbisect.stats import PairedComparison, classify_paired, compare_paired
 from abbisect.stats.decide import Call
 from abbisect.stats.evidence import Items, Model
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome, Status
 
 # A trial of one of these statuses answered no item an accuracy can be told from.
 _NO_ANSWERS = {Status.BUILD_FAILED, Status.FLAG_REJECTED, Status.CRASHED_AT_STARTUP, Status.TIMEOUT,

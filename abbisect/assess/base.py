@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
+from abbisect.recipe.status import Outcome
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome
 
 if TYPE_CHECKING:  # the statistics load with the assessors that use them, not with the rules
     from abbisect.stats.decide import Classification

@@ -12,8 +12,8 @@ from __future__ import annotations
 from abbisect.assess.base import Sample
 from abbisect.assess.flaky import Flaky
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome, Status
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome, Status
 
 # The statuses judged output by output; any other bad status failed the launch as a whole.
 _PER_OUTPUT = {Status.OK, Status.DEGENERATE, Status.WRONG_ANSWER, Status.BATCH_VARIANT}

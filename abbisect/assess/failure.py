@@ -10,9 +10,9 @@ import re
 from collections import Counter
 
 from abbisect.assess.base import Sample
+from abbisect.recipe.status import Outcome, Status
 from abbisect.score import severity_at_least
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome, Status
 
 # Statuses whose first exception says how it failed; for the others (degenerate outputs, warnings) the log's
 # first exception is incidental.

@@ -13,11 +13,11 @@ from __future__ import annotations
 from abbisect.assess.base import Assessment, Sample, more_launches, placed
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome
 from abbisect.stats import RateComparison, classify_rate, compare_rates, wilson
 from abbisect.stats.decide import Call
 from abbisect.stats.evidence import Model, Rates
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome
 
 
 def observations(sample: Sample) -> tuple[int, int]:

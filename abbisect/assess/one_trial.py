@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abbisect.assess.base import Assessment, Sample
+from abbisect.recipe.status import Outcome
 from abbisect.stats.evidence import Model
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome
 
 
 def said(sample: Sample) -> str:

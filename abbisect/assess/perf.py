@@ -22,11 +22,11 @@ from abbisect.infra.serial import dump
 from abbisect.query.measure import PerfPass
 from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better, unit
+from abbisect.recipe.status import Outcome, Status
 from abbisect.stats import SampleComparison, classify_sample, compare_samples
 from abbisect.stats.decide import Call
 from abbisect.stats.evidence import Model, Samples
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome, Status
 
 
 def passes_of(sample: Sample) -> list[PerfPass]:

@@ -13,8 +13,8 @@ from abbisect.bisect import gitlog
 from abbisect.bisect.search import SearchResult
 from abbisect.narrow.narrowing import NarrowRun
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome
 
 if TYPE_CHECKING:
     from abbisect.bisect.variables import Variable

@@ -19,7 +19,7 @@ from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.infra import git
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome
+from abbisect.recipe.status import Outcome
 
 _IDENTITY = {"GIT_AUTHOR_NAME": "abbisect", "GIT_AUTHOR_EMAIL": "abbisect@localhost",
              "GIT_COMMITTER_NAME": "abbisect", "GIT_COMMITTER_EMAIL": "abbisect@localhost"}

@@ -32,7 +32,7 @@ from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better
 from abbisect.stats.evidence import AFTER, BEFORE, Items, Model, Rates, Samples
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome
+from abbisect.recipe.status import Outcome
 
 NO_CHANGE_PRIOR = 0.5  # the ends were named good and bad, but whether they differ is for the evidence to say
 CONFIRMATIONS = 3  # an answer not confirmed: search on with the fresh launches as evidence, at most this often

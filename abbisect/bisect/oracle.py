@@ -25,13 +25,13 @@ from abbisect.environment import EnvResult
 from abbisect.environment.store import background
 from abbisect.infra.serial import load
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome
 from abbisect.score import resemblance
 from abbisect.trial import judges
 from abbisect.trial.judges import Judge
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.slots import Executor, Slot
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
-from abbisect.verdict.status import Outcome
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
 Sample = Sequence[TrialResult]

@@ -28,9 +28,9 @@ from abbisect.bisect.search import NEW, OLD, SKIP, Graph, Mark, SearchResult, Se
 from abbisect.bisect.variables import Variable
 from abbisect.checkout import Revision
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome
 from abbisect.trial.judges import Judge
 from abbisect.trial.slots import Slot
-from abbisect.verdict.status import Outcome
 
 Ends = Mapping[str, Sample]  # {"good": …, "bad": …}: the ends' trials, for relative verdicts
 

@@ -51,8 +51,8 @@ from abbisect.infra.errors import UserError
 from abbisect.infra.locks import atomic_write
 from abbisect.infra.serial import dump
 from abbisect.infra.supervisor import TOKEN_VAR
+from abbisect.recipe.status import Outcome, Status
 from abbisect.verdict.rules import Verdict
-from abbisect.verdict.status import Outcome, Status
 
 # The driver's own reservation (about 600 MiB on an H200) is never free: a share that, with the others,
 # fills a GPU exactly would otherwise never pass. IDLE_USED_MIB is that reservation's bound.

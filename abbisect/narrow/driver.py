@@ -21,10 +21,10 @@ from abbisect.narrow.ddmin import Result, ddmin
 from abbisect.narrow.deltas import Delta, Launch, apply, differences
 from abbisect.narrow.narrowing import NarrowRun, Probe, ProbeKind
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.slots import Executor, Slot
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec, trial_spec
-from abbisect.verdict.status import Outcome
 
 Fetch = Callable[[TrialSpec, Progress, Callable[[TrialSpec, Progress], TrialResult]], TrialResult]
 HELP_TIMEOUT_S = 300

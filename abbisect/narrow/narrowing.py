@@ -12,8 +12,8 @@ from abbisect.checkout import Revision
 from abbisect.infra.redact import Redactor
 from abbisect.narrow.deltas import Delta, Launch
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome
 from abbisect.trial.spec import TrialResult
-from abbisect.verdict.status import Outcome
 
 ProbeKind = Literal["failing", "passing", "differences", "switch"]
 

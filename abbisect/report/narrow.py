@@ -9,9 +9,9 @@ from abbisect import __version__
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump
 from abbisect.narrow.narrowing import NarrowRun, Probe
+from abbisect.recipe.status import Outcome
 from abbisect.report.ab import reproduce_block
 from abbisect.report.text import Notes, cell, code, heading, table
-from abbisect.verdict.status import Outcome
 
 
 def _result(p: Probe, notes: Notes) -> str:

@@ -23,9 +23,9 @@ import click
 from abbisect.infra.errors import UserError
 from abbisect.infra.proc import scrubbed_env
 from abbisect.infra.serial import dump
+from abbisect.recipe.status import Outcome
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
-from abbisect.verdict.status import Outcome
 
 _INTERPRETERS = ("python", "python3", "sh", "bash", "node", "perl", "ruby")
 

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from abbisect.gpu.kernel_probe import ProbeConfig, ProbeResult, probe_status, probe_verdict, run_probe
+from abbisect.recipe.status import Outcome
 from abbisect.verdict.rules import PROBE_STATUS, Verdict
-from abbisect.verdict.status import Outcome
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from typing import Protocol
 
 from abbisect.gpu.sharing import SlotPlace
 from abbisect.recipe.gpus import neighbours, parse_gpu_option
+from abbisect.recipe.status import Outcome, Status
 from abbisect.trial.spec import Extras, Progress, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
-from abbisect.verdict.status import Outcome, Status
 
 
 @dataclass(frozen=True)

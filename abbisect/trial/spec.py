@@ -24,9 +24,9 @@ from abbisect.query.chat import Completion
 from abbisect.query.evals import EvalRun
 from abbisect.query.measure import PerfPass, PerfRun
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome
 from abbisect.score import AnswerCheck, OutputAnalysis, SignatureMatch
 from abbisect.verdict.rules import Verdict
-from abbisect.verdict.status import Outcome
 
 Progress = Callable[[str], None]
 

@@ -18,10 +18,10 @@ from abbisect.infra.locks import atomic_write
 from abbisect.infra.redact import Redactor, fingerprint_key
 from abbisect.infra.serial import dump, load
 from abbisect.recipe.fingerprint import fingerprint
+from abbisect.recipe.status import Outcome
 from abbisect.trial.dryrun import plan_for
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
-from abbisect.verdict.status import Outcome
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
 
@@ -142,7 +142,7 @@ class TrialCache:
     def put(self, result: TrialResult, spec: TrialSpec | None = None) -> None:
         """Keep a result (and its out_dir's logs); `spec` is the unredacted spec the key is computed from."""
         status = result.verdict.status
-        if not status.cacheable:  # it says nothing about the commit (abbisect/verdict/status.py)
+        if not status.cacheable:  # it says nothing about the commit (abbisect/recipe/status.py)
             return
         spec = spec or result.spec
         key = trial_key(spec, self.machine)

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from abbisect.recipe import Verdicts
-from abbisect.verdict.status import Outcome, Status
+from abbisect.recipe.status import Outcome, Status
 
 # A kernel probe's outcome (decided by its own `probe.bad_if`, abbisect/gpu/kernel_probe.py) as a status: a kernel
 # that does not fit a target is the commit's fault, a probe that measured nothing in scope leaves it untested.
