@@ -43,9 +43,9 @@ from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.posterior import Option
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, start
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome
 from abbisect.stats import Call
 from abbisect.trial.spec import TrialResult, TrialSpec
-from abbisect.recipe.status import Outcome
 
 # scenario -> (world kind, world options, recipe options, methods)
 SCENARIOS: dict[str, tuple[str, dict, dict, tuple[str, ...]]] = {
@@ -56,6 +56,9 @@ SCENARIOS: dict[str, tuple[str, dict, dict, tuple[str, ...]]] = {
                 ("posterior", "today")),
     "perf": ("perf", {}, {}, ("posterior", "today", "clairvoyant")),
     "perf-drift": ("perf", {"drift": 0.08, "drift_period": 3}, {}, ("posterior", "today", "clairvoyant")),
+    # the host turns busy between the search and the confirmation (the confirmation's guard: issue 40)
+    "flaky-busy": ("flaky", {"busy_confirm": 0.5}, {}, ("posterior",)),
+    "perf-busy": ("perf", {"busy_confirm": 0.08}, {}, ("posterior",)),
     "batch": ("batch", {}, {}, ("posterior", "today")),
     "batch-busy": ("batch", {"batch_share": (0.3, 0.45)}, {}, ("posterior", "today")),
     "accuracy": ("accuracy", {}, {}, ("posterior", "today")),
@@ -87,10 +90,8 @@ def items_of(trials) -> int:
 def posterior(world: seam.World, recipe: Recipe, slots: int) -> dict:
     run, _ = seam.bisect(world, recipe, slots)
     c = run.confirmation
-    search = sum(len(s.trials) for s in run.steps)
+    search = sum(1 for s in run.steps for t in s.trials if not noisy.fresh(t))  # the confirmations' left out
     wall = sum(len(r["commits"]) if slots == 1 else math.ceil(len(r["commits"]) / slots) for r in run.rounds)
-    confirm_launches = run.launches - search
-    wall += (confirm_launches if slots == 1 else c.get("rounds", 0)) if c else 0
     if not run.posterior:  # a rule on one launch: plain bisection, one launch at a time
         wall = run.launches
     found = run.result.first_new if run.result else None

@@ -10,6 +10,9 @@ replaced by seeded outcomes of a history with one planted change. What is simula
 - `perf`: 5 passes a launch, each the median TPOT of 24 requests with log-normal noise `sigma` a request, +10 %
   from the planted commit on, a launch offset of 0.5 %, and optionally a drift: `drift` relative slowdown while
   the host is busy, busy and quiet alternating every `drift_period` launches (a busy loop switching on and off);
+- `busy_confirm` (flaky and perf): the host turns busy once the search is over, for the confirmation's launches
+  (those labelled `confirm…`): a flaky launch then also crashes with that probability before the change, a
+  performance launch is that much slower;
 - `accuracy`: the built-in eval set's 400 items, `eval.n` of them a launch (the seeded parts, or the items a
   bisect asks); from the planted commit on 8 % of the items (by a hash of the id) are answered wrong, and every
   answer flips wrong with probability `flip`.
@@ -40,11 +43,11 @@ from abbisect.query.chat import Completion
 from abbisect.query.evals import EvalRun, EvalSet, ItemResult
 from abbisect.query.measure import PerfPass, PerfRun, workload
 from abbisect.recipe import Recipe
+from abbisect.recipe.status import Outcome, Status
 from abbisect.score.degeneration import OutputAnalysis
 from abbisect.trial.executors import Slot
 from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Evidence, Verdict, judge
-from abbisect.recipe.status import Outcome, Status
 
 CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
 
@@ -82,6 +85,7 @@ class World:
     sigma: float = 0.05
     drift: float = 0.0
     drift_period: int = 3
+    busy_confirm: float = 0.0
     flip: float = 0.02
     parents: dict[str, tuple[str, ...]] | None = None  # a history other than a line: the change at `planted`
     planted: str = ""
@@ -117,8 +121,13 @@ class World:
         return TrialResult(spec, None, launch, kw.pop("outputs", ()), kw.pop("analyses", ()), kw.pop("answers", ()),
                            (), kw.pop("first_exception", None), verdict, {}, kw.pop("extras", Extras()))
 
+    def busy_now(self, spec: TrialSpec) -> float:
+        """How busy the host is for this launch: `busy_confirm` for a confirmation's, else 0."""
+        return self.busy_confirm if spec.side.startswith("confirm") else 0.0
+
     def _flaky(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
-        if rng.random() < (self.rate if after else self.good_rate):
+        rate = self.rate if after else self.good_rate
+        if rng.random() < 1 - (1 - rate) * (1 - self.busy_now(spec)):
             return self._result(spec, Verdict(Status.CRASHED_AT_STARTUP, Outcome.BAD, (CRASH,)),
                                 first_exception=(1, CRASH))
         return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("no degenerate output",)))
@@ -139,7 +148,7 @@ class World:
         return bool(self.drift) and (clock // self.drift_period) % 2 == 1
 
     def _perf(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
-        base = 2.0 * (1.1 if after else 1.0) * (1 + self.drift if self.busy(clock) else 1.0)
+        base = 2.0 * (1.1 if after else 1.0) * (1 + self.drift if self.busy(clock) else 1.0) * (1 + self.busy_now(spec))
         offset = rng.gauss(0, 0.005)
         perf = spec.recipe.perf
         assert perf is not None

@@ -15,11 +15,10 @@ from pathlib import Path
 
 from abbisect.bisect.bisection import BisectRun, Mode
 from abbisect.bisect.kinds import VariableKind
-from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.infra import git
-from abbisect.trial.spec import TrialResult
 from abbisect.recipe.status import Outcome
+from abbisect.trial.spec import TrialResult
 
 _IDENTITY = {"GIT_AUTHOR_NAME": "abbisect", "GIT_AUTHOR_EMAIL": "abbisect@localhost",
              "GIT_COMMITTER_NAME": "abbisect", "GIT_COMMITTER_EMAIL": "abbisect@localhost"}
@@ -33,17 +32,13 @@ def wanted(run: BisectRun, statistical: bool) -> bool:
 
 def confirm(oracle: Oracle, run: BisectRun) -> None:
     """The found commit and its parent, fresh; `run.confirmation` says what they showed and how sure the answer
-    is. Only fresh launches count: the search's own trials chose the answer, so they cannot confirm it. A verdict
-    that depends on chance is judged by the posterior again (abbisect/bisect/noisy.py), one rule on one trial
-    by the rule (so is a performance bisect searched plainly because an end's requests failed: it has no
-    posterior)."""
+    is. A rule on one trial is judged by the rule (so is a performance bisect searched plainly because an end's
+    requests failed: it has no posterior); a verdict that depends on chance was confirmed by its own search,
+    every launch of the two counting (abbisect/bisect/noisy.py), and only the revert is left to do here."""
     found, parent = (run.result.first_new if run.result else None), run.found_parent
     if not found or not parent:
         return
-    if oracle.assessor.statistical and run.posterior:
-        if not run.confirmation:  # the posterior search confirms its answers itself (bisect/noisy.py)
-            run.confirmation = NoisySearch(oracle).confirmation(run)
-    else:
+    if not (oracle.assessor.statistical and run.posterior):
         fresh = {sha: oracle.again(sha, f"confirm-{what}") for sha, what in ((parent, "parent"), (found, "found"))}
         seen = {sha: oracle.assessor.alone([t]) for sha, t in fresh.items()}
         if "differs_from_good" in run.recipe.verdict.bad_if:  # a change of output is the signal
@@ -61,7 +56,7 @@ def confirm(oracle: Oracle, run: BisectRun) -> None:
                                                                 else ": the answer is not reproducible"),
                             **{who: {"sha": sha, "outcome": seen[sha].outcome, "evidence": seen[sha].evidence}
                                for who, sha in (("parent", parent), ("found", found))}}
-    oracle.say(f"confirmation: {run.confirmation['sentence']}")
+        oracle.say(f"confirmation: {run.confirmation['sentence']}")
     if run.recipe.bisect.revert:
         run.confirmation["revert"] = revert(oracle, run, found)
 

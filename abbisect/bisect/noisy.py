@@ -18,7 +18,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 
 from abbisect.assess.base import Assessor
 from abbisect.assess.failure import fingerprint
@@ -30,12 +30,23 @@ from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult, start
 from abbisect.checkout import Revision
 from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better
+from abbisect.recipe.status import Outcome
+from abbisect.stats.decide import Call
 from abbisect.stats.evidence import AFTER, BEFORE, Items, Model, Rates, Samples
 from abbisect.trial.spec import TrialResult
-from abbisect.recipe.status import Outcome
 
 NO_CHANGE_PRIOR = 0.5  # the ends were named good and bad, but whether they differ is for the evidence to say
 CONFIRMATIONS = 3  # an answer not confirmed: search on with the fresh launches as evidence, at most this often
+# The search hands its likeliest commit to the confirmation once it holds this much of the mass: the confirmation's
+# launches of the commit and its parent count towards `bisect.posterior` (they are the launches that tell most
+# there), so the search need not get there alone.
+HANDOFF = 0.5
+CONFIRM = "confirm"  # the label of a confirmation's launches ("confirm-found", "confirm2-parent"): fresh ones
+
+
+def fresh(trial: TrialResult) -> bool:
+    """Whether a launch is a confirmation's (fresh: never from the trial cache) rather than the search's."""
+    return trial.spec.side.startswith(CONFIRM)
 
 
 def likely(path: str, patterns: Sequence[str]) -> bool:
@@ -64,15 +75,26 @@ class Evidence:
     recipe: Recipe
     assessor: Assessor
     failure: str = ""  # how the worse end fails (verdict.same_failure): other failures are no evidence
+    # Commits whose search launches no longer count while a confirmation runs (its guard): sha → why
+    dropped: dict[str, str] = field(default_factory=dict)
+    # While a confirmation runs on a host seen to drift (why): only the ends' search launches count, beside the
+    # fresh ones, as a confirmation from nothing would have it (`anchors`: the ends)
+    drifted: str = ""
+    anchors: frozenset[str] = frozenset()
 
     def model(self, steps: Sequence[Step]) -> Model:
         model = self.assessor.model()
         assert model is not None  # the posterior search runs only a verdict that depends on chance
         for s in steps:
             for t, rnd in zip(s.trials, s.trial_rounds or (0,) * len(s.trials)):
-                if self.counts(t):
+                if self.counts(t) and self.kept(s.sha, t):
                     self.assessor.observe(model, s.sha, rnd, t)
         return model
+
+    def kept(self, sha: str, trial: TrialResult) -> bool:
+        """Whether the guard leaves a launch of `sha` in the evidence: every fresh one; a search launch unless its
+        commit was dropped, or the host drifts and it is not an end's."""
+        return fresh(trial) or (sha not in self.dropped and (not self.drifted or sha in self.anchors))
 
     def counts(self, trial: TrialResult) -> bool:
         """Whether a launch is evidence of the change searched for: a failure unlike the worse end's is not."""
@@ -96,12 +118,10 @@ class NoisySearch:
         self.evidence = Evidence(self.recipe, a)
         self.cap = a.search_cap
         self.asks_items = isinstance(a.model(), Items)  # a candidate is asked the items telling the ends apart
-        self.labels: dict[str, str] = {}  # a launch's label when not its role (the confirmation's)
-        self.fresh = False  # never from the trial cache (the confirmation)
+        self.labels: dict[str, str] = {}  # a launch's label when not its role (a confirmation's)
+        self.fresh = False  # never from the trial cache (a confirmation's launches)
         self.prior: dict[str, float] = {}
         self.rounds = 0
-        self.anchored: dict[str, int] = {}  # the confirmation: each end's search launches, evidence but not its own
-        self.summary: dict = {}  # the confirmation: what it says (BisectRun.confirmation)
 
     def walk(self, driver, run: BisectRun) -> BisectRun:
         oracle, recipe, a = self.oracle, self.recipe, self.oracle.assessor
@@ -140,50 +160,38 @@ class NoisySearch:
         untestable = [s for s in run.steps if s.is_end and not any(self.evidence.observes(t) for t in s.trials)]
         if untestable:
             return self.untestable_end(untestable[0])
-        post = self.search()
-        for attempt in range(1, CONFIRMATIONS + 1):  # confirmed, or searched on with the fresh launches as evidence
-            decision = post.decide(self.threshold)
-            if not decision.found or (self.recipe.bisect.confirm == "never" and not self.recipe.bisect.revert):
+        confirming = recipe.bisect.confirm != "never" or recipe.bisect.revert
+        # A host that may drift (a performance verdict) is searched to the threshold first: a pair of fresh launches
+        # can straddle a change of the host, and the search's rounds, each re-measuring an end, are what tell a
+        # drift from the change.
+        early = confirming and not getattr(a.model(), "drifts", False)
+        handoff = min(HANDOFF, self.threshold) if early else self.threshold
+        post = self.search(stop=handoff)
+        for attempt in range(1, CONFIRMATIONS + 1):  # confirmed, or searched on with its launches as evidence
+            decision = post.decide(handoff)
+            if not decision.found or not confirming:
                 break
-            check = self.confirmed(decision.found, post, attempt)
-            run.confirmation = check.summary
-            if check.summary["level"] == "confirmed" or attempt == CONFIRMATIONS or self.launches() >= self.budget:
+            run.confirmation, post = self.confirmation(decision.found, post, attempt)
+            if run.confirmation["level"] == "confirmed" or attempt == CONFIRMATIONS or self.launches() >= self.budget:
                 break
-            self.say(f"confirmation {attempt}: {check.summary['sentence']}; searching on with its launches as "
+            self.say(f"confirmation {attempt}: {run.confirmation['sentence']}; searching on with its launches as "
                      "evidence")
-            self.adopt(check)
-            post = self.search()
+            post = self.search(stop=handoff)
         return self.conclude(post)
 
-    def confirmed(self, found: str, post: Posterior, attempt: int) -> NoisySearch:
-        """The confirmation of `found` (its parent in the range), by a search of its own on a scratch copy."""
-        run = self.run
-        parents = self.graph.parents.get(found) or (run.old.sha,)
-        view = replace(run, result=SearchResult("found", found, (found,), 0, ()), found_parent=parents[0],
-                       mode=Mode.REGRESSION if self.worse_state(post, found) == AFTER else Mode.FIX)
-        check = NoisySearch(self.oracle)
-        check.summary = check.confirmation(view, f"confirm{attempt if attempt > 1 else ''}")
-        return check
-
-    def adopt(self, check: NoisySearch) -> None:
-        """A confirmation's fresh launches, added to the search's evidence (each in a round of its own)."""
-        offset = self.rounds
-        for scratch in check.run.steps:
-            fresh = scratch.trials[check.anchored.get(scratch.sha, 0):]
-            rounds = scratch.trial_rounds[check.anchored.get(scratch.sha, 0):]
-            for trial, rnd in zip(fresh, rounds):
-                self.record(scratch.sha, trial, 0.0, offset + rnd)
-        self.rounds = offset + check.rounds + 1
-
-    def search(self, options: Callable[[], list[Option]] | None = None) -> Posterior:
-        """Rounds until one hypothesis holds the threshold, the budget is spent, or no launch would tell more."""
+    def search(self, options: Callable[[], list[Option]] | None = None, stop: float | None = None,
+               limit: int | None = None, until: Callable[[Posterior], bool] | None = None) -> Posterior:
+        """Rounds until one commit holds `stop` of the mass (default: the threshold), "no change" holds the
+        threshold, `until` says so, the launches reach `limit` (default: the search's budget), or no launch would
+        tell more."""
         post = self.posterior()
+        limit = self.budget if limit is None else limit
         while True:
-            decision = post.decide(self.threshold)
-            if decision.found or decision.no_change:
+            decision = post.decide(self.threshold if stop is None else stop)
+            if decision.found or post.decide(self.threshold).no_change or (until is not None and until(post)):
                 return post
-            if self.launches() >= self.budget:
-                self.say(f"the cap of {self.budget} launches is reached: not sure where the change is")
+            if self.launches() >= limit:
+                self.say(f"the cap of {limit} launches is reached: not sure where the change is")
                 return post
             plan = post.plan((options or self.options)(), max(len(self.oracle.slots), 1),
                              reference=self.must_reference(post))
@@ -201,14 +209,22 @@ class NoisySearch:
         """Whether the next round must measure an end again beside its candidates: how much the host drifts is
         learnt only that way, so at least every third round; and every round once the rounds are seen to drift
         by more than a third of the smallest change that matters."""
-        model = post.model
-        if not isinstance(model, Samples) or len(self.run.rounds) < 2:
+        if not isinstance(post.model, Samples) or len(self.run.rounds) < 2:
             return False
         if not {sha for r in self.run.rounds[-2:] for sha in r["commits"]} & set(self.ends):
             return True
+        return self.drift(post) is not None
+
+    def drift(self, post: Posterior) -> str | None:
+        """The host's drift check: the rounds of a performance search are seen to drift by more than a third of
+        the smallest change that matters (what, in words), else None."""
+        if not isinstance(post.model, Samples):
+            return None
         old = next(iter(self.ends))
-        drift = model.means(post.z, post.mass, post.target(old), BEFORE)[1]
-        return drift >= (self.recipe.perf.min_effect if self.recipe.perf else 0.03) / 3
+        drift = post.model.means(post.z, post.mass, post.target(old), BEFORE)[1]
+        least = self.recipe.perf.min_effect if self.recipe.perf else 0.03
+        return (f"the host's rounds drift by ± {drift:.1%}, more than a third of perf.min_effect ({least:.0%})"
+                if drift >= least / 3 else None)
 
     # -- evidence -------------------------------------------------------------------------------------------
     def step_of(self, sha: str) -> Step | None:
@@ -221,8 +237,8 @@ class NoisySearch:
         return self.labels.get(sha) or str(self.role(sha))
 
     def launches(self) -> int:
-        """Launches of this search (an anchor's earlier ones left out: the confirmation's)."""
-        return sum(len(s.trials) - self.anchored.get(s.sha, 0) for s in self.run.steps)
+        """Launches of this search, its confirmations' included."""
+        return sum(len(s.trials) for s in self.run.steps)
 
     def posterior(self) -> Posterior:
         """The posterior from every launch so far (rebuilt each round: cheap, and the same after a resume)."""
@@ -328,65 +344,121 @@ class NoisySearch:
         self.save(self.run)
 
     # -- the confirmation -----------------------------------------------------------------------------------
-    def confirmation(self, run: BisectRun, label: str = "confirm") -> dict:
-        """The found commit and its parent run again, fresh, judged by a posterior of their own: the hypotheses
-        "the change is the found commit", "it is before the parent" and "after the found commit" (and no
-        change), the ends' launches as what before and after look like (not the found commit's or its parent's:
-        the search chose the answer from those, so they cannot confirm it). Launched as the search is, until one
-        hypothesis holds `bisect.posterior` or each has its cap of fresh launches."""
-        assert run.result is not None and run.result.first_new and run.found_parent
-        found, parent = run.result.first_new, run.found_parent
-        a = self.oracle.assessor
-        chain = list(dict.fromkeys(c for c in (parent, found, run.new.sha) if c != run.old.sha))
-        self.graph = Graph.from_parents({c: ((chain[i - 1],) if i else ()) for i, c in enumerate(chain)})
-        # whether there is a change at all the search settled, every launch counting; the question here is where
-        self.space = Space.of(self.graph, None, 1e-9)
-        self.ends = {run.old.sha: Role.OLD_END, run.new.sha: Role.NEW_END}
-        anchors = [replace(s) for s in run.steps if s.sha in self.ends and s.sha not in (parent, found)]
-        self.anchored = {s.sha: len(s.trials) for s in anchors}
-        self.run = replace(run, steps=anchors, rounds=[])
-        self.rounds = 1 + max((r for s in run.steps for r in s.trial_rounds), default=0)
-        self.labels = {parent: f"{label}-parent", found: f"{label}-found",
-                       **{e: f"{label}-{role}" for e, role in self.ends.items() if e not in (parent, found)}}
-        self.fresh, self.budget = True, 3 * a.cap
-        start = self.rounds
-        self.launch_round([parent, found])
-        post = self.search(self.confirm_options)
-        mass = post.culprit_mass()
+    def confirmation(self, found: str, post: Posterior, attempt: int) -> tuple[dict, Posterior]:
+        """The found commit and its parent judged on all their launches, the search's and fresh ones: at least
+        `repeats.launches` of each, fresh (a round holds both, at
+        once where slots allow), then more of either as the posterior asks, until the found commit holds
+        `bisect.posterior` of the mass, it is no longer the likeliest answer, or each has its cap of fresh
+        launches. The fresh launches guard against drift and chance (`guard`): a commit whose fresh launches
+        differ from its search launches, or a host whose rounds drift, has its search launches dropped from the
+        evidence. Everything else stays as the search has it: the rates learnt, "no change" a hypothesis, no
+        commit named below the threshold. Returns what the report says (BisectRun.confirmation) and the
+        posterior after it."""
+        run, a = self.run, self.oracle.assessor
+        parent = (self.graph.parents.get(found) or (run.old.sha,))[0]
+        regression = self.worse_state(post, found) == AFTER
+        label = f"{CONFIRM}{attempt if attempt > 1 else ''}"
+        self.labels, self.fresh = {parent: f"{label}-parent", found: f"{label}-found"}, True
+        if post.model.drifts:  # the ends measured again beside them: a drift of the host is measured, not mistaken
+            self.labels.update({e: f"{label}-{role}" for e, role in self.ends.items() if e not in self.labels})
+        start, counted = self.rounds, {sha: self.search_launches(sha) for sha in (parent, found)}
+        least = self.recipe.repeats.launches
+        self.say(f"{label}: {found[:10]} holds {post.culprit_mass().get(found, 0.0):.0%}; launching it and its parent "
+                 f"{parent[:10]} at least {least} time(s) each, fresh, beside their {counted[parent]} and "
+                 f"{counted[found]} launch(es) in the search")
+        # a round of the fresh minimum: the pair (on a host that may drift, with the old end measured beside it:
+        # the round's offset is then known, and a host that slowed is not read as the change)
+        pair = [parent, found, *([run.old.sha] if post.model.drifts and run.old.sha not in (parent, found) else [])]
+        pairs = max(len(self.oracle.slots) // len(pair), 1)
+        while (short := least - min(self.fresh_launches(parent), self.fresh_launches(found))) > 0:
+            self.launch_round(pair * min(pairs, short))
+        guarded = self.guard((parent, found))
+        for sha, why in guarded.items():
+            self.say(f"{label}: the {self.labels[sha].rsplit('-', 1)[1]}'s search launches no longer count: {why}")
+        # it stops early once the found commit is no longer the likeliest answer, unless the guard took evidence
+        # away: then only the fresh launches can say
+        post = self.search(self.confirm_options, limit=self.launches() + 2 * a.cap,
+                           until=None if guarded else lambda p: p.decide(0.0).found != found)
         decision = post.decide(self.threshold)
-        worse = self.worse_state(post, found)
-        as_found = worse == (AFTER if run.mode is Mode.REGRESSION else BEFORE)
+        mass = post.culprit_mass()
+        as_found = (self.worse_state(post, found) == AFTER) == regression
         level = ("confirmed" if decision.found == found and as_found else
-                 "not reproduced" if decision.found or decision.no_change or not as_found else "not sure")
-        steps = {sha: self.step_of(sha) for sha in (parent, found)}
-        fresh = {sha: step.trials if step is not None else () for sha, step in steps.items()}
-        sentence = {"confirmed": f"run again, fresh, the found commit holds {mass[found]:.1%} of the posterior: its "
-                                 "parent is like the old end and it is like the new end",
-                    "not sure": f"run again {len(fresh[found])} times, the found commit holds only {mass[found]:.1%} "
-                                "of the posterior: the answer is not sure",
-                    "not reproduced": "run again, fresh, the found commit and its parent do not differ as the ends do "
-                                      f"(the found commit holds {mass[found]:.1%}): the answer is not reproduced"}[level]
-        seen = {sha: a.alone(trials) for sha, trials in fresh.items()}
-        bad = Outcome.BAD if run.mode is Mode.REGRESSION else Outcome.GOOD
+                 "not reproduced" if decision.found or decision.no_change or not as_found
+                 or post.decide(0.0).found != found else "not sure")
+        new = {sha: self.fresh_launches(sha) for sha in (parent, found)}
+        counts = {sha: sum(1 for t in step.trials if not fresh(t) and self.evidence.kept(sha, t))
+                  if (step := self.step_of(sha)) is not None else 0 for sha in (parent, found)}
+        said = (f"{new[found]} fresh launches of the found commit and {new[parent]} of its parent beside "
+                f"{counts[found]} and {counts[parent]} of the search")
+        sentence = {"confirmed": f"the found commit holds {mass[found]:.1%} of the posterior, {said}: its parent "
+                                 "is like the old end and it is like the new end",
+                    "not sure": f"the found commit holds only {mass[found]:.1%} of the posterior, {said}, each at its "
+                                "cap: the answer is not sure",
+                    "not reproduced": f"{said}, the found commit holds {mass[found]:.1%}: it and its parent do not "
+                                      "differ as the ends do, so the answer is not reproduced"}[level]
+        trials = {sha: [t for t in step.trials if self.evidence.kept(sha, t)]
+                  for sha in (parent, found) if (step := self.step_of(sha)) is not None}
+        seen = {sha: a.alone(ts) for sha, ts in trials.items()}
+        bad = Outcome.BAD if regression else Outcome.GOOD
         side = {sha: post.after(sha) for sha in (parent, found)}
-        return {"launches": len(fresh[found]), "parent_launches": len(fresh[parent]), "rounds": self.rounds - start,
-                "level": level, "held": level == "confirmed", "sentence": sentence,
-                "compared": a.compare(list(fresh[parent]), list(fresh[found])),
-                "mass": {"found": round(mass[found], 6), "parent": round(mass.get(parent, 0.0), 6),
-                         "no_change": round(post.no_change, 6)},
-                "ends_again": {str(self.role(s.sha)): len(s.trials) - self.anchored[s.sha] for s in self.run.steps
-                               if s.sha in self.anchored and len(s.trials) > self.anchored[s.sha]},
-                **{who: {"sha": sha, "outcome": bad if side[sha] >= 0.5 else bad.inverted(),
-                         "evidence": f"{seen[sha].evidence}; after the change with probability {side[sha]:.1%}"}
-                   for who, sha in (("parent", parent), ("found", found))}}
+        summary = {"launches": new[found], "parent_launches": new[parent], "counted": counts[found],
+                   "parent_counted": counts[parent], "rounds": self.rounds - start, "attempt": attempt,
+                   "level": level, "held": level == "confirmed", "sentence": sentence,
+                   "compared": a.compare(trials[parent], trials[found]),
+                   "guard": {who: self.evidence.dropped.get(sha) or self.evidence.drifted or None
+                             for who, sha in (("parent", parent), ("found", found))},
+                   "mass": {"found": round(mass[found], 6), "parent": round(mass.get(parent, 0.0), 6),
+                            "no_change": round(post.no_change, 6)},
+                   **{who: {"sha": sha, "outcome": bad if side[sha] >= 0.5 else bad.inverted(),
+                            "evidence": f"{seen[sha].evidence}; after the change with probability {side[sha]:.1%}"}
+                      for who, sha in (("parent", parent), ("found", found))}}
+        self.labels, self.fresh = {}, False
+        if level != "confirmed":  # searched on with every launch counting: its rounds measure the host again
+            self.evidence.dropped, self.evidence.drifted = {}, ""
+            post = self.posterior()
+        return summary, post
+
+    def search_launches(self, sha: str) -> int:
+        step = self.step_of(sha)
+        return sum(1 for t in step.trials if not fresh(t)) if step is not None else 0
+
+    def fresh_launches(self, sha: str) -> int:
+        """`sha`'s launches under its label of this confirmation (a resumed one finds those it already made)."""
+        step = self.step_of(sha)
+        return sum(1 for t in step.trials if t.spec.side == self.labels[sha]) if step is not None else 0
+
+    def guard(self, shas: Sequence[str]) -> dict[str, str]:
+        """The confirmation's guard: a commit whose fresh launches differ from its launches in the search (the
+        assessor's own comparison at its alpha: Fisher's exact test for a rate, min(KS, Mann–Whitney U) for a
+        metric, McNemar for eval items) keeps only its fresh launches as evidence while the confirmation runs;
+        when the host's drift check fires, no commit's search launches count then but the ends'. {sha: why} of the
+        commits whose search launches were dropped now."""
+        a, dropped = self.oracle.assessor, {}
+        drift = self.drift(self.posterior())
+        for sha in shas:
+            step = self.step_of(sha)
+            if step is None or sha in self.evidence.dropped:
+                continue
+            trials = [t for t in step.trials if self.evidence.observes(t)]
+            searched, new = [t for t in trials if not fresh(t)], [t for t in trials if fresh(t)]
+            if not searched or not new:
+                continue
+            cmp = a.compare(searched, new)
+            if (cmp.get("comparison") or {}).get("call") == Call.DIFFERENT:
+                dropped[sha] = (f"its {len(new)} fresh launch(es) differ from its {len(searched)} in the search "
+                                f"({cmp.get('text', '')})")
+        self.evidence.dropped.update(dropped)
+        if drift is not None:
+            self.evidence.drifted, self.evidence.anchors = (f"{drift}: only the ends' launches in the search count, "
+                                                            "beside the fresh ones"), frozenset(self.ends)
+            dropped.update({sha: self.evidence.drifted for sha in shas if sha not in dropped})
+        return dropped
 
     def confirm_options(self) -> list[Option]:
-        """The parent and the found commit, and the ends again (a drift is measured beside them), each with its
-        cap of fresh launches."""
+        """The parent and the found commit (and the ends, when the host may drift), each within its cap of fresh
+        launches."""
         cap = self.oracle.assessor.cap
-        done = {s.sha: len(s.trials) - self.anchored.get(s.sha, 0) for s in self.run.steps}
-        return [Option(sha, 1.0, sha in self.ends, cap - done.get(sha, 0))
-                for sha in dict.fromkeys([*self.labels, *self.ends]) if sha in self.labels]
+        return [Option(sha, 1.0, sha in self.ends, cap - self.fresh_launches(sha)) for sha in self.labels]
 
     def requests_fail(self) -> BisectRun:
         """An end whose requests failed (a performance verdict): whether a commit's requests fail is no chance,

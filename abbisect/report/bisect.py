@@ -202,16 +202,20 @@ def how_sure_block(run: BisectRun) -> list[str]:
             for who in ("parent", "found")]
     each = (f"{c['launches']} fresh launch(es) each" if c.get("parent_launches", c["launches"]) == c["launches"]
             else f"fresh launches: {c['launches']} of the found commit, {c['parent_launches']} of its parent")
+    if "counted" in c:  # the posterior search's confirmation counts the search's launches of the two too
+        each += f"; counted with them from the search: {c['counted']} and {c['parent_counted']}"
     lines = ["### How sure", "", f"**{c['level'].capitalize()}**: {c['sentence']} ({each}).", "",
              table(["", "commit", "verdict", "evidence"], rows, notes), ""]
     if c.get("compared", {}).get("text"):
         lines += [f"Parent vs found, run again: {c['compared']['text']}.", ""]
     if c.get("mass"):
-        again = ", ".join(f"the {role} {n} time(s)" for role, n in c.get("ends_again", {}).items())
-        lines += [(f"The fresh launches, judged by the posterior of their own (the ends' launches showing what "
-                   f"before and after look like{'; ' + again + ' again, for the drift' if again else ''}): the "
-                   f"found commit holds {c['mass']['found']:.1%}, its parent {c['mass']['parent']:.1%}, no change "
+        lines += [(f"Every launch counted, the search's and the fresh ones, in the search's posterior: the found "
+                   f"commit holds {c['mass']['found']:.1%}, its parent {c['mass']['parent']:.1%}, no change "
                    f"{c['mass']['no_change']:.1%}."), ""]
+    for who, why in (c.get("guard") or {}).items():
+        if why:
+            lines += [f"⚠ Guard: the {who}'s launches in the search no longer count, only its fresh ones: {cell(why, 300)}.",
+                      ""]
     revert = c.get("revert")
     if revert:
         lines += [f"**Revert**: {revert['sentence']}."
