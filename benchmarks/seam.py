@@ -17,6 +17,10 @@ replaced by seeded outcomes of a history with one planted change. What is simula
   bisect asks); from the planted commit on 8 % of the items (by a hash of the id) are answered wrong, and every
   answer flips wrong with probability `flip`.
 
+- `changes` (perf and accuracy): several planted changes instead of one, each (commit index, size): a performance
+  change multiplies TPOT by 1 + size from that commit on (+0.06, or −0.05 for a partial fix); an accuracy change
+  turns a further share `size` of the items (a bucket of a hash of the id, its own) wrong from that commit on.
+
 Each launch's draws are seeded by (seed, commit, label, attempt): reproducible, and the same for every method.
 """
 
@@ -86,6 +90,7 @@ class World:
     drift: float = 0.0
     drift_period: int = 3
     busy_confirm: float = 0.0
+    changes: tuple[tuple[int, float], ...] = ()  # several planted changes (the module docstring); () : `culprit`
     flip: float = 0.02
     parents: dict[str, tuple[str, ...]] | None = None  # a history other than a line: the change at `planted`
     planted: str = ""
@@ -101,6 +106,22 @@ class World:
         if self.parents is None:
             return int(sha[1:]) >= self.culprit
         return self.planted in ancestors(self.parents, sha)
+
+    def index(self, sha: str) -> int:
+        return self.shas.index(sha) if self.parents else int(sha[1:])
+
+    def sizes(self, sha: str) -> list[float]:
+        """The sizes of the planted changes `sha` has (with one planted change: 0.10 for perf, 0.08 for accuracy)."""
+        if not self.changes:
+            return [0.10 if self.kind == "perf" else 0.08] if self.after(sha) else []
+        return [size for at, size in self.changes if self.index(sha) >= at]
+
+    def changed_item(self, item_id: str, k: int, size: float) -> bool:
+        """Whether planted change `k` (of `size`) turns this item wrong: the items of a hash bucket of their own, so
+        the changes' items do not overlap (the one change of a plain world: the first 8 buckets of 100)."""
+        start = round(sum(sz for _, sz in self.changes[:k]) * 100) if self.changes else 0
+        bucket = int(hashlib.sha256(item_id.encode()).hexdigest()[:8], 16) % 100
+        return start <= bucket < start + round(size * 100)
 
     def run(self, spec: TrialSpec, progress=None) -> TrialResult:
         """One launch of `spec`'s commit (the oracle's runner)."""
@@ -148,7 +169,10 @@ class World:
         return bool(self.drift) and (clock // self.drift_period) % 2 == 1
 
     def _perf(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
-        base = 2.0 * (1.1 if after else 1.0) * (1 + self.drift if self.busy(clock) else 1.0) * (1 + self.busy_now(spec))
+        level = 1.0
+        for size in self.sizes(spec.sha):
+            level *= 1 + size
+        base = 2.0 * level * (1 + self.drift if self.busy(clock) else 1.0) * (1 + self.busy_now(spec))
         offset = rng.gauss(0, 0.005)
         perf = spec.recipe.perf
         assert perf is not None
@@ -170,9 +194,10 @@ class World:
         else:
             asked = list(eval_set.sample(min(n * (spec.chunk + 1), size), section.seed)[n * spec.chunk:])
         items = []
+        sizes = self.sizes(spec.sha)
         for item in asked:
-            changed = int(hashlib.sha256(item.id.encode()).hexdigest()[:8], 16) % 100 < 8
-            right = not (after and changed) and rng.random() >= self.flip
+            changed = any(self.changed_item(item.id, k, size) for k, size in enumerate(sizes))
+            right = not changed and rng.random() >= self.flip
             items.append(ItemResult(item.id, right, "", None, item.answer))
         run = EvalRun(eval_set.name, tuple(items), size=size)
         return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras=Extras(eval=run))

@@ -12,15 +12,19 @@ failed requests pass `eval.error_threshold`, or that does not serve, is untestab
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import replace
 
-from abbisect.assess.base import Assessment, Sample, ends_told, more_launches, placed
+import numpy as np
+
+from abbisect.assess.base import Assessment, Sample, Term, ends_told, more_launches, placed
 from abbisect.infra.serial import dump
 from abbisect.query.evals import EvalRun, EvalSet, Pairing, pair
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
 from abbisect.stats import PairedComparison, classify_paired, compare_paired
 from abbisect.stats.decide import Call
+from abbisect.stats.effects import Effect
 from abbisect.stats.evidence import Items, Model
 from abbisect.trial.spec import TrialResult
 
@@ -60,6 +64,7 @@ class Accuracy:
         # the posterior search asks a candidate only the items that tell the ends apart, a launch at a time, so a
         # candidate may get more launches than the sample has parts (at least 4)
         self.search_cap = max(self.cap, 4)
+        self.least, self.alpha = self.section.min_drop, self.section.alpha
 
     def model(self) -> Model:
         return Items()
@@ -76,6 +81,31 @@ class Accuracy:
 
     def unmeasured(self, sample: Sample) -> bool:
         return False  # a failed request is no answer: its item is left out
+
+    def effect(self, terms: Sequence[Term], basis: tuple[Sample, Sample] | None = None) -> Effect | None:
+        """Σ weight × (accuracy after − accuracy before) over the items both commits of `basis` answered (default:
+        the first term's), item by item: a term whose two commits did not both answer an item counts it as
+        unchanged (a bisect asks a candidate only the items that tell the ends apart: the others answer alike),
+        with a seeded paired bootstrap interval (95 %)."""
+        runs = [(w, eval_run(before), eval_run(after)) for w, before, after in terms]
+        over = [eval_run(s) for s in basis] if basis is not None else [runs[0][1], runs[0][2]] if runs else []
+        if not runs or any(a is None or b is None for _, a, b in runs) or any(r is None for r in over):
+            return None
+
+        def graded(run: EvalRun | None) -> dict[str, bool]:
+            return {i.id: bool(i.correct) for i in run.items if i.correct is not None} if run is not None else {}
+
+        ids = sorted(set(graded(over[0])) & set(graded(over[1])))
+        if not ids:
+            return None
+        d = np.zeros(len(ids))
+        for w, before, after in runs:
+            a, b = graded(before), graded(after)
+            d += w * np.array([float(b[i]) - float(a[i]) if i in a and i in b else 0.0 for i in ids])
+        rng = np.random.default_rng(0)
+        means = d[rng.integers(0, d.size, size=(10_000, d.size))].mean(axis=1)
+        lo, hi = np.quantile(means, [0.025, 0.975])
+        return Effect(float(d.mean()), float(lo), float(hi), 0.95, "accuracy", worse_up=False)
 
     def _compare(self, p: Pairing) -> PairedComparison:
         return compare_paired(p.a, p.b, min_change=self.section.min_drop, alpha=self.section.alpha,

@@ -11,9 +11,11 @@ from abbisect.trial.spec import TrialResult
 
 if TYPE_CHECKING:  # the statistics load with the assessors that use them, not with the rules
     from abbisect.stats.decide import Classification
+    from abbisect.stats.effects import Effect
     from abbisect.stats.evidence import Model
 
 Sample = Sequence[TrialResult]  # every trial of one commit, in the order they ran
+Term = tuple[float, Sample, Sample]  # weight, before, after: one difference in a sum of them (Assessor.effect)
 
 
 @dataclass(frozen=True)
@@ -102,3 +104,18 @@ class Assessor(Protocol):
     def unmeasured(self, sample: Sample) -> bool:
         """The commit's requests failed, so its trials measure nothing this verdict compares (a performance
         verdict: its bisect then looks for the commit whose requests fail)."""
+
+    def effect(self, terms: Sequence[Term], basis: tuple[Sample, Sample] | None = None) -> Effect | None:
+        """Σ weight × (after − before) over `terms` on the verdict's additive scale (abbisect/stats/effects.py),
+        with its interval (95 %): one term is a change's effect, the ends' minus the changes' is what they leave;
+        `basis`: the two commits whose common items an accuracy is counted over (the ends'), so every effect of a
+        range is on one scale. None for a rule on one trial, or when a commit measured nothing."""
+
+    @property
+    def least(self) -> float:
+        """The smallest effect that matters, on the scale of `effect` (perf.min_effect, repeats.min_difference,
+        eval.min_drop)."""
+
+    @property
+    def alpha(self) -> float:
+        """The significance level its comparisons use."""

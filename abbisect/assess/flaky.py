@@ -10,12 +10,16 @@ was rejected, it never became ready) is no observation: a commit with none is un
 
 from __future__ import annotations
 
-from abbisect.assess.base import Assessment, Sample, more_launches, placed
+import math
+from collections.abc import Sequence
+
+from abbisect.assess.base import Assessment, Sample, Term, more_launches, placed
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.stats import RateComparison, classify_rate, compare_rates, wilson
 from abbisect.stats.decide import Call
+from abbisect.stats.effects import Effect
 from abbisect.stats.evidence import Model, Rates
 from abbisect.trial.spec import TrialResult
 
@@ -55,6 +59,7 @@ class Flaky:
         self.first, self.cap = r.launches, r.cap
         self.search_cap = self.cap
         self.min_difference, self.alpha = r.min_difference, r.alpha
+        self.least = self.min_difference
 
     def model(self) -> Model:
         return Rates(self.min_difference)
@@ -68,6 +73,24 @@ class Flaky:
 
     def unmeasured(self, sample: Sample) -> bool:
         return False  # failed requests are failures, counted
+
+    def effect(self, terms: Sequence[Term], basis: tuple[Sample, Sample] | None = None) -> Effect | None:
+        """Σ weight × (rate after − rate before), each commit's rate counted once, with a normal interval (each
+        rate's variance from (k + ½)/(n + 1), Jeffreys's, so a commit that never failed still has one)."""
+        weights: dict[str, float] = {}
+        seen: dict[str, tuple[int, int]] = {}
+        for w, before, after in terms:
+            for sign, sample in ((-w, before), (w, after)):
+                k, n = self.observed(sample)
+                if not n:
+                    return None
+                key = sample[0].spec.sha
+                weights[key], seen[key] = weights.get(key, 0.0) + sign, (k, n)
+        value = sum(w * seen[c][0] / seen[c][1] for c, w in weights.items())
+        var = sum(w * w * ((k + 0.5) / (n + 1)) * (1 - (k + 0.5) / (n + 1)) / n
+                  for c, w in weights.items() for k, n in (seen[c],))
+        half = 1.959964 * math.sqrt(var)
+        return Effect(value, value - half, value + half, 0.95, f"{self.unit[:-1]} failure rate")
 
     def _compare(self, a: tuple[int, int], b: tuple[int, int]) -> RateComparison:
         return compare_rates(*a, *b, min_difference=self.min_difference, alpha=self.alpha)

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from abbisect.assess.base import Assessment, Sample
+from collections.abc import Sequence
+
+from abbisect.assess.base import Assessment, Sample, Term
 from abbisect.recipe.status import Outcome
+from abbisect.stats.effects import Effect
 from abbisect.stats.evidence import Model
 from abbisect.trial.spec import TrialResult
 
@@ -20,6 +23,7 @@ class Rules:
     absolute = True
     unit = "launches"
     first = cap = search_cap = 1
+    least, alpha = 0.0, 1.0  # one trial is the verdict: no effect to weigh
 
     def alone(self, sample: Sample) -> Assessment:
         return Assessment(sample[0].verdict.outcome, said(sample))
@@ -44,3 +48,6 @@ class Rules:
 
     def unmeasured(self, sample: Sample) -> bool:
         return False
+
+    def effect(self, terms: Sequence[Term], basis: tuple[Sample, Sample] | None = None) -> Effect | None:
+        return None  # a rule keeps one answer, as git does

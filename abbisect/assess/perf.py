@@ -13,11 +13,14 @@ no pass for another reason (it does not build or start) cannot be timed: it is u
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import median
 
-from abbisect.assess.base import Assessment, Sample, ends_told, more_launches, placed
+import numpy as np
+
+from abbisect.assess.base import Assessment, Sample, Term, ends_told, more_launches, placed
 from abbisect.infra.serial import dump
 from abbisect.query.measure import PerfPass
 from abbisect.recipe import Recipe
@@ -25,6 +28,7 @@ from abbisect.recipe.perf import better, unit
 from abbisect.recipe.status import Outcome, Status
 from abbisect.stats import SampleComparison, classify_sample, compare_samples
 from abbisect.stats.decide import Call
+from abbisect.stats.effects import Effect
 from abbisect.stats.evidence import Model, Samples
 from abbisect.trial.spec import TrialResult
 
@@ -128,6 +132,7 @@ class Perf:
         self.metric = recipe.perf.metric
         self.first, self.cap = recipe.perf.launches, recipe.perf.max_launches
         self.search_cap = self.cap
+        self.least, self.alpha = math.log1p(recipe.perf.min_effect), recipe.perf.alpha
 
     def model(self) -> Model:
         return Samples(passes=self.perf.passes)
@@ -141,6 +146,28 @@ class Perf:
 
     def unmeasured(self, sample: Sample) -> bool:
         return failed_requests(sample) is not None
+
+    def effect(self, terms: Sequence[Term], basis: tuple[Sample, Sample] | None = None) -> Effect | None:
+        """Σ weight × log(median after / median before) of the metric — log ratios add up along a range, relative
+        changes do not — each commit's median counted once, with a seeded bootstrap interval (each commit's passes
+        resampled on their own)."""
+        weights: dict[str, float] = {}
+        values: dict[str, np.ndarray] = {}
+        for w, before, after in terms:
+            for sign, sample in ((-w, before), (w, after)):
+                vs = metric_values(sample, self.metric)
+                if len(vs) < 3:
+                    return None
+                key = sample[0].spec.sha
+                weights[key], values[key] = weights.get(key, 0.0) + sign, np.log(np.asarray(vs, dtype=float))
+        value = sum(w * float(np.median(values[c])) for c, w in weights.items())
+        rng, boot = np.random.default_rng(0), np.zeros(10_000)
+        for c, w in sorted(weights.items()):
+            if w:
+                v = values[c]
+                boot += w * np.median(v[rng.integers(0, v.size, size=(boot.size, v.size))], axis=1)
+        lo, hi = np.quantile(boot, [0.025, 0.975])
+        return Effect(value, float(lo), float(hi), 0.95, self.metric, relative=True, worse_up=not better(self.metric))
 
     def _compare(self, a: list[float], b: list[float]) -> SampleComparison:
         return compare_samples(a, b, min_effect=self.perf.min_effect, alpha=self.perf.alpha)

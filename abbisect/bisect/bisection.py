@@ -143,6 +143,8 @@ class BisectRun:
     unstable: tuple[str, ...] = ()  # prompts the good end answers differently twice (differs_from_good's noise)
     confirmation: dict = field(default_factory=dict)  # the answer run again, and the revert (abbisect/bisect/confirm.py)
     posterior: dict = field(default_factory=dict)  # a statistical search's posterior, for the report (bisect/noisy.py)
+    # bisect.changes: all — every change named in the range and what is left of the ends' difference (bisect/changes.py)
+    changes: dict = field(default_factory=dict)
     order: tuple[str, ...] = ()  # the tested commits in the history's order, oldest first (for the report)
     narrowing: NarrowRun | None = field(default=None, repr=False)  # bisect.narrow: abbisect narrow at the answer
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).

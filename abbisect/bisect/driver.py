@@ -17,6 +17,7 @@ from typing import Any
 
 from abbisect.bisect import confirm
 from abbisect.bisect.bisection import BisectRun, EndsMode, Role, Step
+from abbisect.bisect.changes import every_change
 from abbisect.bisect.ends import ends_first_because
 from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.oracle import Oracle, Sample
@@ -49,7 +50,8 @@ class Driver:
                 return LazyEnds().walk(self, run)
             self.say(f"bisect.ends lazy is not possible here: {run.ends_fallback}; testing both ends first")
         if self.oracle.assessor.statistical:  # a verdict that depends on chance: one posterior over the range
-            return NoisySearch(self.oracle, self.save).walk(self, run)
+            more = every_change if run.recipe.bisect.changes == "all" else None  # every change in the range
+            return NoisySearch(self.oracle, self.save).walk(self, run, more)
         return EndsFirst().walk(self, run)
 
     # -- what the policies call ----------------------------------------------------------------------

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import fnmatch
 import math
+import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
@@ -46,7 +47,17 @@ CONFIRM = "confirm"  # the label of a confirmation's launches ("confirm-found", 
 
 def fresh(trial: TrialResult) -> bool:
     """Whether a launch is a confirmation's (fresh: never from the trial cache) rather than the search's."""
-    return trial.spec.side.startswith(CONFIRM)
+    return CONFIRM in trial.spec.side
+
+
+_PHASE = re.compile(r"change(\d+) ")
+
+
+def phase_of(trial: TrialResult) -> int:
+    """Which search of the bisect launched it: 1 the whole range's, k ≥ 2 the k-th search of a part of it for
+    another change (its launches are labelled `changeK …`: abbisect/bisect/changes.py)."""
+    m = _PHASE.match(trial.spec.side)
+    return int(m.group(1)) if m else 1
 
 
 def likely(path: str, patterns: Sequence[str]) -> bool:
@@ -81,6 +92,7 @@ class Evidence:
     # fresh ones, as a confirmation from nothing would have it (`anchors`: the ends)
     drifted: str = ""
     anchors: frozenset[str] = frozenset()
+    phase: int = 1  # the searches whose launches count: this one and those before it (a resume replays in order)
 
     def model(self, steps: Sequence[Step]) -> Model:
         model = self.assessor.model()
@@ -94,6 +106,8 @@ class Evidence:
     def kept(self, sha: str, trial: TrialResult) -> bool:
         """Whether the guard leaves a launch of `sha` in the evidence: every fresh one; a search launch unless its
         commit was dropped, or the host drifts and it is not an end's."""
+        if phase_of(trial) > self.phase:
+            return False
         return fresh(trial) or (sha not in self.dropped and (not self.drifted or sha in self.anchors))
 
     def counts(self, trial: TrialResult) -> bool:
@@ -122,8 +136,13 @@ class NoisySearch:
         self.fresh = False  # never from the trial cache (a confirmation's launches)
         self.prior: dict[str, float] = {}
         self.rounds = 0
+        self.phase, self.prefix = 1, ""  # a search of a part of the range for another change: its number, label
+        self.ask: tuple[str, ...] | None = None  # the eval items its every launch asks (a part's search)
 
-    def walk(self, driver, run: BisectRun) -> BisectRun:
+    def walk(self, driver, run: BisectRun,
+             more: Callable[[NoisySearch, Posterior], dict] | None = None) -> BisectRun:
+        """Search the bisect's range and confirm the answer; `more`: what to do next with the search and its
+        posterior, before the answer is concluded (every other change of the range: abbisect/bisect/changes.py)."""
         oracle, recipe, a = self.oracle, self.recipe, self.oracle.assessor
         self.driver, self.run = driver, run
         olds = list(run.merge_bases) or [run.old.sha]
@@ -160,24 +179,52 @@ class NoisySearch:
         untestable = [s for s in run.steps if s.is_end and not any(self.evidence.observes(t) for t in s.trials)]
         if untestable:
             return self.untestable_end(untestable[0])
+        post, run.confirmation = self.settle()
+        primary = None
+        if more is not None:
+            run.changes = more(self, post)
+            primary = run.changes.get("primary")
+            if primary and not run.confirmation.get("held"):  # named by a search of a part: its confirmation
+                run.confirmation = run.changes.get("primary_confirmation") or run.confirmation
+        return self.conclude(post, primary)
+
+    def settle(self) -> tuple[Posterior, dict]:
+        """The search and its confirmation: the posterior after them, and what the confirmation says ({}: none ran)."""
+        recipe, a = self.recipe, self.oracle.assessor
         confirming = recipe.bisect.confirm != "never" or recipe.bisect.revert
         # A host that may drift (a performance verdict) is searched to the threshold first: a pair of fresh launches
         # can straddle a change of the host, and the search's rounds, each re-measuring an end, are what tell a
         # drift from the change.
         early = confirming and not getattr(a.model(), "drifts", False)
         handoff = min(HANDOFF, self.threshold) if early else self.threshold
+        said: dict = {}
         post = self.search(stop=handoff)
         for attempt in range(1, CONFIRMATIONS + 1):  # confirmed, or searched on with its launches as evidence
             decision = post.decide(handoff)
             if not decision.found or not confirming:
                 break
-            run.confirmation, post = self.confirmation(decision.found, post, attempt)
-            if run.confirmation["level"] == "confirmed" or attempt == CONFIRMATIONS or self.launches() >= self.budget:
+            said, post = self.confirmation(decision.found, post, attempt)
+            if said["level"] in ("confirmed", "host changed") or attempt == CONFIRMATIONS \
+                    or self.launches() >= self.budget:
                 break
-            self.say(f"confirmation {attempt}: {run.confirmation['sentence']}; searching on with its launches as "
-                     "evidence")
+            self.say(f"confirmation {attempt}: {said['sentence']}; searching on with its launches as evidence")
             post = self.search(stop=handoff)
-        return self.conclude(post)
+        return post, said
+
+    def part(self, old: str, new: str, phase: int) -> NoisySearch:
+        """A search of its own for another change between two tested commits of this one's range (`old` before
+        `new`), the `phase`-th of the bisect: its launches labelled `change<phase> …`, its evidence what this
+        part's commits showed in the searches up to it."""
+        sub = NoisySearch(self.oracle, self.save)
+        sub.driver, sub.run, sub.phase, sub.prefix = self.driver, self.run, phase, f"change{phase} "
+        sub.evidence.phase = phase
+        sub.graph = self.driver.variable.graph(new, [old])
+        sub.ends = {old: Role.OLD_END, new: Role.NEW_END}
+        sub.space = Space.of(sub.graph, {s: w for s, w in self.prior.items() if s in sub.graph}, NO_CHANGE_PRIOR)
+        sub.prior = {s: w for s, w in self.prior.items() if s in sub.graph}
+        sub.budget = sub.cap * (math.ceil(math.log2(len(sub.space.culprits) + 1)) + 2)
+        sub.rounds = max((r for s in self.run.steps for r in s.trial_rounds), default=-1) + 1
+        return sub
 
     def search(self, options: Callable[[], list[Option]] | None = None, stop: float | None = None,
                limit: int | None = None, until: Callable[[Posterior], bool] | None = None) -> Posterior:
@@ -234,15 +281,19 @@ class NoisySearch:
         return self.ends.get(sha, Role.CANDIDATE)
 
     def label(self, sha: str) -> str:
-        return self.labels.get(sha) or str(self.role(sha))
+        return self.prefix + (self.labels.get(sha) or str(self.role(sha)))
 
     def launches(self) -> int:
-        """Launches of this search, its confirmations' included."""
-        return sum(len(s.trials) for s in self.run.steps)
+        """Launches of this search, its confirmations' included (a search of a part: its own)."""
+        return sum(1 for s in self.run.steps for t in s.trials if phase_of(t) == self.phase)
+
+    def steps(self) -> list[Step]:
+        """The steps this search's posterior reads: every commit of its range launched, and its ends."""
+        return [s for s in self.run.steps if s.trials and (s.sha in self.ends or s.sha in self.graph)]
 
     def posterior(self) -> Posterior:
         """The posterior from every launch so far (rebuilt each round: cheap, and the same after a resume)."""
-        steps = [s for s in self.run.steps if s.trials]
+        steps = self.steps()
         self.evidence.failure = self.worse_failure(steps)
         model = self.evidence.model(steps)
         post = Posterior(self.space, model)
@@ -313,10 +364,11 @@ class NoisySearch:
     def items_for(self, sha: str) -> tuple[str, ...] | None:
         """The eval items a candidate's launch asks: those telling the states apart, once there are any; an end
         (and every launch before then) asks the next part of the set."""
+        if self.ask is not None:  # a search of a part: every launch asks the items telling the whole range's ends apart
+            return self.ask
         if not self.asks_items or sha in self.ends:
             return None
-        steps = [s for s in self.run.steps if s.trials]
-        model = self.evidence.model(steps)
+        model = self.evidence.model(self.steps())
         if not isinstance(model, Items) or not model.asked:
             return None
         post = Posterior(self.space, model)
@@ -354,11 +406,16 @@ class NoisySearch:
         evidence. Everything else stays as the search has it: the rates learnt, "no change" a hypothesis, no
         commit named below the threshold. Returns what the report says (BisectRun.confirmation) and the
         posterior after it."""
-        run, a = self.run, self.oracle.assessor
-        parent = (self.graph.parents.get(found) or (run.old.sha,))[0]
+        a = self.oracle.assessor
+        parent = (self.graph.parents.get(found) or (next(iter(self.ends)),))[0]
         regression = self.worse_state(post, found) == AFTER
         label = f"{CONFIRM}{attempt if attempt > 1 else ''}"
         self.labels, self.fresh = {parent: f"{label}-parent", found: f"{label}-found"}, True
+        # The control: the old end launched again beside them. Its fresh launches differing from its launches in
+        # the search say that the host changed (a busy machine that now crashes a good commit too), not the commit.
+        control = next((e for e in self.ends if e not in (parent, found)), None)
+        if control is not None:
+            self.labels[control] = f"{label}-{self.role(control)}"
         if post.model.drifts:  # the ends measured again beside them: a drift of the host is measured, not mistaken
             self.labels.update({e: f"{label}-{role}" for e, role in self.ends.items() if e not in self.labels})
         start, counted = self.rounds, {sha: self.search_launches(sha) for sha in (parent, found)}
@@ -366,23 +423,29 @@ class NoisySearch:
         self.say(f"{label}: {found[:10]} holds {post.culprit_mass().get(found, 0.0):.0%}; launching it and its parent "
                  f"{parent[:10]} at least {least} time(s) each, fresh, beside their {counted[parent]} and "
                  f"{counted[found]} launch(es) in the search")
-        # a round of the fresh minimum: the pair (on a host that may drift, with the old end measured beside it:
-        # the round's offset is then known, and a host that slowed is not read as the change)
-        pair = [parent, found, *([run.old.sha] if post.model.drifts and run.old.sha not in (parent, found) else [])]
-        pairs = max(len(self.oracle.slots) // len(pair), 1)
-        while (short := least - min(self.fresh_launches(parent), self.fresh_launches(found))) > 0:
-            self.launch_round(pair * min(pairs, short))
-        guarded = self.guard((parent, found))
+        # a round of the fresh minimum: the pair and the control (on a host that may drift, the control also pins
+        # the round's offset, so a host that slowed is not read as the change)
+        pair = [parent, found, *([control] if control is not None else [])]
+        width = max(len(self.oracle.slots), len(pair))  # a round fills the slots
+        while need := {sha: n for sha in pair if (n := least - self.fresh_launches(sha)) > 0}:
+            cycle = [sha for k in range(max(need.values())) for sha in pair if need.get(sha, 0) > k]
+            self.launch_round(cycle[:width])
+        # a host that may drift is the drift model's to measure (the control pins each round's offset); on any
+        # other, a control that no longer behaves as in the search means the host changed
+        guarded = self.guard((parent, found) if post.model.drifts else pair)
         for sha, why in guarded.items():
             self.say(f"{label}: the {self.labels[sha].rsplit('-', 1)[1]}'s search launches no longer count: {why}")
-        # it stops early once the found commit is no longer the likeliest answer, unless the guard took evidence
-        # away: then only the fresh launches can say
-        post = self.search(self.confirm_options, limit=self.launches() + 2 * a.cap,
-                           until=None if guarded else lambda p: p.decide(0.0).found != found)
+        changed = guarded.get(control) if control is not None else None
+        if changed:  # the host, not the commits: nothing fresh can confirm or refute the answer now
+            post = self.posterior()
+        else:  # it stops early once the found commit is no longer the likeliest answer, unless the guard took
+            # evidence away: then only the fresh launches can say
+            post = self.search(self.confirm_options, limit=self.launches() + 2 * a.cap,
+                               until=None if guarded else lambda p: p.decide(0.0).found != found)
         decision = post.decide(self.threshold)
         mass = post.culprit_mass()
         as_found = (self.worse_state(post, found) == AFTER) == regression
-        level = ("confirmed" if decision.found == found and as_found else
+        level = ("host changed" if changed else "confirmed" if decision.found == found and as_found else
                  "not reproduced" if decision.found or decision.no_change or not as_found
                  or post.decide(0.0).found != found else "not sure")
         new = {sha: self.fresh_launches(sha) for sha in (parent, found)}
@@ -395,18 +458,24 @@ class NoisySearch:
                     "not sure": f"the found commit holds only {mass[found]:.1%} of the posterior, {said}, each at its "
                                 "cap: the answer is not sure",
                     "not reproduced": f"{said}, the found commit holds {mass[found]:.1%}: it and its parent do not "
-                                      "differ as the ends do, so the answer is not reproduced"}[level]
+                                      "differ as the ends do, so the answer is not reproduced",
+                    "host changed": f"the old end, launched again beside them, no longer behaves as in the search "
+                                    f"({changed}): the host changed between the search and the confirmation, so "
+                                    "the answer is not confirmed; run the bisect again on a quiet host"}[level]
         trials = {sha: [t for t in step.trials if self.evidence.kept(sha, t)]
                   for sha in (parent, found) if (step := self.step_of(sha)) is not None}
         seen = {sha: a.alone(ts) for sha, ts in trials.items()}
         bad = Outcome.BAD if regression else Outcome.GOOD
         side = {sha: post.after(sha) for sha in (parent, found)}
-        summary = {"launches": new[found], "parent_launches": new[parent], "counted": counts[found],
+        summary = {"launches": new[found], "parent_launches": new[parent],
+                   "control_launches": self.fresh_launches(control) if control is not None else 0,
+                   "counted": counts[found],
                    "parent_counted": counts[parent], "rounds": self.rounds - start, "attempt": attempt,
                    "level": level, "held": level == "confirmed", "sentence": sentence,
                    "compared": a.compare(trials[parent], trials[found]),
                    "guard": {who: self.evidence.dropped.get(sha) or self.evidence.drifted or None
-                             for who, sha in (("parent", parent), ("found", found))},
+                             for who, sha in (("parent", parent), ("found", found), ("old end", control))
+                             if sha is not None},
                    "mass": {"found": round(mass[found], 6), "parent": round(mass.get(parent, 0.0), 6),
                             "no_change": round(post.no_change, 6)},
                    **{who: {"sha": sha, "outcome": bad if side[sha] >= 0.5 else bad.inverted(),
@@ -420,12 +489,12 @@ class NoisySearch:
 
     def search_launches(self, sha: str) -> int:
         step = self.step_of(sha)
-        return sum(1 for t in step.trials if not fresh(t)) if step is not None else 0
+        return sum(1 for t in step.trials if not fresh(t) and phase_of(t) <= self.phase) if step is not None else 0
 
     def fresh_launches(self, sha: str) -> int:
         """`sha`'s launches under its label of this confirmation (a resumed one finds those it already made)."""
         step = self.step_of(sha)
-        return sum(1 for t in step.trials if t.spec.side == self.labels[sha]) if step is not None else 0
+        return sum(1 for t in step.trials if t.spec.side == self.label(sha)) if step is not None else 0
 
     def guard(self, shas: Sequence[str]) -> dict[str, str]:
         """The confirmation's guard: a commit whose fresh launches differ from its launches in the search (the
@@ -439,7 +508,7 @@ class NoisySearch:
             step = self.step_of(sha)
             if step is None or sha in self.evidence.dropped:
                 continue
-            trials = [t for t in step.trials if self.evidence.observes(t)]
+            trials = [t for t in step.trials if self.evidence.observes(t) and phase_of(t) <= self.phase]
             searched, new = [t for t in trials if not fresh(t)], [t for t in trials if fresh(t)]
             if not searched or not new:
                 continue
@@ -455,8 +524,8 @@ class NoisySearch:
         return dropped
 
     def confirm_options(self) -> list[Option]:
-        """The parent and the found commit (and the ends, when the host may drift), each within its cap of fresh
-        launches."""
+        """The parent, the found commit and the control (the ends, when the host may drift), each within its cap of
+        fresh launches."""
         cap = self.oracle.assessor.cap
         return [Option(sha, 1.0, sha in self.ends, cap - self.fresh_launches(sha)) for sha in self.labels]
 
@@ -522,12 +591,16 @@ class NoisySearch:
                 out[name] = f"{value:.1%} of the items asked right"
         return out
 
-    def conclude(self, post: Posterior) -> BisectRun:
+    def conclude(self, post: Posterior, primary: str | None = None) -> BisectRun:
+        """The answer: the commit the posterior names, or `primary`, the change that accounts for most of the ends'
+        difference when every change was searched for (`run.changes`)."""
         run, driver = self.run, self.driver
         decision = post.decide(self.threshold)
-        likeliest = next((s for s, _ in decision.likely if s is not None), self.space.culprits[-1])
+        likeliest = primary or next((s for s, _ in decision.likely if s is not None), self.space.culprits[-1])
         worse = self.worse_state(post, likeliest)
         run.mode = Mode.REGRESSION if worse == AFTER else Mode.FIX
+        if primary is not None:
+            run.mode = Mode.REGRESSION if run.changes["primary_sign"] == "regression" else Mode.FIX
         bad_state = worse
         for step in run.steps:
             q = post.after(step.sha) if step.sha in self.graph else 0.0
@@ -550,7 +623,7 @@ class NoisySearch:
                 step.outcome = Outcome.BAD if (q >= 0.5) == (bad_state == AFTER) else Outcome.GOOD
         run.failure = driver.oracle.failure = self.evidence.failure
         run.posterior = self.report(post, decision, likeliest)
-        if decision.no_change:
+        if decision.no_change and primary is None:
             for step in run.steps:
                 if step.is_end:
                     step.outcome = driver.oracle.assessor.alone(step.trials).outcome
@@ -561,10 +634,12 @@ class NoisySearch:
         marks = tuple((s.sha, {Outcome.SKIP: SKIP}.get(s.outcome, NEW if (s.outcome == Outcome.BAD) ==
                                                      (run.mode is Mode.REGRESSION) else OLD))
                       for s in run.steps if s.sha in self.graph)
-        if decision.found:
-            result = SearchResult("found", decision.found, (decision.found,), 0, marks)
+        found = primary or decision.found
+        if found:
+            named = tuple(c["sha"] for c in run.changes.get("changes", ())) or (found,)
+            result = SearchResult("found", found, named, 0, marks)
             if run.merge_bases:
-                self.pick_side(decision.found)
+                self.pick_side(found)
         else:
             result = SearchResult("ambiguous", None, post.candidates(self.threshold)[:12], 0, marks)
         return driver.conclude(run, result, self.graph)

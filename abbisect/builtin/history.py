@@ -68,6 +68,10 @@ _PLANTED: dict[str, tuple[str, str, str]] = {
     # +10 % per token (only where TOYENGINE_TOKEN_SECONDS paces the tokens): a performance regression.
     "slow_tokens": ("toyengine/server.py", '    token_s = TIMING["token"] * factor\n',
                     '    token_s = TIMING["token"] * factor * 1.1  # the sampler re-normalises every step\n'),
+    # Another +10 % per token, in the decode loop (a second regression that adds to slow_tokens).
+    "slow_decode": ("toyengine/server.py",
+                    '            pause(token_s * (2 if finish == "stop" else 1))  # a stop costs its EOS token\'s step too\n',
+                    '            pause(token_s * 1.1 * (2 if finish == "stop" else 1))  # detokenized twice a step\n'),
     # From 4 requests generating at once, each loops on "for" to max_tokens; a step takes at least 5 ms here,
     # so concurrent requests really overlap. One at a time (or up to 3) the outputs are the healthy ones.
     "batch_bug": ("toyengine/server.py", _DECODE, (
@@ -222,6 +226,7 @@ def build_history(repo: Path, commits: list[Commit]) -> list[str]:
 MESSAGES = {
     "slow_tokens": "Re-normalise the sampler's logits at every step (#41)",
     "fix_slow_tokens": "Normalise the logits once per request again (#44)",
+    "slow_decode": "Detokenize in the decode loop for stop strings (#46)",
     "batch_bug": "Fused batched decode kernel (#52)",
     "fix_batch_bug": "Give each sequence of a batch its own scratch buffer (#55)",
     "flaky_crash": "Overlap weight loading with the CUDA graph capture (#60)",

@@ -33,6 +33,9 @@ TORCH_STACK: tuple[tuple[str, str], ...] = (
     ("TRITON_CACHE_DIR", "triton"),  # compiled Triton kernels
     ("CUDA_CACHE_PATH", "cuda"),  # the driver's PTX JIT ComputeCache
     ("TORCH_EXTENSIONS_DIR", "torch_extensions"),  # torch.utils.cpp_extension's JIT builds
+    # inductor's precompiled C++ headers (about 150 MB) go to the temporary folder whatever its cache folder says,
+    # and a later "cold" start of any commit would reuse them: the server's temporary folder is the launch's own
+    ("TMPDIR", "tmp"),
 )
 KERNEL_LIBS: tuple[tuple[str, str], ...] = (
     ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),  # FlashInfer's JIT ops under <base>/.cache/flashinfer

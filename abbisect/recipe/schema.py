@@ -271,6 +271,12 @@ class BisectOptions(_Strict):
     # posterior over where the change is: it stops when one commit holds this much of the mass.
     posterior: float = Field(0.99, gt=0.5, lt=1, description="the posterior mass a commit must hold to be named")
     prior: Prior = Prior()
+    # A statistical verdict's range may hold several changes (two regressions that add up, a regression partly
+    # undone by a fix): `all` names each, until the ends' difference is accounted for (abbisect/bisect/changes.py);
+    # `one` names one, as git bisect. A rule on one trial keeps one answer whatever this says.
+    changes: Literal["one", "all"] = Field("all", description="a statistical verdict: name every change between "
+                                           "the ends (all) or one (one)")
+    max_changes: int = Field(4, ge=1, le=16, description="changes named at most (bisect.changes: all)")
 
 
 class NarrowPassing(_Strict):

@@ -20,7 +20,7 @@ from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
 from abbisect.launch.jit import JitMode
-from abbisect.report import posterior
+from abbisect.report import changes, posterior
 from abbisect.report.ab import (
     BUDGETS,
     OUTPUTS_FILE,
@@ -362,7 +362,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
              f"Range: `{run.old.ref}` ({run.old.short}) .. `{run.new.ref}` ({run.new.short}); "
              f"named good: `{run.good.ref}`, named bad: `{run.bad.ref}`"
              + (", first-parent walk" if run.recipe.bisect.first_parent else "") + ".", "",
-             f"### {headline(run)}", ""]
+             f"### {changes.headline(run) or headline(run)}", ""]
     if run.merge_bases:
         lines += ["### Ends", "", run.ends_note or (f"The ends are on different branches; merge base "
                                                      f"{', '.join(b[:10] for b in run.merge_bases)}."), ""]
@@ -371,6 +371,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     if run.mislabelled:
         lines += [(f"⚠ The ends were named the other way round: {cell(run.mislabelled, 300)}; this search "
                    f"finds the commit that {run.mode.word} it."), ""]
+    lines += changes.block(run)
     lines += found_block(run)
     lines += releases_block(run)
     lines += [(f"{len(run.steps)} commits tested, {run.launches} server launches, {run.builds} venv builds, "
@@ -466,7 +467,7 @@ def bisect_json(run: BisectRun) -> dict:
             "links": run.links, "mislabelled": run.mislabelled,
             "steps": [{**dump(s, exclude={"result", "more"}), "launches": len(s.trials)} for s in run.steps],
             "launches": run.launches, "builds": run.builds, "failure": run.failure, "unstable": list(run.unstable),
-            "confirmation": run.confirmation, "posterior": run.posterior or None,
+            "confirmation": run.confirmation, "posterior": run.posterior or None, "changes": run.changes or None,
             "narrowing": narrow_json(run.narrowing) if run.narrowing else None,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),

@@ -16,25 +16,26 @@ def _launches(step: Step | None) -> str:
     return f"{len(step.trials)} launch(es)" if step is not None else "not launched"
 
 
-def rows(run: BisectRun) -> list[tuple[str, float, Step | None]]:
+def rows(run: BisectRun, p: dict | None = None) -> list[tuple[str, float, Step | None]]:
     """(commit, mass, its step) for the commits worth a row, oldest first: every launched one, and every one
-    holding at least 0.5 % of the mass."""
-    p = run.posterior
+    holding at least 0.5 % of the mass (`p`: a posterior other than the whole range's)."""
+    p = run.posterior if p is None else p
     mass = p.get("mass", {})
     out = [(sha, float(mass.get(sha, 0.0)), run.step_of(sha)) for sha in p.get("order", [])]
     return [r for r in out if r[2] is not None or r[1] >= 0.005]
 
 
-def picture(run: BisectRun) -> str:
+def picture(run: BisectRun, p: dict | None = None, old_sha: str | None = None) -> str:
     """A bar a commit: its share of the posterior, the answer marked, with each commit's launches and
-    evidence; the old end first."""
-    p = run.posterior
+    evidence; the old end first (`p`, `old_sha`: the posterior of a part of the range, and where it starts)."""
+    p = run.posterior if p is None else p
+    old_sha = run.old.sha if old_sha is None else old_sha
     answer = p.get("answer") or p.get("likeliest")
     lines = []
-    old = run.step_of(run.old.sha)
-    lines.append(f"{run.old.sha[:10]}  {'old end':<{BAR}}         {_launches(old)}"
+    old = run.step_of(old_sha)
+    lines.append(f"{old_sha[:10]}  {'old end':<{BAR}}         {_launches(old)}"
                  + (f"  {cell(old.evidence.split(';')[0], 60)}" if old else ""))
-    shown = rows(run)
+    shown = rows(run, p)
     if len(shown) > ROWS:
         keep = sorted(shown, key=lambda r: -r[1])[:ROWS // 2]
         launched = [r for r in shown if r[2] is not None][: ROWS - len(keep)]
@@ -65,6 +66,10 @@ def block(run: BisectRun) -> list[str]:
     else:
         likely = ", ".join(f"`{s[:10]}` {m:.1%}" if s else f"no change {m:.1%}" for s, m in p["likely"][:4])
         head = f"**Not sure**: no commit holds {threshold:.0%} of the posterior; the likeliest are {likely}"
+        if (run.changes or {}).get("changes"):
+            head = ("The whole range's search, whose posterior assumes one change, named none (each change above "
+                    f"was named by a search of its own part): no commit holds {threshold:.0%}; the likeliest are "
+                    f"{likely}")
     lines = ["### Posterior", "",
              f"{head}, after {p['launches']} launches in {p['rounds']} rounds (at most {p['budget']}) over "
              f"{p['culprits']} candidate commits; {p['entropy_bits']:.1f} bits left. Each launch's evidence updates "

@@ -1,0 +1,249 @@
+"""Every change in the range (`bisect.changes: all`): a range often holds several — two regressions that add up,
+a regression partly undone by a later fix — and a bisect that names one leaves the user with part of the
+difference.
+
+After the search of the whole range (abbisect/bisect/noisy.py) names and confirms a commit X, its effect (its
+parent against it) is set beside the ends' (the old end against the new), on the verdict's additive scale with
+intervals (abbisect/stats/effects.py). What is left, the ends' effect minus the changes', is another change when
+it is at least the smallest effect that matters (`perf.min_effect`, `repeats.min_difference`, `eval.min_drop`)
+and its interval leaves 0 out. Then the parts of the range between the tested commits that bound the changes
+found (the old end to X's parent, X to the new end) are searched, the part whose ends differ most first, each by
+a posterior search of its own with its confirmation (labelled `change<k> …`, so a resumed bisect replays the
+searches in order, each on the launches it had), until what is left is no change or `bisect.max_changes` are
+named. A search of a part that names nothing narrows it at its likeliest commit. A change that moves the other
+way (a fix inside a regression's range) is named with its sign. When the whole range's search ran to its cap
+without naming one (two changes of one size blur one posterior), its likeliest commit bounds the parts instead;
+an answer its confirmation could not confirm is left not sure, with no search of the parts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from abbisect.bisect.noisy import NoisySearch, phase_of
+from abbisect.bisect.posterior import Posterior
+from abbisect.stats.effects import Effect, Residual, residual
+from abbisect.trial.spec import TrialResult
+
+
+@dataclass(frozen=True)
+class Part:
+    """The commits after `old` up to `new`, both tested: where a change may still be."""
+
+    old: str
+    new: str
+
+
+def effect_dict(e: Effect | None, whole: Effect | None = None) -> dict | None:
+    """An effect as bisect.json and the report carry it."""
+    if e is None:
+        return None
+    share = e.share(whole) if whole is not None else None
+    return {"value": e.value, "lo": e.lo, "hi": e.hi, "confidence": e.confidence, "unit": e.unit,
+            "relative": e.relative, "told": e.describe(), "sign": "regression" if e.regression else "fix",
+            "share": share}
+
+
+class Changes:
+    """The search for every change of one bisect, over the whole range's search `main`."""
+
+    def __init__(self, main: NoisySearch) -> None:
+        self.main, self.run, self.a = main, main.run, main.oracle.assessor
+        self.old, self.new = self.run.old.sha, self.run.new.sha
+        self.cap = self.run.recipe.bisect.max_changes
+        self.found: dict[str, dict] = {}  # sha → {parent, phase, confirmation, posterior}
+        self.parts: list[Part] = []  # the range but the changes named, in parts between tested commits
+        self.searched: list[dict] = []  # each part searched: its ends, phase, what it ended with
+
+    # -- measurements -----------------------------------------------------------------------------------------
+    def trials(self, sha: str, upto: int | None = None) -> list[TrialResult]:
+        """`sha`'s launches, of the searches up to `upto` (None: all)."""
+        step = self.run.step_of(sha)
+        return [t for t in step.trials if upto is None or phase_of(t) <= upto] if step is not None else []
+
+    def effect(self, pairs: list[tuple[float, str, str]], upto: int | None = None) -> Effect | None:
+        """Σ weight × (after − before) over (weight, before, after) commits, on the scale every effect of the range
+        shares (an accuracy over the ends' items)."""
+        basis = (self.trials(self.old, upto), self.trials(self.new, upto))
+        return self.a.effect([(w, self.trials(b, upto), self.trials(a, upto)) for w, b, a in pairs], basis)
+
+    def left(self, upto: int | None = None) -> tuple[Effect | None, Residual | None]:
+        """The ends' effect, and what the changes named leave of it: the ends' effect minus theirs, as one sum."""
+        ends = self.effect([(1.0, self.old, self.new)], upto)
+        left = self.effect([(1.0, self.old, self.new), *((-1.0, c["parent"], sha) for sha, c in self.found.items())],
+                           upto)
+        if ends is None or left is None:
+            return None, None
+        return ends, residual(left, ends, self.a.least, self.a.alpha)
+
+    def matters(self, confirmation: dict) -> bool:
+        """Whether a change a part's search confirmed is at least the smallest effect that matters (a part is
+        searched for what is left of the ends' difference, not for noise the posterior can still pin on a commit)."""
+        e = self.effect([(1.0, confirmation["parent"]["sha"], confirmation["found"]["sha"])])
+        return e is not None and abs(e.value) >= self.a.least
+
+    def telling(self) -> tuple[str, ...] | None:
+        """An accuracy's items a part's search asks at every launch: those the whole range's ends answered
+        differently (a change inside the range moves only those, or the ends would agree on it), 20 at least;
+        None for any other verdict."""
+        from abbisect.assess.accuracy import eval_run
+
+        if not self.main.asks_items:
+            return None
+        ra, rb = (eval_run(self.trials(sha, upto=1)) for sha in (self.old, self.new))
+        if ra is None or rb is None:
+            return None
+        a, b = ({i.id: i.correct for i in r.items if i.correct is not None} for r in (ra, rb))
+        both = sorted(set(a) & set(b))
+        differ = [i for i in both if a[i] != b[i]]
+        return tuple(differ + [i for i in both if i not in set(differ)][:max(0, 20 - len(differ))])
+
+    def fill(self, phase: int) -> None:
+        """An accuracy's effects count an item a commit was not asked as unchanged, so before the parts are weighed
+        every commit that bounds one (or a change) answers the items telling the range's ends apart: one launch
+        of those it lacks, in the `phase`-th search's name."""
+        from abbisect.assess.accuracy import eval_run
+
+        ask = self.telling()
+        if not ask:
+            return
+        bounds = {sha for p in self.parts for sha in (p.old, p.new)} | {s for c in self.found for s in (c, self.found[c]["parent"])}
+        lacking = []
+        for sha in sorted(bounds):
+            run = eval_run(self.trials(sha, phase))
+            have = {i.id for i in run.items if i.correct is not None} if run is not None else set()
+            if not set(ask) <= have:
+                lacking.append(sha)
+        if lacking:
+            filler = self.main.part(self.old, self.new, phase)
+            filler.ask = ask
+            self.main.say(f"asking {len(lacking)} commit(s) that bound the parts the {len(ask)} items telling the "
+                          "ends apart")
+            filler.launch_round(lacking)
+
+    # -- the parts ----------------------------------------------------------------------------------------------
+    def tested(self, sha: str) -> bool:
+        step = self.run.step_of(sha)
+        return step is not None and any(self.main.evidence.observes(t) for t in step.trials)
+
+    def bound_below(self, sha: str, floor: str) -> str:
+        """The nearest tested ancestor of `sha` on the first-parent line, `floor` at the latest."""
+        graph = self.main.graph
+        at = (graph.parents.get(sha) or (floor,))[0]
+        while at != floor and not self.tested(at) and at in graph.parents:
+            at = (graph.parents.get(at) or (floor,))[0]
+        return at if at in graph.parents or at == floor or self.tested(at) else floor
+
+    def split(self, part: Part, at: str, parent: str | None) -> list[Part]:
+        """`part` cut at a change `at` (its tested `parent`: the part ends there) or, with no parent, at a likeliest
+        commit: before it, the step onto it, after it."""
+        below = parent or self.bound_below(at, part.old)
+        pieces = [Part(part.old, below), Part(at, part.new)] if parent else \
+            [Part(part.old, below), Part(below, at), Part(at, part.new)]
+        return [p for p in pieces if p.old != p.new and self.inside(p)]
+
+    def replace(self, part: Part, pieces: list[Part]) -> None:
+        """`part` in the range's parts becomes `pieces` (in its place: the parts stay in the history's order); one
+        that was never split stays searched."""
+        at = self.parts.index(part)
+        self.parts[at:at + 1] = pieces if pieces != [part] else [part]
+
+    def inside(self, part: Part) -> bool:
+        """Whether a part holds any commit to name."""
+        return bool([s for s in self.main.driver.variable.graph(part.new, [part.old]).order])
+
+    # -- the search -----------------------------------------------------------------------------------------
+    def add(self, said: dict, phase: int, post: Posterior | None, search: NoisySearch) -> str:
+        sha, parent = said["found"]["sha"], said["parent"]["sha"]
+        decision = post.decide(search.threshold) if post is not None else None
+        self.found[sha] = {"parent": parent, "phase": phase, "confirmation": said,
+                           "posterior": search.report(post, decision, sha) if post is not None and phase > 1 else None}
+        return parent
+
+    def search(self, first: Posterior) -> dict:
+        run, main = self.run, self.main
+        said = run.confirmation
+        if said.get("level") == "confirmed":
+            found = said["found"]["sha"]
+            parent = self.add(said, 1, None, main)
+            self.parts = self.split(Part(self.old, self.new), found, parent)
+        elif not said and not first.decide(main.threshold).no_change:
+            # the search ran to its cap without naming one (two changes of one size blur a posterior of one): its
+            # likeliest commit bounds the parts. An answer a confirmation could not confirm is left not sure.
+            likely = next((s for s, _ in first.decide(main.threshold).likely if s is not None), None)
+            self.parts = self.split(Part(self.old, self.new), likely, None) if likely else []
+        phase = 2
+        while len(self.found) < self.cap and len(self.searched) < 3 * self.cap:
+            self.fill(phase)
+            ends, left = self.left(upto=phase)
+            if left is None or not left.another:
+                break
+            done = {s["part"] for s in self.searched}
+            open_parts = [p for p in self.parts if p not in done]
+            if not open_parts:
+                break
+            part = max(open_parts, key=lambda p: abs(e.value) if (e := self.effect([(1.0, p.old, p.new)], phase))
+                       else 0.0)
+            main.say(f"the changes named leave {left.left.describe()} of the ends' {ends.describe() if ends else ''}: "
+                     f"searching {part.old[:10]}..{part.new[:10]} for another change (search {phase})")
+            sub = main.part(part.old, part.new, phase)
+            sub.ask = self.telling()
+            post, confirmation = sub.settle()
+            outcome = confirmation.get("level") or ("no change" if post.decide(sub.threshold).no_change
+                                                    else "not sure")
+            self.searched.append({"part": part, "phase": phase, "outcome": outcome,
+                                  "launches": sub.launches()})
+            if outcome == "confirmed" and not self.matters(confirmation):
+                outcome = self.searched[-1]["outcome"] = "below the smallest effect that matters"
+            if outcome == "confirmed":
+                found = confirmation["found"]["sha"]
+                parent = self.add(confirmation, phase, post, sub)
+                self.replace(part, self.split(part, found, parent))
+            elif outcome != "no change" and len(sub.space.culprits) > 1:
+                likely = next((s for s, _ in post.decide(sub.threshold).likely if s is not None), None)
+                if likely is not None:
+                    self.replace(part, self.split(part, likely, None))
+            phase += 1
+        return self.summary()
+
+    def summary(self) -> dict:
+        """What bisect.json and bisect.md carry: every change named (in the history's order) with its effect and its
+        share of the ends', what is left, and each part searched."""
+        ends, left = self.left()
+        order = {sha: i for i, sha in enumerate(self.main.graph.order)}
+        rows = []
+        for sha in sorted(self.found, key=lambda s: order.get(s, -1)):
+            c = self.found[sha]
+            e = self.effect([(1.0, c["parent"], sha)])
+            rows.append({"sha": sha, "parent": c["parent"], "phase": c["phase"], "effect": effect_dict(e, ends),
+                         "level": c["confirmation"].get("level"), "posterior": c["posterior"],
+                         "links": self.main.driver.variable.links(sha, c["parent"])})
+        # the answer: the whole range's search's when it confirmed one, else the change that moves the most
+        primary = next((r for r in rows if r["phase"] == 1), None) or max(
+            rows, key=lambda r: abs((r["effect"] or {}).get("value", 0.0)), default=None)
+        accounted = left is not None and not left.another
+        share = left.share if left is not None else None
+        if not rows:
+            said = "no change was named"
+        elif accounted:
+            said = (f"{len(rows)} change(s) account for the ends' difference: what is left, "
+                    f"{left.left.describe() if left else '—'}, is no change")
+        else:
+            said = (f"about {abs(share or 0.0):.0%} of the ends' difference is not accounted for"
+                    + (" within the budget" if len(self.found) >= self.cap or len(self.searched) >= 3 * self.cap
+                       else ": no part of the range left to search shows it"))
+        return {"ends": effect_dict(ends), "changes": rows, "left": effect_dict(left.left, ends) if left else None,
+                "accounted": accounted, "said": said, "max_changes": self.cap,
+                "parts": [{"old": s["part"].old, "new": s["part"].new, "phase": s["phase"], "outcome": s["outcome"],
+                           "launches": s["launches"]} for s in self.searched],
+                "primary": primary["sha"] if primary else None,
+                "primary_confirmation": self.found[primary["sha"]]["confirmation"] if primary else None,
+                "primary_sign": (primary["effect"] or {}).get("sign") if primary else None}
+
+
+def every_change(main: NoisySearch, first: Posterior) -> dict:
+    """`bisect.changes: all` after the whole range's search (module docstring); {} when there is nothing to weigh
+    (a rule on one trial, ends on two branches)."""
+    if main.run.merge_bases:
+        return {}
+    return Changes(main).search(first)

@@ -1,0 +1,63 @@
+"""Every change of a statistical bisect's range in bisect.md (`bisect.changes: all`, abbisect/bisect/changes.py):
+the changes table — each commit, its subject and PR, its effect with its interval, its share of the ends'
+difference — what is left unexplained, the parts searched, and each part's posterior. Pure over `run.changes`."""
+
+from __future__ import annotations
+
+from abbisect.bisect.bisection import BisectRun
+from abbisect.report.posterior import picture
+from abbisect.report.text import Notes, cell, details, table
+
+
+def _share(share: float | None) -> str:
+    return f"{share:.0%}" if share is not None else "—"
+
+
+def headline(run: BisectRun) -> str | None:
+    """`2 changes account for the ends' difference: `c020` (+6.1 %), `c040` (+5.8 %)`, with two or more named."""
+    c = run.changes
+    rows = c.get("changes") or []
+    if len(rows) < 2:
+        return None
+    said = ", ".join(f"`{r['sha'][:10]}` ({r['effect']['told'].split(' [')[0]})" for r in rows if r["effect"])
+    return (f"{len(rows)} changes account for the ends' difference: {said}" if c.get("accounted")
+            else f"{len(rows)} changes: {said}; {c.get('said', '')}")
+
+
+def block(run: BisectRun) -> list[str]:
+    """The changes section ([] unless every change was searched for)."""
+    c = run.changes
+    if not c or c.get("ends") is None:
+        return []
+    ends, notes = c["ends"], Notes()
+    rows = []
+    for n, r in enumerate(c.get("changes") or [], 1):
+        info = run.commits.get(r["sha"])
+        links = r.get("links") or {}
+        commit = f"[`{r['sha'][:10]}`]({links['commit']})" if links.get("commit") else f"`{r['sha'][:10]}`"
+        pr = (f"[#{info.pr}]({links['pr']})" if info and info.pr and links.get("pr") else
+              f"#{info.pr}" if info and info.pr else "—")
+        e = r["effect"] or {}
+        rows.append([str(n), commit, cell(info.subject if info else "", 80, notes), pr, e.get("sign", "—"),
+                     e.get("told", "—"), _share(e.get("share"))])
+    left = c.get("left") or {}
+    rows.append(["", "**not accounted for**", "", "", "", left.get("told", "—"), _share(left.get("share"))])
+    lines = ["### Changes", "",
+             (f"The ends differ by {ends['told']} ({ends['unit']}"
+              + (", a log ratio told as a change" if ends.get("relative") else "") + f"); {c['said']}."), "",
+             table(["#", "commit", "subject", "PR", "kind", "effect [95 % interval]", "share"], rows, notes), "",
+             ("Each effect is its parent against it; the share is of the ends' difference (a fix inside a "
+              "regression's range counts against it); what is not accounted for is the ends' difference minus the "
+              f"changes', measured as one sum (at most {c['max_changes']} changes are named, `bisect.max_changes`)."),
+             ""]
+    parts = c.get("parts") or []
+    if parts:
+        shown = table(["search", "part of the range", "ended", "launches"],
+                      [[str(p["phase"]), f"`{p['old'][:10]}`..`{p['new'][:10]}`", p["outcome"], str(p["launches"])]
+                       for p in parts])
+        lines += [details("The parts searched for another change", shown), ""]
+    for r in c.get("changes") or []:
+        if r.get("posterior"):
+            lines += [details(f"Posterior of search {r['phase']}, which named `{r['sha'][:10]}`",
+                              "```text\n" + picture(run, r["posterior"], r["parent"]) + "\n```"), ""]
+    return lines

@@ -1,0 +1,73 @@
+"""Effects on one additive scale, and what is left of the ends' difference once the changes found are taken out.
+
+A change's effect is measured between its parent and itself, the ends' between the ends, each on a scale where the
+effects along the range add up to the ends' (they telescope): the log ratio of a metric's medians (a performance
+verdict), the difference of failure rates, the difference of accuracy over one basis of items. What the changes
+named do not account for is the ends' effect minus theirs, measured as one sum (an assessor's `effect` of several
+terms), so a commit counted twice is counted once and an accuracy's items keep their pairing. Pure functions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from scipy import stats
+
+
+@dataclass(frozen=True)
+class Effect:
+    """A difference (after against before) on an additive scale, with its interval at `confidence`. `unit` says
+    the scale in words; `relative`: the value is a log ratio, told as a relative change."""
+
+    value: float
+    lo: float
+    hi: float
+    confidence: float
+    unit: str
+    relative: bool = False
+    worse_up: bool = True  # a larger value is worse (a slower TPOT, more failures); False: a smaller one (accuracy)
+
+    @property
+    def regression(self) -> bool:
+        """Whether it makes things worse (else it is a fix)."""
+        return (self.value > 0) == self.worse_up
+
+    @property
+    def se(self) -> float:
+        """The standard error its interval implies (normal)."""
+        return max(self.hi - self.lo, 0.0) / (2 * float(stats.norm.ppf(0.5 + self.confidence / 2)))
+
+    def told(self, value: float | None = None) -> str:
+        """`+6.1 %` (a relative change) or `−0.052` (a difference): the effect's value, or `value` on its scale."""
+        v = self.value if value is None else value
+        if self.relative:
+            return f"{math.expm1(v) * 100:+.1f} %"
+        return f"{v * 100:+.1f} points"
+
+    def describe(self) -> str:
+        """`+6.1 % [+3.9 %, +8.4 %]`."""
+        return f"{self.told()} [{self.told(self.lo)}, {self.told(self.hi)}]"
+
+    def share(self, whole: Effect) -> float | None:
+        """This effect as a share of `whole` (signed: a fix inside a regression's range is negative); None when the
+        whole is nothing."""
+        return self.value / whole.value if abs(whole.value) > 1e-12 else None
+
+
+@dataclass(frozen=True)
+class Residual:
+    """What the changes found leave of the ends' effect: the effect left, whether it is another change (at least
+    the smallest effect that matters, and its interval at 1 − alpha leaves 0 out), and its share of the ends'."""
+
+    left: Effect
+    another: bool
+    share: float | None
+
+
+def residual(left: Effect, ends: Effect, least: float, alpha: float) -> Residual:
+    """What the changes named leave of the ends' effect, `left` (measured as the ends' effect minus the changes',
+    each commit's launches counted once), judged: another change when it is at least `least` (the smallest effect
+    that matters, on the scale) and its interval at 1 − alpha leaves 0 out."""
+    za = float(stats.norm.ppf(1 - alpha / 2))
+    return Residual(left, abs(left.value) >= least and abs(left.value) > za * left.se, left.share(ends))

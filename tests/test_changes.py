@@ -1,0 +1,187 @@
+"""Every change in the range (issue 41, abbisect/bisect/changes.py): the effects on one additive scale, the decision
+that something is left, the search of the parts, the report's table, a resume inside a second search — through the
+bisect's seam (benchmarks/seam.py: the real driver, oracle, posterior search and confirmation, simulated trials) —
+and a bisect of the toy engine with two planted slowdowns through the CLI."""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+import seam
+
+from abbisect.assess import assessor_for
+from abbisect.stats.effects import Effect, residual
+
+
+def named(run) -> list[str]:
+    return [r["sha"] for r in run.changes.get("changes", ())]
+
+
+# -- the pure parts ---------------------------------------------------------------------------------------------
+
+def test_what_is_left_is_another_change_only_when_large_enough_and_sure():
+    ends = Effect(0.12, 0.10, 0.14, 0.95, "m", relative=True)
+    assert residual(Effect(0.06, 0.05, 0.07, 0.95, "m", True), ends, 0.03, 0.01).another  # +6 %, ±1 %: another
+    assert not residual(Effect(0.01, 0.00, 0.02, 0.95, "m", True), ends, 0.03, 0.01).another  # below the minimum
+    assert not residual(Effect(0.06, -0.04, 0.16, 0.95, "m", True), ends, 0.03, 0.01).another  # too wide to say
+    left = residual(Effect(-0.05, -0.06, -0.04, 0.95, "m", True), ends, 0.03, 0.01)
+    assert left.another and left.share == pytest.approx(-0.05 / 0.12)  # a fix inside a regression's range: negative
+    assert Effect(-0.05, -0.06, -0.04, 0.95, "m", True).describe() == "-4.9 % [-5.8 %, -3.9 %]"
+
+
+def _trials(world: seam.World, sha: str, n: int, kind: str):
+    recipe = seam.recipe_for(kind)
+    from abbisect.trial.spec import TrialSpec
+
+    return [world.run(TrialSpec(recipe, "t", sha, sha, "", "/x", "/x", f"/x/{sha}").again(k)) for k in range(n)]
+
+
+def test_effects_add_up_along_the_range_and_carry_their_sign():
+    """The effects of the two steps of a range add up to the ends' (log ratios for a metric, differences for a
+    rate), each one's interval covering what was planted."""
+    world = seam.World("perf", 30, 10, seed=1, changes=((10, 0.06), (20, 0.06)))
+    a = assessor_for(seam.recipe_for("perf"))
+    t = {sha: _trials(world, sha, 4, "perf") for sha in ("c000", "c009", "c010", "c019", "c020", "c029")}
+    first = a.effect([(1.0, t["c009"], t["c010"])])
+    second = a.effect([(1.0, t["c019"], t["c020"])])
+    ends = a.effect([(1.0, t["c000"], t["c029"])])
+    assert first.lo <= math.log1p(0.06) <= first.hi and second.lo <= math.log1p(0.06) <= second.hi
+    assert ends.value == pytest.approx(first.value + second.value, abs=0.02) and first.regression
+    left = a.effect([(1.0, t["c000"], t["c029"]), (-1.0, t["c009"], t["c010"]), (-1.0, t["c019"], t["c020"])])
+    assert abs(left.value) < 0.02 and left.lo < 0 < left.hi
+    flaky = assessor_for(seam.recipe_for("flaky"))
+    w = seam.World("flaky", 10, 5, seed=0)
+    f = flaky.effect([(1.0, _trials(w, "c000", 12, "flaky"), _trials(w, "c009", 12, "flaky"))])
+    assert f.regression and 0 < f.value <= 1 and f.lo < f.value < f.hi
+
+
+# -- through the seam -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("changes", "signs"), [(((18, 0.06), (38, 0.06)), ["regression", "regression"]),
+                                                (((18, 0.12), (38, -0.05)), ["regression", "fix"])])
+def test_two_changes_are_named_and_account_for_the_ends(changes, signs):
+    world = seam.World("perf", 48, changes[0][0], seed=1, changes=changes)
+    run, _ = seam.bisect(world, seam.recipe_for("perf"))
+    assert named(run) == [f"c{at:03d}" for at, _ in changes] and run.changes["accounted"], run.changes["said"]
+    rows = run.changes["changes"]
+    assert [r["effect"]["sign"] for r in rows] == signs and all(r["level"] == "confirmed" for r in rows)
+    for r, (_, size) in zip(rows, changes):
+        assert r["effect"]["lo"] <= math.log1p(size) <= r["effect"]["hi"], r["effect"]
+    assert sum(r["effect"]["share"] for r in rows) == pytest.approx(1.0, abs=0.25)
+    assert run.result.first_new in named(run) and run.result.candidates == tuple(named(run))
+    # each part searched again is a search of its own, its launches labelled with its number
+    assert run.changes["parts"] and all(p["phase"] >= 2 for p in run.changes["parts"])
+    labels = {t.spec.side.split(" ")[0] for s in run.steps for t in s.trials}
+    assert {"change2"} <= labels
+
+
+def test_one_change_stays_one_and_nothing_is_searched_again():
+    world = seam.World("perf", 48, 21, seed=2, changes=((21, 0.10),))
+    run, _ = seam.bisect(world, seam.recipe_for("perf"))
+    assert named(run) == ["c021"] and run.changes["accounted"] and run.changes["parts"] == []
+    assert not any(t.spec.side.startswith("change") for s in run.steps for t in s.trials)
+
+
+def test_two_accuracy_drops_are_both_named():
+    world = seam.World("accuracy", 48, 15, seed=3, changes=((15, 0.08), (33, 0.08)))
+    run, _ = seam.bisect(world, seam.recipe_for("accuracy"))
+    assert named(run) == ["c015", "c033"] and run.changes["accounted"], run.changes["said"]
+    assert all(r["effect"]["sign"] == "regression" and r["effect"]["unit"] == "accuracy" for r in run.changes["changes"])
+
+
+def test_one_is_todays_behaviour_and_a_rule_keeps_one_answer():
+    world = seam.World("perf", 48, 18, seed=1, changes=((18, 0.12), (38, -0.05)))
+    run, _ = seam.bisect(world, seam.recipe_for("perf", bisect={"changes": "one"}))
+    assert run.result.first_new == "c018" and run.changes == {}
+    rules, _ = seam.bisect(seam.World("flaky", 16, 9, seed=0, rate=1.0), seam.recipe_for("flaky", repeats={"launches": 1}))
+    assert rules.result.first_new == "c009" and rules.changes == {} and not rules.posterior
+
+
+def test_the_report_opens_with_the_changes_table_and_the_json_carries_it():
+    from abbisect.report.bisect import bisect_json, render_bisect
+
+    world = seam.World("perf", 48, 18, seed=1, changes=((18, 0.12), (38, -0.05)))
+    run, _ = seam.bisect(world, seam.recipe_for("perf"))
+    md = render_bisect(run, ["abbisect bisect r.yaml --good c000 --bad c047"])
+    head, rest = md.split("### Changes", 1)
+    assert head.count("###") == 1 and "2 changes account for the ends' difference" in head
+    table = rest.split("\n\n")[2]
+    assert "| 1 | `c018` |" in table and "| regression | +" in table and "| 2 | `c038` |" in table
+    assert "| fix | -" in table and "**not accounted for**" in table
+    assert "Posterior of search" in rest and "The parts searched for another change" in rest
+    data = bisect_json(run)
+    assert [c["sha"] for c in data["changes"]["changes"]] == ["c018", "c038"] and data["changes"]["accounted"]
+
+
+class CutInSecondSearch(seam.World):
+    """The same history, interrupted as the `stop`-th launch of the second search starts."""
+
+    stop = 3
+
+    def run(self, spec, progress=None):
+        if spec.side.startswith("change2 "):
+            self.second = getattr(self, "second", 0) + 1
+            if self.second > self.stop:
+                raise KeyboardInterrupt
+        return super().run(spec, progress)
+
+
+def test_a_resume_in_the_middle_of_a_second_search_ends_as_the_run_never_cut(tmp_path):
+    changes = ((18, 0.12), (38, -0.05))
+    recipe = seam.recipe_for("perf")
+    whole, _ = seam.bisect(seam.World("perf", 48, 18, seed=1, changes=changes), recipe, out=tmp_path / "whole")
+    with pytest.raises(KeyboardInterrupt):
+        seam.bisect(CutInSecondSearch("perf", 48, 18, seed=1, changes=changes), recipe, out=tmp_path / "cut")
+    state = json.loads((tmp_path / "cut" / "state.json").read_text())
+    recorded = {s["sha"]: s for s in state["steps"]}
+    done = {(s["sha"], a) for s in state["steps"] for a in range(1 + len(s.get("more") or ()))}
+    world = seam.World("perf", 48, 18, seed=1, changes=changes)
+    asked: list[tuple[str, int]] = []
+    original = world.run
+
+    def counting(spec, progress=None):
+        asked.append((spec.sha, spec.attempt))
+        return original(spec, progress)
+
+    world.run = counting  # type: ignore[method-assign]
+    resumed, _ = seam.bisect(world, recipe, out=tmp_path / "cut", replay=recorded)
+    assert not set(asked) & done, "a recorded launch ran again"
+    assert named(resumed) == named(whole) == ["c018", "c038"]
+    # the same searches; a performance round cut in two is two rounds of the drift model, which may ask one more
+    assert [(p["old"], p["new"], p["outcome"]) for p in resumed.changes["parts"]] == \
+        [(p["old"], p["new"], p["outcome"]) for p in whole.changes["parts"]]
+    assert 0 <= sum(len(s.trials) for s in resumed.steps) - sum(len(s.trials) for s in whole.steps) <= 1
+
+
+# -- the toy engine -------------------------------------------------------------------------------------------
+
+@pytest.mark.alone
+@pytest.mark.e2e
+def test_a_bisect_of_the_toy_engine_names_both_planted_slowdowns(tmp_path, cache_dir, planted):
+    repo, shas = planted(16, {5: "slow_tokens", 11: "slow_decode"})
+    demo = yaml.safe_load((REPO_ROOT / "recipes" / "perf-demo.yaml").read_text())
+    perf = {**demo["perf"], "passes": 3, "requests": 16, "launches": 1}  # lighter passes: it is a search of 16
+    recipe = write_recipe(tmp_path / "two.yaml", toy_recipe(repo, env=demo["env"], public_env=demo["public_env"],
+                                                             perf=perf, prompts=demo["prompts"]))
+    out = tmp_path / "out"
+    proc = abbisect("bisect", str(recipe), "--good", shas[0], "--bad", shas[-1], "-o", str(out), "--json",
+                    cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    data = json.loads(proc.stdout)["data"]
+    rows = data["changes"]["changes"]
+    assert [r["sha"] for r in rows] == [shas[5], shas[11]], data["changes"]["said"]
+    print(f"two slowdowns: {data['launches']} launches, {data['wall_s']:.0f} s")
+    assert all(r["effect"]["sign"] == "regression" for r in rows) and data["changes"]["accounted"]
+    for r in rows:  # +10 % per token each, within the interval (tpot_median)
+        assert r["effect"]["lo"] <= math.log1p(0.10) + 0.03 and r["effect"]["hi"] >= math.log1p(0.10) - 0.03
+    md = (out / "bisect.md").read_text()
+    assert "### Changes" in md and md.index("### Changes") < md.index("### Trail")
+    assert "Re-normalise the sampler's logits" in md and "Detokenize in the decode loop" in md
