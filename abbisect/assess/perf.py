@@ -119,6 +119,20 @@ def worse_side(cmp: SampleComparison, metric: str) -> str | None:
     return ("a" if b_higher else "b") if better(metric) else ("b" if b_higher else "a")
 
 
+def _two_stage_medians(launches: list[np.ndarray], rng: np.random.Generator, n: int) -> np.ndarray:
+    """`n` bootstrap medians of one commit's passes: its launches resampled, then each one's passes."""
+    if len({v.size for v in launches}) == 1:  # the usual case, every launch the same passes: at once
+        arr = np.stack(launches)
+        chosen = arr[rng.integers(0, arr.shape[0], size=(n, arr.shape[0]))]
+        picked = np.take_along_axis(chosen, rng.integers(0, arr.shape[1], size=chosen.shape), axis=2)
+        return np.median(picked.reshape(n, -1), axis=1)
+    out = np.empty(n)
+    for b in range(n):
+        some = [launches[k] for k in rng.integers(0, len(launches), size=len(launches))]
+        out[b] = np.median(np.concatenate([v[rng.integers(0, v.size, size=v.size)] for v in some]))
+    return out
+
+
 class Perf:
     kind = "perf"
     relative = True
@@ -149,23 +163,24 @@ class Perf:
 
     def effect(self, terms: Sequence[Term], basis: tuple[Sample, Sample] | None = None) -> Effect | None:
         """Σ weight × log(median after / median before) of the metric — log ratios add up along a range, relative
-        changes do not — each commit's median counted once, with a seeded bootstrap interval (each commit's passes
-        resampled on their own)."""
+        changes do not — each commit's median counted once, with a seeded two-stage bootstrap interval: a commit's
+        launches resampled, then the passes of each (one launch's passes share its start, its placement and the
+        host of its moment, so they are not as many independent looks as they are passes)."""
         weights: dict[str, float] = {}
-        values: dict[str, np.ndarray] = {}
+        launches: dict[str, list[np.ndarray]] = {}
         for w, before, after in terms:
             for sign, sample in ((-w, before), (w, after)):
-                vs = metric_values(sample, self.metric)
-                if len(vs) < 3:
+                per = [np.log(np.asarray(v, dtype=float)) for t in sample if (v := metric_values([t], self.metric))]
+                if sum(len(v) for v in per) < 3:
                     return None
                 key = sample[0].spec.sha
-                weights[key], values[key] = weights.get(key, 0.0) + sign, np.log(np.asarray(vs, dtype=float))
-        value = sum(w * float(np.median(values[c])) for c, w in weights.items())
-        rng, boot = np.random.default_rng(0), np.zeros(10_000)
+                weights[key], launches[key] = weights.get(key, 0.0) + sign, per
+        value = sum(w * float(np.median(np.concatenate(launches[c]))) for c, w in weights.items())
+        rng, boot = np.random.default_rng(0), np.zeros(2_000)
         for c, w in sorted(weights.items()):
-            if w:
-                v = values[c]
-                boot += w * np.median(v[rng.integers(0, v.size, size=(boot.size, v.size))], axis=1)
+            if not w:
+                continue
+            boot += w * _two_stage_medians(launches[c], rng, boot.size)
         lo, hi = np.quantile(boot, [0.025, 0.975])
         return Effect(value, float(lo), float(hi), 0.95, self.metric, relative=True, worse_up=not better(self.metric))
 
