@@ -120,17 +120,21 @@ def worse_side(cmp: SampleComparison, metric: str) -> str | None:
 
 
 def _two_stage_medians(launches: list[np.ndarray], rng: np.random.Generator, n: int) -> np.ndarray:
-    """`n` bootstrap medians of one commit's passes: its launches resampled, then each one's passes."""
+    """`n` bootstrap medians of one commit's passes: its launches resampled, then each one's passes; the spread
+    widened by √(L / (L − 1)) for L launches, the bootstrap's own shortfall with few of them (two launches resampled
+    vary half as much as two new ones would)."""
     if len({v.size for v in launches}) == 1:  # the usual case, every launch the same passes: at once
         arr = np.stack(launches)
         chosen = arr[rng.integers(0, arr.shape[0], size=(n, arr.shape[0]))]
         picked = np.take_along_axis(chosen, rng.integers(0, arr.shape[1], size=chosen.shape), axis=2)
-        return np.median(picked.reshape(n, -1), axis=1)
-    out = np.empty(n)
-    for b in range(n):
-        some = [launches[k] for k in rng.integers(0, len(launches), size=len(launches))]
-        out[b] = np.median(np.concatenate([v[rng.integers(0, v.size, size=v.size)] for v in some]))
-    return out
+        out = np.median(picked.reshape(n, -1), axis=1)
+    else:
+        out = np.empty(n)
+        for b in range(n):
+            some = [launches[k] for k in rng.integers(0, len(launches), size=len(launches))]
+            out[b] = np.median(np.concatenate([v[rng.integers(0, v.size, size=v.size)] for v in some]))
+    widen = math.sqrt(len(launches) / (len(launches) - 1)) if len(launches) > 1 else 1.0
+    return out.mean() + (out - out.mean()) * widen
 
 
 class Perf:

@@ -216,6 +216,8 @@ class Posterior:
             with_end, ref_info = greedy([o for o in pool if not o.end], max(slots - 1, 1), [end.sha], True)
             if len(with_end) > 1 and ref_info / sum(cost[s] for s in with_end) > rate:
                 best, rate = with_end, ref_info / sum(cost[s] for s in with_end)
+        if not best and plain:  # no candidate to measure beside an end (a part whose only commit is its end)
+            best, rate = plain, info / max(sum(cost[s] for s in plain), 1e-9)
         return tuple(best) if rate > 1e-6 else ()
 
 
