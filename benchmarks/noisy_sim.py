@@ -39,6 +39,7 @@ import seam
 from abbisect.assess import assessor_for
 from abbisect.assess.accuracy import eval_run
 from abbisect.bisect import noisy
+from abbisect.bisect.launches import fresh
 from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.posterior import Option
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, start
@@ -90,7 +91,7 @@ def items_of(trials) -> int:
 def posterior(world: seam.World, recipe: Recipe, slots: int) -> dict:
     run, _ = seam.bisect(world, recipe, slots)
     c = run.confirmation
-    search = sum(1 for s in run.steps for t in s.trials if not noisy.fresh(t))  # the confirmations' left out
+    search = sum(1 for s in run.steps for t in s.trials if not fresh(t))  # the confirmations' left out
     wall = sum(len(r["commits"]) if slots == 1 else math.ceil(len(r["commits"]) / slots) for r in run.rounds)
     if not run.posterior:  # a rule on one launch: plain bisection, one launch at a time
         wall = run.launches

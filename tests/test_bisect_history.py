@@ -191,7 +191,7 @@ def test_touched_paths_and_the_prior_that_reads_them(repo) -> None:
     """What each commit changes (a merge: what it brought in), in one git call; the posterior's prior gives
     the commits that touch only `bisect.prior.unlikely` paths less mass."""
     from abbisect.bisect.gitlog import touched_paths
-    from abbisect.bisect.noisy import prior_weights
+    from abbisect.bisect.launches import prior_weights
     from abbisect.recipe import Recipe
 
     shas = [repo[k] for k in ("a", "x1", "b", "m", "t")]

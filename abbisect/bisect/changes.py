@@ -20,7 +20,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from abbisect.bisect.noisy import NoisySearch, phase_of
+from abbisect.assess.accuracy import eval_run
+from abbisect.bisect.launches import phase_of
+from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.posterior import Posterior
 from abbisect.stats.effects import Effect, Residual, residual
 from abbisect.trial.spec import TrialResult
@@ -86,8 +88,6 @@ class Changes:
         """An accuracy's items a part's search asks at every launch: those the whole range's ends answered
         differently (a change inside the range moves only those, or the ends would agree on it), 20 at least;
         None for any other verdict."""
-        from abbisect.assess.accuracy import eval_run
-
         if not self.main.asks_items:
             return None
         ra, rb = (eval_run(self.trials(sha, upto=1)) for sha in (self.old, self.new))
@@ -102,12 +102,11 @@ class Changes:
         """An accuracy's effects count an item a commit was not asked as unchanged, so before the parts are weighed
         every commit that bounds one (or a change) answers the items telling the range's ends apart: one launch
         of those it lacks, in the `phase`-th search's name."""
-        from abbisect.assess.accuracy import eval_run
-
         ask = self.telling()
         if not ask:
             return
-        bounds = {sha for p in self.parts for sha in (p.old, p.new)} | {s for c in self.found for s in (c, self.found[c]["parent"])}
+        bounds = ({sha for p in self.parts for sha in (p.old, p.new)}
+                  | {sha for c, found in self.found.items() for sha in (c, found["parent"])})
         lacking = []
         for sha in sorted(bounds):
             run = eval_run(self.trials(sha, phase))
@@ -128,11 +127,12 @@ class Changes:
 
     def bound_below(self, sha: str, floor: str) -> str:
         """The nearest tested ancestor of `sha` on the first-parent line, `floor` at the latest."""
-        graph = self.main.graph
-        at = (graph.parents.get(sha) or (floor,))[0]
-        while at != floor and not self.tested(at) and at in graph.parents:
-            at = (graph.parents.get(at) or (floor,))[0]
-        return at if at in graph.parents or at == floor or self.tested(at) else floor
+        at = sha
+        while at != floor:
+            at = (self.main.graph.parents.get(at) or (floor,))[0]
+            if self.tested(at):
+                return at
+        return floor
 
     def split(self, part: Part, at: str, parent: str | None) -> list[Part]:
         """`part` cut at a change `at` (its tested `parent`: the part ends there) or, with no parent, at a likeliest
@@ -143,10 +143,9 @@ class Changes:
         return [p for p in pieces if p.old != p.new and self.inside(p)]
 
     def replace(self, part: Part, pieces: list[Part]) -> None:
-        """`part` in the range's parts becomes `pieces` (in its place: the parts stay in the history's order); one
-        that was never split stays searched."""
+        """`part` in the range's parts becomes `pieces`, in its place (the parts stay in the history's order)."""
         at = self.parts.index(part)
-        self.parts[at:at + 1] = pieces if pieces != [part] else [part]
+        self.parts[at:at + 1] = pieces
 
     def inside(self, part: Part) -> bool:
         """Whether a part holds any commit to name."""

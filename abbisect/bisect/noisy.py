@@ -5,35 +5,35 @@
 Round by round: both ends (and the merge base of ends on different branches) are launched first; then every
 launch's evidence updates the posterior, and the next round holds the launches expected to reduce its entropy
 most per unit of cost (k slots: k launches chosen jointly; a performance round may re-measure an end beside a
-candidate, so a drift of the host is measured, not mistaken for a change). The search stops when one commit
-holds `bisect.posterior` of the mass (it is then confirmed as any answer is, abbisect/bisect/confirm.py), when
-"no change" does, or at the cap, "not sure" with the posterior shown. Each commit is one `Step` holding all its
-launches (and the round each ran in), so `state.json` is enough to rebuild the posterior on `--resume`.
+candidate, so a drift of the host is measured, not mistaken for a change). Once one commit holds half the mass
+(on a host that may drift: `bisect.posterior`), the confirmation takes over (abbisect/bisect/confirmation.py),
+its fresh launches counted with the search's until the commit holds `bisect.posterior`; or the search stops when
+"no change" does, or at the cap, "not sure" with the posterior shown. A part of the range is searched the same
+way for a further change (`part`, driven by abbisect/bisect/changes.py). Each commit is one `Step` holding all its
+launches (and the round each ran in), their labels saying which search made them (bisect/launches.py), so
+`state.json` is enough to rebuild every posterior on `--resume`.
 """
 
 from __future__ import annotations
 
-import fnmatch
 import math
-import re
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field
 
 from abbisect.assess.base import Assessor
 from abbisect.assess.failure import fingerprint
 from abbisect.bisect.bisection import BisectRun, Mode, Role, Step
+from abbisect.bisect.confirmation import Confirmation
+from abbisect.bisect.launches import Evidence, phase_of, prior_weights
 from abbisect.bisect.oracle import Oracle
 from abbisect.bisect.policies import EndsFirst
 from abbisect.bisect.posterior import Option, Posterior, Space
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult, start
 from abbisect.checkout import Revision
-from abbisect.recipe import Recipe
 from abbisect.recipe.perf import better
 from abbisect.recipe.status import Outcome
-from abbisect.stats.decide import Call
-from abbisect.stats.evidence import AFTER, BEFORE, Items, Model, Rates, Samples
+from abbisect.stats.evidence import AFTER, BEFORE, Items, Rates, Samples
 from abbisect.trial.spec import TrialResult
 
 NO_CHANGE_PRIOR = 0.5  # the ends were named good and bad, but whether they differ is for the evidence to say
@@ -42,88 +42,9 @@ CONFIRMATIONS = 3  # an answer not confirmed: search on with the fresh launches 
 # launches of the commit and its parent count towards `bisect.posterior` (they are the launches that tell most
 # there), so the search need not get there alone.
 HANDOFF = 0.5
-CONFIRM = "confirm"  # the label of a confirmation's launches ("confirm-found", "confirm2-parent"): fresh ones
-
-
-def fresh(trial: TrialResult) -> bool:
-    """Whether a launch is a confirmation's (fresh: never from the trial cache) rather than the search's."""
-    return CONFIRM in trial.spec.side
-
-
-_PHASE = re.compile(r"change(\d+) ")
-
-
-def phase_of(trial: TrialResult) -> int:
-    """Which search of the bisect launched it: 1 the whole range's, k ≥ 2 the k-th search of a part of it for
-    another change (its launches are labelled `changeK …`: abbisect/bisect/changes.py)."""
-    m = _PHASE.match(trial.spec.side)
-    return int(m.group(1)) if m else 1
-
-
-def likely(path: str, patterns: Sequence[str]) -> bool:
-    """Whether `path` is not among the `unlikely` patterns: a folder (`docs/`) or a glob (`*.md`)."""
-    for p in patterns:
-        if p.endswith("/") and path.startswith(p):
-            return False
-        if fnmatch.fnmatch(path, p) or fnmatch.fnmatch(path.rsplit("/", 1)[-1], p):
-            return False
-    return True
-
-
-def prior_weights(recipe: Recipe, touched: dict[str, tuple[str, ...]]) -> dict[str, float]:
-    """{commit: weight} for the commits touching only `bisect.prior.unlikely` paths (every other weighs 1)."""
-    prior = recipe.bisect.prior
-    if not prior.unlikely:
-        return {}
-    return {sha: prior.weight for sha, paths in touched.items()
-            if paths and not any(likely(p, prior.unlikely) for p in paths)}
-
-
-@dataclass
-class Evidence:
-    """A verdict's evidence, launch by launch, as the posterior's model of it (the assessor's)."""
-
-    recipe: Recipe
-    assessor: Assessor
-    failure: str = ""  # how the worse end fails (verdict.same_failure): other failures are no evidence
-    # Commits whose search launches no longer count while a confirmation runs (its guard): sha → why
-    dropped: dict[str, str] = field(default_factory=dict)
-    # While a confirmation runs on a host seen to drift (why): only the ends' search launches count, beside the
-    # fresh ones, as a confirmation from nothing would have it (`anchors`: the ends)
-    drifted: str = ""
-    anchors: frozenset[str] = frozenset()
-    phase: int = 1  # the searches whose launches count: this one and those before it (a resume replays in order)
-
-    def model(self, steps: Sequence[Step]) -> Model:
-        model = self.assessor.model()
-        assert model is not None  # the posterior search runs only a verdict that depends on chance
-        for s in steps:
-            for t, rnd in zip(s.trials, s.trial_rounds or (0,) * len(s.trials)):
-                if self.counts(t) and self.kept(s.sha, t):
-                    self.assessor.observe(model, s.sha, rnd, t)
-        return model
-
-    def kept(self, sha: str, trial: TrialResult) -> bool:
-        """Whether the guard leaves a launch of `sha` in the evidence: every fresh one; a search launch unless its
-        commit was dropped, or the host drifts and it is not an end's."""
-        if phase_of(trial) > self.phase:
-            return False
-        return fresh(trial) or (sha not in self.dropped and (not self.drifted or sha in self.anchors))
-
-    def counts(self, trial: TrialResult) -> bool:
-        """Whether a launch is evidence of the change searched for: a failure unlike the worse end's is not."""
-        return not (self.failure and trial.verdict.outcome == Outcome.BAD and self.recipe.verdict.same_failure
-                    and fingerprint(trial, self.recipe.scoring.warn_severity) != self.failure)
-
-    def observes(self, trial: TrialResult) -> bool:
-        """Whether a launch is evidence at all (it built, started, and measured or answered something)."""
-        return self.counts(trial) and self.assessor.observes(trial)
-
-
 class NoisySearch:
     """The posterior search (module docstring) over an oracle's launches: `walk` searches a bisect's range (the
-    driver, the `Walker` of policies.py, saves and concludes it); `confirmation` runs the found commit and its
-    parent again, fresh, on a range of their own."""
+    driver saves and concludes it), `settle` searches and confirms, `part` makes the search of a part of it."""
 
     def __init__(self, oracle: Oracle, save: Callable[[BisectRun], None] = lambda run: None) -> None:
         self.oracle, self.recipe, self.say, self.save = oracle, oracle.recipe, oracle.say, save
@@ -203,7 +124,7 @@ class NoisySearch:
             decision = post.decide(handoff)
             if not decision.found or not confirming:
                 break
-            said, post = self.confirmation(decision.found, post, attempt)
+            said, post = Confirmation(self).run(decision.found, post, attempt)
             if said["level"] in ("confirmed", "host changed") or attempt == CONFIRMATIONS \
                     or self.launches() >= self.budget:
                 break
@@ -394,140 +315,6 @@ class NoisySearch:
             step.cached = step.cached and result.cached
         self.say(f"{self.label(sha)} {sha[:10]}: launch {len(step.trials)}: {result.verdict.status}")
         self.save(self.run)
-
-    # -- the confirmation -----------------------------------------------------------------------------------
-    def confirmation(self, found: str, post: Posterior, attempt: int) -> tuple[dict, Posterior]:
-        """The found commit and its parent judged on all their launches, the search's and fresh ones: at least
-        `repeats.launches` of each, fresh (a round holds both, at
-        once where slots allow), then more of either as the posterior asks, until the found commit holds
-        `bisect.posterior` of the mass, it is no longer the likeliest answer, or each has its cap of fresh
-        launches. The fresh launches guard against drift and chance (`guard`): a commit whose fresh launches
-        differ from its search launches, or a host whose rounds drift, has its search launches dropped from the
-        evidence. Everything else stays as the search has it: the rates learnt, "no change" a hypothesis, no
-        commit named below the threshold. Returns what the report says (BisectRun.confirmation) and the
-        posterior after it."""
-        a = self.oracle.assessor
-        parent = (self.graph.parents.get(found) or (next(iter(self.ends)),))[0]
-        regression = self.worse_state(post, found) == AFTER
-        label = f"{CONFIRM}{attempt if attempt > 1 else ''}"
-        self.labels, self.fresh = {parent: f"{label}-parent", found: f"{label}-found"}, True
-        # The control: the old end launched again beside them. Its fresh launches differing from its launches in
-        # the search say that the host changed (a busy machine that now crashes a good commit too), not the commit.
-        control = next((e for e in self.ends if e not in (parent, found)), None)
-        if control is not None:
-            self.labels[control] = f"{label}-{self.role(control)}"
-        if post.model.drifts:  # the ends measured again beside them: a drift of the host is measured, not mistaken
-            self.labels.update({e: f"{label}-{role}" for e, role in self.ends.items() if e not in self.labels})
-        start, counted = self.rounds, {sha: self.search_launches(sha) for sha in (parent, found)}
-        least = self.recipe.repeats.launches
-        self.say(f"{label}: {found[:10]} holds {post.culprit_mass().get(found, 0.0):.0%}; launching it and its parent "
-                 f"{parent[:10]} at least {least} time(s) each, fresh, beside their {counted[parent]} and "
-                 f"{counted[found]} launch(es) in the search")
-        # a round of the fresh minimum: the pair and the control (on a host that may drift, the control also pins
-        # the round's offset, so a host that slowed is not read as the change)
-        pair = [parent, found, *([control] if control is not None else [])]
-        width = max(len(self.oracle.slots), len(pair))  # a round fills the slots
-        while need := {sha: n for sha in pair if (n := least - self.fresh_launches(sha)) > 0}:
-            cycle = [sha for k in range(max(need.values())) for sha in pair if need.get(sha, 0) > k]
-            self.launch_round(cycle[:width])
-        # a host that may drift is the drift model's to measure (the control pins each round's offset); on any
-        # other, a control that no longer behaves as in the search means the host changed
-        guarded = self.guard((parent, found) if post.model.drifts else pair)
-        for sha, why in guarded.items():
-            self.say(f"{label}: the {self.labels[sha].rsplit('-', 1)[1]}'s search launches no longer count: {why}")
-        changed = guarded.get(control) if control is not None else None
-        if changed:  # the host, not the commits: nothing fresh can confirm or refute the answer now
-            post = self.posterior()
-        else:  # it stops early once the found commit is no longer the likeliest answer, unless the guard took
-            # evidence away: then only the fresh launches can say
-            post = self.search(self.confirm_options, limit=self.launches() + 2 * a.cap,
-                               until=None if guarded else lambda p: p.decide(0.0).found != found)
-        decision = post.decide(self.threshold)
-        mass = post.culprit_mass()
-        as_found = (self.worse_state(post, found) == AFTER) == regression
-        level = ("host changed" if changed else "confirmed" if decision.found == found and as_found else
-                 "not reproduced" if decision.found or decision.no_change or not as_found
-                 or post.decide(0.0).found != found else "not sure")
-        new = {sha: self.fresh_launches(sha) for sha in (parent, found)}
-        counts = {sha: sum(1 for t in step.trials if not fresh(t) and self.evidence.kept(sha, t))
-                  if (step := self.step_of(sha)) is not None else 0 for sha in (parent, found)}
-        said = (f"{new[found]} fresh launches of the found commit and {new[parent]} of its parent beside "
-                f"{counts[found]} and {counts[parent]} of the search")
-        sentence = {"confirmed": f"the found commit holds {mass[found]:.1%} of the posterior, {said}: its parent "
-                                 "is like the old end and it is like the new end",
-                    "not sure": f"the found commit holds only {mass[found]:.1%} of the posterior, {said}, each at its "
-                                "cap: the answer is not sure",
-                    "not reproduced": f"{said}, the found commit holds {mass[found]:.1%}: it and its parent do not "
-                                      "differ as the ends do, so the answer is not reproduced",
-                    "host changed": f"the old end, launched again beside them, no longer behaves as in the search "
-                                    f"({changed}): the host changed between the search and the confirmation, so "
-                                    "the answer is not confirmed; run the bisect again on a quiet host"}[level]
-        trials = {sha: [t for t in step.trials if self.evidence.kept(sha, t)]
-                  for sha in (parent, found) if (step := self.step_of(sha)) is not None}
-        seen = {sha: a.alone(ts) for sha, ts in trials.items()}
-        bad = Outcome.BAD if regression else Outcome.GOOD
-        side = {sha: post.after(sha) for sha in (parent, found)}
-        summary = {"launches": new[found], "parent_launches": new[parent],
-                   "control_launches": self.fresh_launches(control) if control is not None else 0,
-                   "counted": counts[found],
-                   "parent_counted": counts[parent], "rounds": self.rounds - start, "attempt": attempt,
-                   "level": level, "held": level == "confirmed", "sentence": sentence,
-                   "compared": a.compare(trials[parent], trials[found]),
-                   "guard": {who: self.evidence.dropped.get(sha) or self.evidence.drifted or None
-                             for who, sha in (("parent", parent), ("found", found), ("old end", control))
-                             if sha is not None},
-                   "mass": {"found": round(mass[found], 6), "parent": round(mass.get(parent, 0.0), 6),
-                            "no_change": round(post.no_change, 6)},
-                   **{who: {"sha": sha, "outcome": bad if side[sha] >= 0.5 else bad.inverted(),
-                            "evidence": f"{seen[sha].evidence}; after the change with probability {side[sha]:.1%}"}
-                      for who, sha in (("parent", parent), ("found", found))}}
-        self.labels, self.fresh = {}, False
-        if level != "confirmed":  # searched on with every launch counting: its rounds measure the host again
-            self.evidence.dropped, self.evidence.drifted = {}, ""
-            post = self.posterior()
-        return summary, post
-
-    def search_launches(self, sha: str) -> int:
-        step = self.step_of(sha)
-        return sum(1 for t in step.trials if not fresh(t) and phase_of(t) <= self.phase) if step is not None else 0
-
-    def fresh_launches(self, sha: str) -> int:
-        """`sha`'s launches under its label of this confirmation (a resumed one finds those it already made)."""
-        step = self.step_of(sha)
-        return sum(1 for t in step.trials if t.spec.side == self.label(sha)) if step is not None else 0
-
-    def guard(self, shas: Sequence[str]) -> dict[str, str]:
-        """The confirmation's guard: a commit whose fresh launches differ from its launches in the search (the
-        assessor's own comparison at its alpha: Fisher's exact test for a rate, min(KS, Mann–Whitney U) for a
-        metric, McNemar for eval items) keeps only its fresh launches as evidence while the confirmation runs;
-        when the host's drift check fires, no commit's search launches count then but the ends'. {sha: why} of the
-        commits whose search launches were dropped now."""
-        a, dropped = self.oracle.assessor, {}
-        drift = self.drift(self.posterior())
-        for sha in shas:
-            step = self.step_of(sha)
-            if step is None or sha in self.evidence.dropped:
-                continue
-            trials = [t for t in step.trials if self.evidence.observes(t) and phase_of(t) <= self.phase]
-            searched, new = [t for t in trials if not fresh(t)], [t for t in trials if fresh(t)]
-            if not searched or not new:
-                continue
-            cmp = a.compare(searched, new)
-            if (cmp.get("comparison") or {}).get("call") == Call.DIFFERENT:
-                dropped[sha] = (f"its {len(new)} fresh launch(es) differ from its {len(searched)} in the search "
-                                f"({cmp.get('text', '')})")
-        self.evidence.dropped.update(dropped)
-        if drift is not None:
-            self.evidence.drifted, self.evidence.anchors = (f"{drift}: only the ends' launches in the search count, "
-                                                            "beside the fresh ones"), frozenset(self.ends)
-            dropped.update({sha: self.evidence.drifted for sha in shas if sha not in dropped})
-        return dropped
-
-    def confirm_options(self) -> list[Option]:
-        """The parent, the found commit and the control (the ends, when the host may drift), each within its cap of
-        fresh launches."""
-        cap = self.oracle.assessor.cap
-        return [Option(sha, 1.0, sha in self.ends, cap - self.fresh_launches(sha)) for sha in self.labels]
 
     def requests_fail(self) -> BisectRun:
         """An end whose requests failed (a performance verdict): whether a commit's requests fail is no chance,
