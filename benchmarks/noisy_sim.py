@@ -59,6 +59,8 @@ SCENARIOS: dict[str, tuple[str, dict, dict, tuple[str, ...]]] = {
     "perf-drift": ("perf", {"drift": 0.08, "drift_period": 3}, {}, ("posterior", "today", "clairvoyant")),
     # the host turns busy between the search and the confirmation (the confirmation's guard: issue 40)
     "flaky-busy": ("flaky", {"busy_confirm": 0.5}, {}, ("posterior",)),
+    # no change: both ends (every commit) crash 1 launch in 3; the answer must be "no change", never a commit
+    "flaky-same": ("flaky", {"good_rate": 1 / 3}, {}, ("posterior",)),
     "perf-busy": ("perf", {"busy_confirm": 0.08}, {}, ("posterior",)),
     "batch": ("batch", {}, {}, ("posterior", "today")),
     "batch-busy": ("batch", {"batch_share": (0.3, 0.45)}, {}, ("posterior", "today")),
@@ -232,6 +234,10 @@ def main() -> None:
     ap.add_argument("--no-change-prior", type=float,
                     help="a what-if: the search's prior mass on \"the ends do not differ\" (abbisect's is "
                          f"{noisy.NO_CHANGE_PRIOR})")
+    ap.add_argument("--changes", choices=("one", "all"), default="one",
+                    help="bisect.changes: the search for the change and its confirmation alone (one, the default "
+                         "here), or then every other change of the range as well (all, abbisect's default for a "
+                         "statistical verdict: benchmarks/changes_sim.py measures it)")
     ap.add_argument("--json", type=Path, help="also write every row here")
     args = ap.parse_args()
     if args.no_change_prior is not None:
@@ -245,7 +251,8 @@ def main() -> None:
         kind, world_opts, recipe_opts, methods = SCENARIOS[name]
         if args.methods:
             methods = tuple(m for m in methods if m in args.methods.split(","))
-        recipe = seam.recipe_for(kind, **recipe_opts)
+        recipe = seam.recipe_for(kind, **{**recipe_opts,
+                                          "bisect": {**recipe_opts.get("bisect", {}), "changes": args.changes}})
         rows: dict[str, list[dict]] = {m: [] for m in methods}
         culprits = []
         t0 = time.monotonic()

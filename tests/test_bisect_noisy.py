@@ -194,7 +194,7 @@ def test_the_confirmation_counts_the_search_and_a_resume_inside_it_runs_no_fresh
     steps = {s.sha: s for s in whole.steps}
     labels = [t.spec.side for sha in ("c008", "c009") for t in steps[sha].trials]
     assert labels.count("confirm-found") == c["launches"] and labels.count("confirm-parent") == c["parent_launches"]
-    assert sum(not lab.startswith("confirm") for lab in labels) == c["counted"] + c["parent_counted"]
+    assert sum(not lab.startswith(("confirm", "change")) for lab in labels) == c["counted"] + c["parent_counted"]
     assert whole.launches == sum(len(s.trials) for s in whole.steps)  # every launch is in the run's steps
     with pytest.raises(KeyboardInterrupt):
         seam.bisect(CutInConfirmation("flaky", 16, 9, seed=2), recipe, out=tmp_path / "cut")
@@ -212,17 +212,43 @@ def test_the_confirmation_counts_the_search_and_a_resume_inside_it_runs_no_fresh
     world.run = counting  # type: ignore[method-assign]
     resumed, _ = seam.bisect(world, recipe, out=tmp_path / "cut", replay=recorded)
     assert found(resumed) == "c009" and resumed.confirmation["level"] == "confirmed"
-    assert c["control_launches"] >= 6  # the old end beside them, the guard's control
+    assert c["control_launches"] == 0  # a confirmation that holds launches no control
     assert len(fresh) == c["launches"] + c["parent_launches"] + c["control_launches"] - CutInConfirmation.stop, fresh
     assert resumed.confirmation["launches"] == c["launches"] and resumed.confirmation["mass"] == c["mass"]
+
+
+def _first_confirmation(run) -> list[tuple[str, str]]:
+    return [(s.sha, t.spec.side) for s in run.steps for t in s.trials if t.spec.side.startswith("confirm-")]
+
+
+def test_a_confirmation_ends_once_its_answer_loses_the_lead_and_the_search_goes_on():
+    """A wrong answer handed over at half the mass: the confirmation launches it and its parent fresh a pair a
+    round and ends as soon as it is no longer the likeliest commit — not after the recipe's six launches of each —
+    and the search goes on with those launches as evidence, to the right commit. When the parent did worse in its
+    fresh launches than the commits before the change did in the search, the old end is launched again as a
+    control: it behaves as in the search, so the host did not change."""
+    recipe = seam.recipe_for("flaky", bisect={"changes": "one"})
+    said: list[str] = []
+    run, _ = seam.bisect(seam.World("flaky", 20, 13, seed=3), recipe, say=said.append)
+    assert found(run) == "c013" and run.confirmation["level"] == "confirmed" and run.confirmation["attempt"] == 2
+    assert _first_confirmation(run) == [("c019", "confirm-found"), ("c018", "confirm-parent")]
+    assert any(m.startswith("confirmation 1:") and "not reproduced; searching on" in m for m in said)
+    said.clear()
+    run, _ = seam.bisect(seam.World("flaky", 24, 11, seed=3), recipe, say=said.append)
+    assert found(run) == "c011" and run.confirmation["level"] == "confirmed"
+    first = _first_confirmation(run)
+    assert first.count(("c000", "confirm-old end")) == 2 and len(first) == 4, first
+    assert any("the host did not change" in m for m in said)
+    assert run.confirmation["control_launches"] == 0  # the second confirmation held: no control
 
 
 def test_the_guard_drops_the_search_launches_of_a_commit_its_fresh_ones_disagree_with():
     """The host turns busy between the search and the confirmation: every fresh launch is 8 % slower. The found
     commit's and its parent's fresh passes differ from theirs in the search, so only the fresh ones count; both
     ran on the same busy host, so the answer still holds, on them alone — and the report says so. A host that
-    crashes every launch once the search is over: the parent's fresh crashes differ from its clean search
-    launches, and the answer is not confirmed."""
+    crashes every launch once the search is over: the parent crashes in its fresh launches, so the old end is
+    launched again as a control; it crashes too, where the commits before the change never did in the search: the
+    host changed, and nothing is named."""
     from abbisect.report.bisect import render_bisect
 
     run, _ = seam.bisect(seam.World("perf", 24, 11, seed=3, busy_confirm=0.08), seam.recipe_for("perf"))
@@ -233,7 +259,8 @@ def test_the_guard_drops_the_search_launches_of_a_commit_its_fresh_ones_disagree
     assert "⚠ Guard: the parent's launches in the search no longer count" in render_bisect(run, ["abbisect bisect"])
     broken, _ = seam.bisect(seam.World("flaky", 16, 9, seed=2, busy_confirm=1.0), seam.recipe_for("flaky"))
     c = broken.confirmation
-    assert c["guard"]["parent"] and c["level"] != "confirmed" and found(broken) is None
+    assert c["level"] == "host changed" and found(broken) is None and c["control_launches"] >= 2
+    assert "no longer behaves as the commits before the change did in the search" in c["guard"]["old end"]
 
 
 def test_the_report_shows_the_posterior_a_picture_and_an_svg():

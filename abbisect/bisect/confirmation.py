@@ -1,7 +1,9 @@
 """The confirmation of a posterior search's answer (issue 40's contract): the found commit and its parent judged on
 all their launches, the search's and fresh ones, the fresh ones a guard against drift and chance — a commit whose
 fresh launches differ from its search launches keeps only its fresh ones while the confirmation runs, and a
-control (the old end, launched again beside them) that no longer behaves as in the search says the host changed.
+control (the good end launched again, when the pair's good side did worse fresh) that no longer behaves as the
+search saw that side says the host changed. It ends as soon as its answer is no longer the likeliest, so a wrong
+answer handed over at half the mass costs a pair of launches or two, which the search that goes on counts.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.stats.decide import Call
 from abbisect.stats.evidence import AFTER
+from abbisect.trial.spec import TrialResult
 
 
 class Searching(Protocol):
@@ -56,56 +59,115 @@ class Confirmation:
         self.search = search
 
     def run(self, found: str, post: Posterior, attempt: int) -> tuple[dict, Posterior]:
-        """The found commit and its parent judged on all their launches, the search's and fresh ones: at least
-        `repeats.launches` fresh ones of each and of the control (a round holds them, at once where slots allow),
-        then more as the posterior asks, until the found commit holds `bisect.posterior` of the mass, it is no
-        longer the likeliest answer, or each has its cap of fresh launches. The fresh launches guard against
-        drift and chance (`guard`). Everything else stays as the search has it: the rates learnt, "no change" a
-        hypothesis, no commit named below the threshold. Returns what the report says (BisectRun.confirmation) and
-        the posterior after it."""
+        """The found commit and its parent judged on all their launches, the search's and fresh ones: fresh
+        launches of both, a pair a round (at once where slots allow), until each has `repeats.launches` of them,
+        then more of either as the posterior asks, until the found commit holds `bisect.posterior` of the mass or
+        each has its cap of fresh launches; the confirmation ends as soon as the found commit is no longer the
+        likeliest answer (its fresh launches stay evidence for the search that goes on). The fresh launches guard
+        against drift and chance (`guard`), and a control tells a host that changed from a wrong answer
+        (`control`). Everything else stays as the search has it: the rates learnt, "no change" a hypothesis, no
+        commit named below the threshold. Returns what the report says (BisectRun.confirmation) and the posterior
+        after it."""
         s = self.search
         a = s.oracle.assessor
         parent = (s.graph.parents.get(found) or (next(iter(s.ends)),))[0]
         regression = s.worse_state(post, found) == AFTER
         label = f"{CONFIRM}{attempt if attempt > 1 else ''}"
         s.labels, s.fresh = {parent: f"{label}-parent", found: f"{label}-found"}, True
-        # The control: the old end launched again beside them. Its fresh launches differing from its launches in
-        # the search say that the host changed (a busy machine that now crashes a good commit too), not the commit.
-        control = next((e for e in s.ends if e not in (parent, found)), None)
-        if control is not None:
-            s.labels[control] = f"{label}-{s.role(control)}"
-        if post.model.drifts:  # the ends measured again beside them: a drift of the host is measured, not mistaken
+        pair = [parent, found]
+        if post.model.drifts:  # the old end launched beside them each round pins its offset, and the ends may be
+            # measured again: a drift of the host is measured, not mistaken for the change
             s.labels.update({e: f"{label}-{role}" for e, role in s.ends.items() if e not in s.labels})
+            pair += [e for e in s.ends if e not in pair][:1]
         start, counted = s.rounds, {sha: self.search_launches(sha) for sha in (parent, found)}
         least = s.recipe.repeats.launches
         s.say(f"{label}: {found[:10]} holds {post.culprit_mass().get(found, 0.0):.0%}; launching it and its parent "
               f"{parent[:10]} at least {least} time(s) each, fresh, beside their {counted[parent]} and "
               f"{counted[found]} launch(es) in the search")
-        # a round of the fresh minimum: the pair and the control (on a host that may drift, the control also pins
-        # the round's offset, so a host that slowed is not read as the change)
-        pair = [parent, found, *([control] if control is not None else [])]
+        leading = True
         width = max(len(s.oracle.slots), len(pair))  # a round fills the slots
-        while need := {sha: n for sha in pair if (n := least - self.fresh_launches(sha)) > 0}:
+        while leading and (need := {sha: n for sha in pair if (n := least - self.fresh_launches(sha)) > 0}):
             cycle = [sha for k in range(max(need.values())) for sha in pair if need.get(sha, 0) > k]
             s.launch_round(cycle[:width])
-        # a host that may drift is the drift model's to measure (the control pins each round's offset); on any
-        # other, a control that no longer behaves as in the search means the host changed
-        guarded = self.guard((parent, found) if post.model.drifts else pair)
+            leading = s.posterior().decide(0.0).found == found
+        # on a host that may drift the ends beside them pin each round's offset: the drift model measures it
+        guarded = self.guard((parent, found))
         for sha, why in guarded.items():
             s.say(f"{label}: the {s.labels[sha].rsplit('-', 1)[1]}'s search launches no longer count: {why}")
-        changed = guarded.get(control) if control is not None else None
+        changed = None if post.model.drifts else self.control(parent, found, regression, label)
         if changed:  # the host, not the commits: nothing fresh can confirm or refute the answer now
+            level, post = "host changed", s.posterior()
+        else:
+            if leading or guarded:  # more as the posterior asks; it stops once the found commit is no longer the
+                # likeliest answer, unless the guard took evidence away on a host that may drift: then only the
+                # fresh launches can say
+                post = s.search(self.confirm_options, limit=s.launches() + 2 * a.cap,
+                                until=None if guarded and post.model.drifts else
+                                lambda p: p.decide(0.0).found != found)
+            else:
+                post = s.posterior()
+            decision = post.decide(s.threshold)
+            as_found = (s.worse_state(post, found) == AFTER) == regression
+            level = ("confirmed" if decision.found == found and as_found else
+                     "not reproduced" if decision.found or decision.no_change or not as_found
+                     or post.decide(0.0).found != found else "not sure")
+        summary = self.summary(post, parent, found, regression, level, changed, attempt, s.rounds - start)
+        s.labels, s.fresh = {}, False
+        if level != "confirmed":  # searched on with every launch counting: its rounds measure the host again
+            s.evidence.dropped, s.evidence.drifted = {}, ""
             post = s.posterior()
-        else:  # it stops early once the found commit is no longer the likeliest answer, unless the guard took
-            # evidence away: then only the fresh launches can say
-            post = s.search(self.confirm_options, limit=s.launches() + 2 * a.cap,
-                            until=None if guarded else lambda p: p.decide(0.0).found != found)
-        decision = post.decide(s.threshold)
+        return summary, post
+
+    def control(self, parent: str, found: str, regression: bool, label: str) -> str | None:
+        """Whether the host changed since the search (a machine turned busy that now crashes a good commit too),
+        rather than the answer being wrong: why, in words, or None. When the one of the pair that should look like
+        the good state (the parent of a regression, the found commit of a fix) did worse in its fresh launches than
+        the commits in that state whichever of the two is the change did in the search, the good end is launched
+        again, fresh, as often as the suspect was (up to three times `repeats.launches` while it does worse and the
+        test is not sure), as a control; its fresh launches unlike those commits' search
+        launches (the assessor's comparison at its alpha) mean the host changed. (A host that may drift is the drift
+        model's to measure: the ends are launched beside the pair every round.)"""
+        s = self.search
+        a = s.oracle.assessor
+        suspect, who = (parent, "parent") if regression else (found, "found commit")
+        if regression:  # before the parent, the old end too
+            surely = [e for e, role in s.ends.items() if role is not Role.NEW_END and e not in (parent, found)]
+            surely += [sha for sha in s.graph.ancestors(parent) if sha != parent] if parent in s.graph else []
+        else:  # after the found commit, the new end too
+            surely = [sha for sha in s.graph.order if sha != found and found in s.graph.ancestors(sha)]
+        control = next((e for e in s.ends if e in surely), None)
+        reference = [t for sha in surely if (step := s.step_of(sha)) is not None for t in step.trials
+                     if not fresh(t) and s.evidence.observes(t) and phase_of(t) <= s.phase]
+        new = [t for t in self.fresh_trials(suspect) if s.evidence.observes(t)]
+        if control is None or not reference or not new or a.compare(reference, new).get("worse") != "b":
+            return None
+        state = "before the change" if regression else "after it"
+        s.labels[control] = f"{label}-{s.role(control)}"
+        s.say(f"{label}: the {who} did worse in its fresh launches than the commits {state} in the search: "
+              f"launching the {s.role(control)} {control[:10]} again, as a control")
+        # as many launches as the suspect's fresh ones (`repeats.launches` at most), and up to three times
+        # `repeats.launches` while it does worse and the test is not sure
+        least, width = min(max(len(new), 2), s.recipe.repeats.launches), max(len(s.oracle.slots), 1)
+        while True:
+            n = self.fresh_launches(control)
+            cmp = a.compare(reference, [t for t in self.fresh_trials(control) if s.evidence.observes(t)]) if n else {}
+            unsure = (cmp.get("comparison") or {}).get("call") == Call.UNSURE and cmp.get("worse") == "b"
+            if n >= 3 * s.recipe.repeats.launches or (n >= least and not unsure):
+                break
+            s.launch_round([control] * min(max(least - n, 1), width))
+        if (cmp.get("comparison") or {}).get("call") != Call.DIFFERENT:
+            s.say(f"{label}: the control behaves as the commits {state} did in the search ({cmp.get('text', '')}): "
+                  "the host did not change")
+            return None
+        return (f"the {s.role(control)}, launched again, no longer behaves as the commits {state} did in the search "
+                f"({cmp.get('text', '')})")
+
+    def summary(self, post: Posterior, parent: str, found: str, regression: bool, level: str, changed: str | None,
+                attempt: int, rounds: int) -> dict:
+        """What the report says of this confirmation (BisectRun.confirmation)."""
+        s = self.search
+        a = s.oracle.assessor
         mass = post.culprit_mass()
-        as_found = (s.worse_state(post, found) == AFTER) == regression
-        level = ("host changed" if changed else "confirmed" if decision.found == found and as_found else
-                 "not reproduced" if decision.found or decision.no_change or not as_found
-                 or post.decide(0.0).found != found else "not sure")
         new = {sha: self.fresh_launches(sha) for sha in (parent, found)}
         counts = {sha: sum(1 for t in step.trials if not fresh(t) and s.evidence.kept(sha, t))
                   if (step := s.step_of(sha)) is not None else 0 for sha in (parent, found)}
@@ -117,44 +179,41 @@ class Confirmation:
                                 "cap: the answer is not sure",
                     "not reproduced": f"{said}, the found commit holds {mass[found]:.1%}: it and its parent do not "
                                       "differ as the ends do, so the answer is not reproduced",
-                    "host changed": f"the old end, launched again beside them, no longer behaves as in the search "
-                                    f"({changed}): the host changed between the search and the confirmation, so "
-                                    "the answer is not confirmed; run the bisect again on a quiet host"}[level]
-        trials = {sha: [t for t in step.trials if s.evidence.kept(sha, t)]
-                  for sha in (parent, found) if (step := s.step_of(sha)) is not None}
+                    "host changed": f"{changed}: the host changed between the search and the confirmation, so the "
+                                    "answer is not confirmed; run the bisect again on a quiet host"}[level]
+        trials = {sha: [t for t in step.trials if s.evidence.kept(sha, t)] if (step := s.step_of(sha)) else []
+                  for sha in (parent, found)}
         seen = {sha: a.alone(ts) for sha, ts in trials.items()}
         bad = Outcome.BAD if regression else Outcome.GOOD
         side = {sha: post.after(sha) for sha in (parent, found)}
-        summary = {"launches": new[found], "parent_launches": new[parent],
-                   "control_launches": self.fresh_launches(control) if control is not None else 0,
-                   "counted": counts[found],
-                   "parent_counted": counts[parent], "rounds": s.rounds - start, "attempt": attempt,
-                   "level": level, "held": level == "confirmed", "sentence": sentence,
-                   "compared": a.compare(trials[parent], trials[found]),
-                   "guard": {who: s.evidence.dropped.get(sha) or s.evidence.drifted or None
-                             for who, sha in (("parent", parent), ("found", found), ("old end", control))
-                             if sha is not None},
-                   "mass": {"found": round(mass[found], 6), "parent": round(mass.get(parent, 0.0), 6),
-                            "no_change": round(post.no_change, 6)},
-                   **{who: {"sha": sha, "outcome": bad if side[sha] >= 0.5 else bad.inverted(),
-                            "evidence": f"{seen[sha].evidence}; after the change with probability {side[sha]:.1%}"}
-                      for who, sha in (("parent", parent), ("found", found))}}
-        s.labels, s.fresh = {}, False
-        if level != "confirmed":  # searched on with every launch counting: its rounds measure the host again
-            s.evidence.dropped, s.evidence.drifted = {}, ""
-            post = s.posterior()
-        return summary, post
+        control = next((sha for sha, lab in s.labels.items() if sha not in (parent, found)), None)
+        return {"launches": new[found], "parent_launches": new[parent],
+                "control_launches": sum(self.fresh_launches(e) for e in s.ends if e in s.labels and e not in side),
+                "counted": counts[found], "parent_counted": counts[parent], "rounds": rounds, "attempt": attempt,
+                "level": level, "held": level == "confirmed", "sentence": sentence,
+                "compared": a.compare(trials[parent], trials[found]),
+                "guard": {who: s.evidence.dropped.get(sha) or s.evidence.drifted or None
+                          for who, sha in (("parent", parent), ("found", found))}
+                | ({f"{s.role(control)}": changed} if control is not None and changed else {}),
+                "mass": {"found": round(mass.get(found, 0.0), 6), "parent": round(mass.get(parent, 0.0), 6),
+                         "no_change": round(post.no_change, 6)},
+                **{who: {"sha": sha, "outcome": bad if side[sha] >= 0.5 else bad.inverted(),
+                         "evidence": f"{seen[sha].evidence}; after the change with probability {side[sha]:.1%}"}
+                   for who, sha in (("parent", parent), ("found", found))}}
 
     def search_launches(self, sha: str) -> int:
         s = self.search
         step = s.step_of(sha)
         return sum(1 for t in step.trials if not fresh(t) and phase_of(t) <= s.phase) if step is not None else 0
 
-    def fresh_launches(self, sha: str) -> int:
+    def fresh_trials(self, sha: str) -> list[TrialResult]:
         """`sha`'s launches under its label of this confirmation (a resumed one finds those it already made)."""
         s = self.search
         step = s.step_of(sha)
-        return sum(1 for t in step.trials if t.spec.side == s.label(sha)) if step is not None else 0
+        return [t for t in step.trials if t.spec.side == s.label(sha)] if step is not None else []
+
+    def fresh_launches(self, sha: str) -> int:
+        return len(self.fresh_trials(sha))
 
     def guard(self, shas: Sequence[str]) -> dict[str, str]:
         """The confirmation's guard: a commit whose fresh launches differ from its launches in the search (the
