@@ -90,7 +90,7 @@ class Flaky:
         var = sum(w * w * ((k + 0.5) / (n + 1)) * (1 - (k + 0.5) / (n + 1)) / n
                   for c, w in weights.items() for k, n in (seen[c],))
         half = 1.959964 * math.sqrt(var)
-        return Effect(value, value - half, value + half, 0.95, f"{self.unit[:-1]} failure rate")
+        return Effect(value, value - half, value + half, 0.95, f"share of {self.unit} failing")
 
     def _compare(self, a: tuple[int, int], b: tuple[int, int]) -> RateComparison:
         return compare_rates(*a, *b, min_difference=self.min_difference, alpha=self.alpha)

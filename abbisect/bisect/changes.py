@@ -5,8 +5,9 @@ difference.
 After the search of the whole range (abbisect/bisect/noisy.py) names and confirms a commit X, its effect (its
 parent against it) is set beside the ends' (the old end against the new), on the verdict's additive scale with
 intervals (abbisect/stats/effects.py). What is left, the ends' effect minus the changes', is another change when
-it is at least the smallest effect that matters (`perf.min_effect`, `repeats.min_difference`, `eval.min_drop`)
-and its interval leaves 0 out. Then the parts of the range between the tested commits that bound the changes
+its interval leaves 0 out and reaches the smallest effect that matters (`perf.min_effect`,
+`repeats.min_difference`, `eval.min_drop`); a change a part's search then confirms below that size is not named.
+Then the parts of the range between the tested commits that bound the changes
 found (the old end to X's parent, X to the new end) are searched, the part whose ends differ most first, each by
 a posterior search of its own with its confirmation (labelled `change<k> …`, so a resumed bisect replays the
 searches in order, each on the launches it had), until what is left is no change or `bisect.max_changes` are
@@ -18,7 +19,10 @@ an answer its confirmation could not confirm is left not sure, with no search of
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+
+from scipy import stats
 
 from abbisect.assess.accuracy import eval_run
 from abbisect.bisect.launches import phase_of
@@ -77,6 +81,39 @@ class Changes:
         if ends is None or left is None:
             return None, None
         return ends, residual(left, ends, self.a.least, self.a.alpha)
+
+    def settle(self, phase: int) -> tuple[Effect | None, Residual | None]:
+        """What is left, measured until it is another change or surely small: while it is neither, the commits that
+        bound it (the ends, each change named and its parent) are launched again in the `phase`-th search's name,
+        those with the fewest launches first, one round at a time, as long as it could still be made sure at its
+        present size by the time those at the fewest have twice the recipe's first launches more (the assessor's cap
+        at most; its interval shrinking as one over the square root of the launches); a verdict whose what-is-left cannot be made sure within the caps (a failure rate's, often)
+        is said as it is, not measured."""
+        z = float(stats.norm.ppf(1 - self.a.alpha / 2))
+        while True:
+            ends, left = self.left(upto=phase)
+            if left is None or left.another or left.small:
+                return ends, left
+            bounds = list(dict.fromkeys([self.old, self.new, *(s for c, f in self.found.items()
+                                                                 for s in (f["parent"], c))]))
+            counts = {sha: self.observed(sha, phase) for sha in bounds}
+            fewest = min(counts.values())
+            # the launches the fewest may get: twice the first launches more than before this search (a resumed
+            # bisect counts the same)
+            reach = min(self.a.cap, min(self.observed(sha, phase - 1) for sha in bounds) + 2 * self.a.first)
+            shrink = math.sqrt(max(fewest, 1) / reach)
+            size, half, told = abs(left.left.value), z * left.left.se * shrink, (left.left.hi - left.left.lo) / 2 * shrink
+            if fewest >= reach or not (size > half or size + told < self.a.least):
+                return ends, left
+            measure = self.main.part(self.old, self.new, phase)
+            measure.ask = self.telling()
+            self.main.say(f"what is left of the ends' difference, {left.left.describe()}, is not sure yet: launching "
+                          f"{len([s for s in bounds if counts[s] == fewest])} commit(s) that bound it again")
+            measure.launch_round([sha for sha in bounds if counts[sha] == fewest])
+
+    def observed(self, sha: str, upto: int) -> int:
+        """`sha`'s launches that are evidence, of the searches up to `upto`."""
+        return sum(1 for t in self.trials(sha, upto) if self.main.evidence.observes(t))
 
     def matters(self, confirmation: dict) -> bool:
         """Whether a change a part's search confirmed is at least the smallest effect that matters (a part is
@@ -174,7 +211,7 @@ class Changes:
         phase = 2
         while len(self.found) < self.cap and len(self.searched) < 3 * self.cap:
             self.fill(phase)
-            ends, left = self.left(upto=phase)
+            ends, left = self.settle(phase)
             if left is None or not left.another:
                 break
             done = {s["part"] for s in self.searched}
@@ -224,15 +261,18 @@ class Changes:
         share = left.share if left is not None else None
         if not rows:
             said = "no change was named"
-        elif accounted:
-            said = (f"{len(rows)} change(s) account for the ends' difference: what is left, "
-                    f"{left.left.describe() if left else '—'}, is no change")
+        elif accounted and left is not None:
+            n = f"{len(rows)} changes" if len(rows) > 1 else "1 change"
+            said = (f"{n} account{'' if len(rows) > 1 else 's'} for the ends' difference: what is left, {left.left.describe()}, is no change that "
+                    "matters" if left.small else
+                    f"{n} named; what is left, {left.left.describe()}, is not significant, but its interval is too "
+                    "wide to rule out another change of the smallest size that matters")
         else:
             said = (f"about {abs(share or 0.0):.0%} of the ends' difference is not accounted for"
                     + (" within the budget" if len(self.found) >= self.cap or len(self.searched) >= 3 * self.cap
                        else ": no part of the range left to search shows it"))
         return {"ends": effect_dict(ends), "changes": rows, "left": effect_dict(left.left, ends) if left else None,
-                "accounted": accounted, "said": said, "max_changes": self.cap,
+                "accounted": accounted, "sure": bool(left is not None and (left.small or left.another)), "said": said, "max_changes": self.cap,
                 "parts": [{"old": s["part"].old, "new": s["part"].new, "phase": s["phase"], "outcome": s["outcome"],
                            "launches": s["launches"]} for s in self.searched],
                 "primary": primary["sha"] if primary else None,
@@ -242,7 +282,7 @@ class Changes:
 
 def every_change(main: NoisySearch, first: Posterior) -> dict:
     """`bisect.changes: all` after the whole range's search (module docstring); {} when there is nothing to weigh
-    (a rule on one trial, ends on two branches)."""
-    if main.run.merge_bases:
+    (a rule on one trial, ends on two branches, a host that changed under the confirmation)."""
+    if main.run.merge_bases or main.run.confirmation.get("level") == "host changed":
         return {}
     return Changes(main).search(first)

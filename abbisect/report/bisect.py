@@ -133,6 +133,9 @@ def headline(run: BisectRun) -> str:
         noun = run.variable.kind.noun
         shown = run.subject(res.first_new) if noun == "version" else res.first_new
         return f"The {noun} that {run.mode.word} it: `{shown}`"
+    if (run.confirmation or {}).get("level") == "host changed":
+        return ("Not confirmed: the host changed between the search and the confirmation — run the bisect again on "
+                "a quiet host")
     if res.outcome == "ambiguous" and run.posterior:
         return (f"Not sure: no commit holds {run.posterior['threshold']:.0%} of the posterior after "
                 f"{run.posterior['launches']} launches; the likeliest are "
@@ -191,9 +194,11 @@ def another_failure(step: Step) -> str:
 def how_sure_block(run: BisectRun) -> list[str]:
     """The answer run again (bisect.confirm) and the revert (--confirm-revert), or what was not rerun."""
     res = run.result
+    c = run.confirmation
+    if c and c.get("level") == "host changed":  # nothing named: what the confirmation saw is the answer
+        return ["### How sure", "", f"**Host changed**: {c['sentence']}.", ""]
     if res is None or res.first_new is None:
         return []
-    c = run.confirmation
     if not c:
         return ["### How sure", "", ("The found commit and its parent were each tested once, and the verdict "
                                      "is a rule on one trial; `--confirm always` runs them again, fresh."), ""]

@@ -57,17 +57,23 @@ class Effect:
 
 @dataclass(frozen=True)
 class Residual:
-    """What the changes found leave of the ends' effect: the effect left, whether it is another change (at least
-    the smallest effect that matters, and its interval at 1 − alpha leaves 0 out), and its share of the ends'."""
+    """What the changes found leave of the ends' effect: the effect left, whether it is another change (its
+    interval at 1 − alpha leaves 0 out and reaches the smallest effect that matters), whether it is surely no change
+    that matters (its interval as told lies within ± the smallest effect), and its share of the ends'."""
 
     left: Effect
     another: bool
+    small: bool
     share: float | None
 
 
 def residual(left: Effect, ends: Effect, least: float, alpha: float) -> Residual:
     """What the changes named leave of the ends' effect, `left` (measured as the ends' effect minus the changes',
-    each commit's launches counted once), judged: another change when it is at least `least` (the smallest effect
-    that matters, on the scale) and its interval at 1 − alpha leaves 0 out."""
-    za = float(stats.norm.ppf(1 - alpha / 2))
-    return Residual(left, abs(left.value) >= least and abs(left.value) > za * left.se, left.share(ends))
+    each commit's launches counted once), judged at 1 − alpha: another change when its interval leaves 0 out and
+    reaches `least` (the smallest effect that matters, on the scale) — a part's search then says whether a change
+    that large is there, as the point alone would miss one whose estimate fell short of it by chance; surely small
+    when its interval as told (the report's) lies within ± `least`."""
+    half = float(stats.norm.ppf(1 - alpha / 2)) * left.se
+    size = abs(left.value)
+    return Residual(left, size > half and size + half >= least, -least < left.lo and left.hi < least,
+                    left.share(ends))
