@@ -382,7 +382,7 @@ def test_a_supervisor_told_to_stop_as_it_starts_the_server_ends_it(tmp_path, tes
     finally:
         os.close(write_end)
         os.close(read_end)
-    assert marked_pids(mark) == [child.pid]
+    assert _wait_for(lambda: marked_pids(mark) == [child.pid], 10), (marked_pids(mark), child.pid)
     child.terminate()
     assert _wait_for(lambda: not marked_pids(mark), 10)
     assert child.watchdog.wait(timeout=10) == 0

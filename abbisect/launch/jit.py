@@ -34,8 +34,9 @@ TORCH_STACK: tuple[tuple[str, str], ...] = (
     ("CUDA_CACHE_PATH", "cuda"),  # the driver's PTX JIT ComputeCache
     ("TORCH_EXTENSIONS_DIR", "torch_extensions"),  # torch.utils.cpp_extension's JIT builds
     # inductor's precompiled C++ headers (about 150 MB) go to the temporary folder whatever its cache folder says,
-    # and a later "cold" start of any commit would reuse them: the server's temporary folder is the launch's own
-    ("TMPDIR", "tmp"),
+    # and a later "cold" start of any commit would reuse them: the server's temporary folder is the commit's own
+    # (named so that no path of it reads as the machine's /tmp)
+    ("TMPDIR", "tmpdir"),
 )
 KERNEL_LIBS: tuple[tuple[str, str], ...] = (
     ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),  # FlashInfer's JIT ops under <base>/.cache/flashinfer
