@@ -37,7 +37,7 @@ from abbisect.stats.evidence import AFTER, BEFORE, Items, Rates, Samples
 from abbisect.trial.spec import TrialResult
 
 NO_CHANGE_PRIOR = 0.5  # the ends were named good and bad, but whether they differ is for the evidence to say
-CONFIRMATIONS = 3  # an answer not confirmed: search on with the fresh launches as evidence, at most this often
+CONFIRMATIONS = 6  # an answer not confirmed: search on with the fresh launches as evidence, at most this often
 # The search hands its likeliest commit to the confirmation once it holds this much of the mass: the confirmation's
 # launches of the commit and its parent count towards `bisect.posterior` (they are the launches that tell most
 # there), so the search need not get there alone.
