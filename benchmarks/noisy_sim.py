@@ -17,7 +17,8 @@ Launches count server starts (the confirmation's separately); wall time counts r
 k at once on k slots.
 
     python benchmarks/noisy_sim.py [--seeds 20] [--commits 60] [--scenarios flaky,flaky10,...]
-                                   [--methods posterior,...] [--no-change-prior P] [--json FILE]
+                                   [--methods posterior,...] [--no-change-prior P] [--changes one|all]
+                                   [--json FILE]
 """
 
 from __future__ import annotations
