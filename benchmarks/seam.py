@@ -203,6 +203,34 @@ class World:
         return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras=Extras(eval=run))
 
 
+def cut(world: World, stop: int, prefix: str = "") -> World:
+    """`world`, interrupted as Ctrl-C would (KeyboardInterrupt) when its launch labelled `prefix…` after the
+    `stop`-th starts: a bisect cut there, to be resumed."""
+    plain, seen = world.run, [0]
+
+    def run(spec: TrialSpec, progress=None) -> TrialResult:
+        if spec.side.startswith(prefix):
+            seen[0] += 1
+            if seen[0] > stop:
+                raise KeyboardInterrupt
+        return plain(spec, progress)
+
+    world.run = run  # type: ignore[method-assign]
+    return world
+
+
+def asked(world: World) -> list[TrialSpec]:
+    """The launches `world` runs from now on, in order (their specs): what a resumed bisect ran again."""
+    plain, specs = world.run, []
+
+    def run(spec: TrialSpec, progress=None) -> TrialResult:
+        specs.append(spec)
+        return plain(spec, progress)
+
+    world.run = run  # type: ignore[method-assign]
+    return specs
+
+
 def bisect(world: World, recipe: Recipe, slots: int = 1, out: Path | None = None,
            replay: dict[str, dict] | None = None, say=None, paths: dict[str, tuple[str, ...]] | None = None,
            ends: tuple[str, str] | None = None) -> tuple[BisectRun, Oracle]:

@@ -130,56 +130,25 @@ def test_the_prior_gives_commits_touching_only_docs_less_mass():
     assert found(run) == "c006"
 
 
-class Interrupted(seam.World):
-    """The same history, interrupted (Ctrl-C) as its `stop`-th launch starts."""
-
-    stop = 10
-
-    def run(self, spec, progress=None):
-        if self.launches >= self.stop:
-            raise KeyboardInterrupt
-        return super().run(spec, progress)
-
-
 def test_a_resumed_search_rebuilds_the_posterior_and_runs_no_launch_twice(tmp_path):
     recipe = seam.recipe_for("flaky")
     whole, _ = seam.bisect(seam.World("flaky", 16, 9, seed=2), recipe, out=tmp_path / "whole")
     with pytest.raises(KeyboardInterrupt):
-        seam.bisect(Interrupted("flaky", 16, 9, seed=2), recipe, out=tmp_path / "cut")
+        seam.bisect(seam.cut(seam.World("flaky", 16, 9, seed=2), 10), recipe, out=tmp_path / "cut")
     state = json.loads((tmp_path / "cut" / "state.json").read_text())
     recorded = {s["sha"]: s for s in state["steps"]}
     done = {(s["sha"], 1 + len(s.get("more") or ())) for s in state["steps"]}
-    assert sum(n for _, n in done) == Interrupted.stop
+    assert sum(n for _, n in done) == 10
     world = seam.World("flaky", 16, 9, seed=2)
-    asked: set[tuple[str, int]] = set()
-    original = world.run
-
-    def counting(spec, progress=None):
-        asked.add((spec.sha, spec.attempt))
-        return original(spec, progress)
-
-    world.run = counting  # type: ignore[method-assign]
+    asked = seam.asked(world)
     resumed, _ = seam.bisect(world, recipe, out=tmp_path / "cut", replay=recorded)
     assert found(resumed) == found(whole) == "c009"
     replayed = {(sha, a) for sha, n in done for a in range(n)}
-    assert asked and not replayed & asked, "a recorded launch ran again"
+    assert asked and not replayed & {(spec.sha, spec.attempt) for spec in asked}, "a recorded launch ran again"
     assert all(s.replayed for s in resumed.steps if s.sha in recorded)
     # the same seeded launches after the resume: the same search as the uninterrupted one
     assert [s.sha for s in resumed.steps] == [s.sha for s in whole.steps]
     assert resumed.posterior["mass"] == pytest.approx(whole.posterior["mass"], abs=1e-6)
-
-
-class CutInConfirmation(seam.World):
-    """The same history, interrupted as the confirmation's `stop`-th fresh launch starts."""
-
-    stop = 5
-
-    def run(self, spec, progress=None):
-        if spec.side.startswith("confirm"):
-            self.fresh = getattr(self, "fresh", 0) + 1
-            if self.fresh > self.stop:
-                raise KeyboardInterrupt
-        return super().run(spec, progress)
 
 
 def test_the_confirmation_counts_the_search_and_a_resume_inside_it_runs_no_fresh_launch_twice(tmp_path):
@@ -197,23 +166,16 @@ def test_the_confirmation_counts_the_search_and_a_resume_inside_it_runs_no_fresh
     assert sum(not lab.startswith(("confirm", "change")) for lab in labels) == c["counted"] + c["parent_counted"]
     assert whole.launches == sum(len(s.trials) for s in whole.steps)  # every launch is in the run's steps
     with pytest.raises(KeyboardInterrupt):
-        seam.bisect(CutInConfirmation("flaky", 16, 9, seed=2), recipe, out=tmp_path / "cut")
+        seam.bisect(seam.cut(seam.World("flaky", 16, 9, seed=2), 5, "confirm"), recipe, out=tmp_path / "cut")
     state = json.loads((tmp_path / "cut" / "state.json").read_text())
     recorded = {s["sha"]: s for s in state["steps"]}
     world = seam.World("flaky", 16, 9, seed=2)
-    fresh: list[tuple[str, int]] = []
-    original = world.run
-
-    def counting(spec, progress=None):
-        if spec.side.startswith("confirm"):
-            fresh.append((spec.sha, spec.attempt))
-        return original(spec, progress)
-
-    world.run = counting  # type: ignore[method-assign]
+    asked = seam.asked(world)
     resumed, _ = seam.bisect(world, recipe, out=tmp_path / "cut", replay=recorded)
+    fresh = [(spec.sha, spec.attempt) for spec in asked if spec.side.startswith("confirm")]
     assert found(resumed) == "c009" and resumed.confirmation["level"] == "confirmed"
     assert c["control_launches"] == 0  # a confirmation that holds launches no control
-    assert len(fresh) == c["launches"] + c["parent_launches"] + c["control_launches"] - CutInConfirmation.stop, fresh
+    assert len(fresh) == c["launches"] + c["parent_launches"] + c["control_launches"] - 5, fresh
     assert resumed.confirmation["launches"] == c["launches"] and resumed.confirmation["mass"] == c["mass"]
 
 

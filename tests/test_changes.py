@@ -145,39 +145,20 @@ def test_the_report_opens_with_the_changes_table_and_the_json_carries_it():
     assert [c["sha"] for c in data["changes"]["changes"]] == ["c018", "c038"] and data["changes"]["accounted"]
 
 
-class CutInSecondSearch(seam.World):
-    """The same history, interrupted as the `stop`-th launch of the second search starts."""
-
-    stop = 3
-
-    def run(self, spec, progress=None):
-        if spec.side.startswith("change2 "):
-            self.second = getattr(self, "second", 0) + 1
-            if self.second > self.stop:
-                raise KeyboardInterrupt
-        return super().run(spec, progress)
-
-
 def test_a_resume_in_the_middle_of_a_second_search_ends_as_the_run_never_cut(tmp_path):
     changes = ((18, 0.12), (38, -0.05))
     recipe = seam.recipe_for("perf")
     whole, _ = seam.bisect(seam.World("perf", 48, 18, seed=1, changes=changes), recipe, out=tmp_path / "whole")
     with pytest.raises(KeyboardInterrupt):
-        seam.bisect(CutInSecondSearch("perf", 48, 18, seed=1, changes=changes), recipe, out=tmp_path / "cut")
+        seam.bisect(seam.cut(seam.World("perf", 48, 18, seed=1, changes=changes), 3, "change2 "), recipe,
+                    out=tmp_path / "cut")
     state = json.loads((tmp_path / "cut" / "state.json").read_text())
     recorded = {s["sha"]: s for s in state["steps"]}
     done = {(s["sha"], a) for s in state["steps"] for a in range(1 + len(s.get("more") or ()))}
     world = seam.World("perf", 48, 18, seed=1, changes=changes)
-    asked: list[tuple[str, int]] = []
-    original = world.run
-
-    def counting(spec, progress=None):
-        asked.append((spec.sha, spec.attempt))
-        return original(spec, progress)
-
-    world.run = counting  # type: ignore[method-assign]
+    asked = seam.asked(world)
     resumed, _ = seam.bisect(world, recipe, out=tmp_path / "cut", replay=recorded)
-    assert not set(asked) & done, "a recorded launch ran again"
+    assert not {(spec.sha, spec.attempt) for spec in asked} & done, "a recorded launch ran again"
     assert named(resumed) == named(whole) == ["c018", "c038"]
     # the same searches; a performance round cut in two is two rounds of the drift model, which may ask one more
     assert [(p["old"], p["new"], p["outcome"]) for p in resumed.changes["parts"]] == \

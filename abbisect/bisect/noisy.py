@@ -42,6 +42,8 @@ CONFIRMATIONS = 6  # an answer not confirmed: search on with the fresh launches 
 # launches of the commit and its parent count towards `bisect.posterior` (they are the launches that tell most
 # there), so the search need not get there alone.
 HANDOFF = 0.5
+
+
 class NoisySearch:
     """The posterior search (module docstring) over an oracle's launches: `walk` searches a bisect's range (the
     driver saves and concludes it), `settle` searches and confirms, `part` makes the search of a part of it."""
