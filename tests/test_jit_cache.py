@@ -8,7 +8,11 @@ starts on the kernels the broken one compiled, as a real cache whose key misses 
 from __future__ import annotations
 
 import os
+import shutil
+import socket
+import tempfile
 import typing
+import uuid
 from pathlib import Path
 
 import pytest
@@ -59,6 +63,51 @@ def test_every_launch_of_launch_mode_starts_cold_in_a_folder_removed_after_it(tm
         jit.done(caches)
         assert not Path(caches.folder).exists()
     assert seen[0] != seen[1]
+
+
+@pytest.fixture
+def short() -> typing.Iterator[Path]:
+    """A cache root short enough for the server's temporary folder to be the commit's own (jit.SOCKET_ROOM)."""
+    root = Path(tempfile.mkdtemp(prefix="j-", dir="/tmp"))
+    yield root
+    shutil.rmtree(root)
+
+
+def test_temporary_files_warm_nothing_and_a_recipes_own_cache_is_an_unknown_start(tmp_path, short):
+    """An eager launch leaves temporary files and sockets in its temporary folder and compiles nothing: its next
+    launch still starts cold. A compile cache the recipe's env points elsewhere holds what abbisect cannot count:
+    the start is unknown (its temporary folder alone the recipe may move without that)."""
+    cache, stack = Cache(short), (*VARS, ("TMPDIR", jit.TEMPORARY))
+    first, env = jit.prepare(JitMode.COMMIT, stack, cache, "key-a", {})
+    (Path(env["TMPDIR"]) / "vllm_dist_1234").write_text("")
+    jit.done(first)
+    again, _ = jit.prepare(JitMode.COMMIT, stack, cache, "key-a", {})
+    assert first.start is again.start is Start.COLD and again.files == 0
+    jit.done(again)
+    own, _ = jit.prepare(JitMode.COMMIT, stack, cache, "key-a", {"TRITON_CACHE_DIR": str(tmp_path / "mine")})
+    moved, _ = jit.prepare(JitMode.COMMIT, stack, cache, "key-a", {"TMPDIR": str(tmp_path / "t")})
+    assert own.start is Start.UNKNOWN and moved.start is Start.COLD
+    for held in (own, moved):
+        jit.done(held)
+
+
+def test_a_temporary_folder_too_deep_for_a_socket_name_stays_the_machines(tmp_path, short):
+    """An engine names its sockets <temporary folder>/<uuid4> (vLLM's ZMQ sockets), and a Unix socket's name holds
+    107 bytes: in a cache whose path is too long for that the server keeps the machine's temporary folder, and the
+    report says so; in one that fits, a socket binds in the commit's own, and Ray keeps the machine's."""
+    stack = (*VARS, ("TMPDIR", jit.TEMPORARY))
+    deep, env = jit.prepare(JitMode.COMMIT, stack, Cache(tmp_path / ("a-long-folder-name-" * 6)), "k" * 20, {})
+    assert "TMPDIR" not in env and "RAY_TMPDIR" not in env and deep.variables == ("TRITON_CACHE_DIR",
+                                                                                   "TORCHINDUCTOR_CACHE_DIR")
+    assert "kept the machine's temporary folder" in caches_line(JitMode.COMMIT, [("A", _trials_of(deep))])
+    fits, env = jit.prepare(JitMode.COMMIT, stack, Cache(short), "k" * 20, {})
+    assert env["TMPDIR"] == str(Path(fits.folder) / jit.TEMPORARY) and "TMPDIR" in fits.variables
+    assert env["RAY_TMPDIR"] == os.environ.get("RAY_TMPDIR", tempfile.gettempdir())
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.bind(str(Path(env["TMPDIR"]) / str(uuid.uuid4())))
+    assert "temporary folder" not in caches_line(JitMode.COMMIT, [("A", _trials_of(fits))])
+    for held in (fits, deep):
+        jit.done(held)
 
 
 def test_the_users_caches_set_nothing(tmp_path):
@@ -120,6 +169,12 @@ def _trials(*starts: Start) -> list[TrialResult]:
     return typing.cast(list[TrialResult], [_Launched(s) for s in starts])
 
 
+def _trials_of(caches: JitCache) -> list[TrialResult]:
+    launched = _Launched(caches.start)
+    launched.launch.jit = caches
+    return typing.cast(list[TrialResult], [launched])
+
+
 def test_the_report_counts_cold_and_warm_and_warns_when_sides_start_unlike():
     cold, warm = Start.COLD, Start.WARM
     assert starts_told([cold, warm, warm]) == "1 cold, 2 warm" and starts_told([]) == "none"
@@ -129,6 +184,7 @@ def test_the_report_counts_cold_and_warm_and_warns_when_sides_start_unlike():
     said = unlike_starts(_trials(warm, warm), _trials(cold, warm))
     assert said.startswith("⚠") and "A 2 warm, B 1 cold, 1 warm" in said
     assert "not known" in unlike_starts(_trials(Start.UNKNOWN), _trials(Start.UNKNOWN))
+    assert starts_told([Start.UNKNOWN] * 2) == "2 unknown"
     assert "Launches started" not in caches_line(JitMode.USER, [("A", _trials(Start.UNKNOWN))])
 
 
@@ -198,5 +254,6 @@ def test_a_cache_folder_the_recipe_names_wins(tmp_path, engine_repo, home):
     mine = tmp_path / "mine"
     result = _launch(tmp_path, engine_repo, tmp_path / "cache", "fixed", 0, env={"TRITON_CACHE_DIR": str(mine)})
     assert result.launch.jit.overridden == ("TRITON_CACHE_DIR",) and _kernels(result) == "compiled"
+    assert result.launch.jit.start is Start.UNKNOWN  # what the recipe's own folder holds is not abbisect's to count
     assert list(mine.glob("*/toy_kernels.json"))
     assert not list(Path(result.launch.jit.folder, "triton").iterdir())

@@ -19,12 +19,19 @@ and the trial hands them to the server's environment under the recipe's `env`, w
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from abbisect.infra.cache import Cache, hold, release, remove_if_unused
+
+TEMPORARY = "tmpdir"  # the server's temporary folder: named so that no path of it reads as the machine's /tmp
+# A Unix socket's name holds 107 bytes, and engines name theirs <temporary folder>/<uuid4> (vLLM's ZMQ sockets,
+# multiprocessing's listeners): a server whose folder's temporary folder would be longer than this keeps the
+# machine's (a cache at most about 38 characters deep fits: ~/.cache/abbisect does).
+SOCKET_ROOM = 107 - 1 - 36
 
 # (variable, subfolder) of each cache, by the library that reads it (recipes/README.md, "JIT and compile caches",
 # says what each relocates).
@@ -35,8 +42,7 @@ TORCH_STACK: tuple[tuple[str, str], ...] = (
     ("TORCH_EXTENSIONS_DIR", "torch_extensions"),  # torch.utils.cpp_extension's JIT builds
     # inductor's precompiled C++ headers (about 150 MB) go to the temporary folder whatever its cache folder says,
     # and a later "cold" start of any commit would reuse them: the server's temporary folder is the commit's own
-    # (named so that no path of it reads as the machine's /tmp)
-    ("TMPDIR", "tmpdir"),
+    ("TMPDIR", TEMPORARY),
 )
 KERNEL_LIBS: tuple[tuple[str, str], ...] = (
     ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),  # FlashInfer's JIT ops under <base>/.cache/flashinfer
@@ -72,7 +78,7 @@ class Start(StrEnum):
 
     COLD = "cold"  # its folder held nothing: everything the engine compiles, it compiles now
     WARM = "warm"  # its folder held what earlier launches of the same environment wrote
-    UNKNOWN = "unknown"  # the user's caches: warm or cold by what ran before
+    UNKNOWN = "unknown"  # the user's caches (or the recipe's own): warm or cold by what ran before
 
 
 @dataclass(frozen=True)
@@ -83,35 +89,43 @@ class JitCache:
     start: Start
     folder: str | None = None  # None: the user's caches
     files: int = 0  # files the folder held when the launch started
-    variables: tuple[str, ...] = ()  # the variables pointed into the folder
+    variables: tuple[str, ...] = ()  # the variables pointed into the folder (TMPDIR left out when it would not fit)
     overridden: tuple[str, ...] = ()  # of those, what the recipe's env sets itself (the recipe's value wins)
 
 
-def folder_of(cache: Cache, env_key: str) -> Path:
-    """The folder of one environment's caches: `jit/<venv key>`."""
-    return cache.jit(env_key)
-
-
 def count_files(folder: Path) -> int:
-    """Regular files under `folder` (0 when there is none)."""
-    return sum(len(files) for _, _, files in os.walk(folder))
+    """Files the compile caches under `folder` hold (0 when there is none): the server's temporary folder left out
+    (an eager launch leaves its temporary files and sockets there, which compile nothing)."""
+    return sum(len(files) for root, dirs, files in os.walk(folder)
+               if Path(root).relative_to(folder).parts[:1] != (TEMPORARY,))
 
 
 def prepare(mode: JitMode, variables: tuple[tuple[str, str], ...], cache: Cache, env_key: str,
             recipe_env: dict[str, str]) -> tuple[JitCache, dict[str, str]]:
     """The launch's caches and the variables that point the server at them. The folder is held (in use) until
-    `done`, so `abbisect cache gc` never removes it under a running server."""
+    `done` — held before it is made, so `abbisect cache gc` never removes it under a launch. A start is `unknown`
+    when the recipe's env points a compile cache elsewhere (what that holds is not abbisect's to count)."""
     if mode is JitMode.USER:
         return JitCache(mode, Start.UNKNOWN), {}
-    folder = folder_of(cache, env_key if mode is JitMode.COMMIT else f"{env_key}.launch-{uuid.uuid4().hex[:12]}")
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = cache.jit(env_key if mode is JitMode.COMMIT else f"{env_key}.{uuid.uuid4().hex[:8]}")
     hold(folder)
-    files = count_files(folder)
-    env = {name: str(folder / sub) for name, sub in variables}
-    for path in set(env.values()):
-        Path(path).mkdir(exist_ok=True)
+    try:
+        env = {name: str(folder / sub) for name, sub in variables}
+        if len(env.get("TMPDIR", "")) > SOCKET_ROOM:  # a socket an engine names in it would not fit: the server
+            del env["TMPDIR"]  # keeps the machine's temporary folder (the report says so)
+        for path in set(env.values()):
+            Path(path).mkdir(parents=True, exist_ok=True)
+        files = count_files(folder)
+    except BaseException:
+        release(folder)
+        raise
     overridden = tuple(name for name in env if name in recipe_env)
-    return (JitCache(mode, Start.WARM if files else Start.COLD, str(folder), files, tuple(env), overridden), env)
+    start = (Start.UNKNOWN if set(overridden) - {"TMPDIR"} else Start.WARM if files else Start.COLD)
+    caches = JitCache(mode, start, str(folder), files, tuple(env), overridden)
+    if "TMPDIR" in env:  # Ray names its sockets under its temporary folder too (…/ray/session_…/sockets/…): it
+        # keeps the machine's, which holds no compiled code
+        env["RAY_TMPDIR"] = os.environ.get("RAY_TMPDIR", tempfile.gettempdir())
+    return caches, env
 
 
 def done(jit: JitCache) -> None:

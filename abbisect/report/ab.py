@@ -19,7 +19,7 @@ import yaml
 from abbisect.infra.serial import load
 from abbisect.launch.jit import JitMode, Start
 from abbisect.query.chat import tag
-from abbisect.report.jit import caches_line
+from abbisect.report.jit import caches_line, jit_of
 from abbisect.report.packages import render_packages, side_variable
 from abbisect.report.text import CELL, Notes, cell, details, esc, heading, shown, table
 from abbisect.trial.spec import TrialResult
@@ -131,8 +131,8 @@ def launches_block(ab) -> str:
 
     def said_of(t: TrialResult) -> str:
         said = f"{t.verdict.status} → {t.verdict.outcome}"
-        if t.launch is not None and t.launch.jit is not None and t.launch.jit.start is not Start.UNKNOWN:
-            said += f"; started {t.launch.jit.start}"
+        if (caches := jit_of(t)) is not None and caches.start is not Start.UNKNOWN:
+            said += f"; started {caches.start}"
         if metric:  # a performance verdict: the launch's median of the metric, and its failed requests
             from abbisect.assess.perf import fmt, metric_values, pass_errors
 

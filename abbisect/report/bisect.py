@@ -33,7 +33,7 @@ from abbisect.report.ab import (
     reproduce_block,
 )
 from abbisect.report.accuracy import ab_accuracy, accuracy_along
-from abbisect.report.jit import caches_line, starts_of, unlike_starts
+from abbisect.report.jit import caches_line, jit_of, starts_of, unlike_starts
 from abbisect.report.narrow import headline as narrow_headline
 from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
 from abbisect.report.nodes import node_of, nodes_block, nodes_json
@@ -498,8 +498,8 @@ def trial_record(run: BisectRun, step: Step) -> dict:
             "placement": r.extras.placement,
             # Where its JIT caches were, and how each launch of the commit started (cold, warm; unknown on the
             # user's caches): a performance step's launches are measured alike only when they started alike.
-            "jit": {"folder": r.launch.jit.folder, "starts": starts_of(step.trials)}
-            if r.launch is not None and r.launch.jit is not None else None,
+            "jit": {"folder": caches.folder, "starts": starts_of(step.trials)}
+            if (caches := jit_of(r)) is not None else None,
             "gpu": {w: rep for w, rep in (("before", r.extras.gpu_before), ("after", r.extras.gpu_after))
                     if rep is not None} or None,
             "perf": told(run.recipe.perf.metric, metric_values(step.trials, run.recipe.perf.metric),

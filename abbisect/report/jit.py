@@ -5,21 +5,26 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from abbisect.launch.jit import JitMode, Start
+from abbisect.launch.jit import JitCache, JitMode, Start
 from abbisect.trial.spec import TrialResult
+
+
+def jit_of(trial: TrialResult) -> JitCache | None:
+    """A trial's launch's caches (None: it launched nothing, or abbisect did not record them then)."""
+    return trial.launch.jit if trial.launch is not None else None
 
 
 def starts_of(trials: Sequence[TrialResult]) -> list[Start]:
     """How each launch among `trials` started (a trial that launched nothing, or a result from before abbisect
     recorded it, is left out)."""
-    return [t.launch.jit.start for t in trials if t.launch is not None and t.launch.jit is not None]
+    return [caches.start for t in trials if (caches := jit_of(t)) is not None]
 
 
-_SAID = {Start.COLD: "cold", Start.WARM: "warm", Start.UNKNOWN: "on the user's caches"}
+_SAID = {Start.COLD: "cold", Start.WARM: "warm", Start.UNKNOWN: "unknown"}
 
 
 def starts_told(starts: Sequence[Start]) -> str:
-    """`1 cold, 3 warm` (the user's caches: `4 on the user's caches`); `none` for no launch."""
+    """`1 cold, 3 warm` (the user's caches, or the recipe's own: `4 unknown`); `none` for no launch."""
     said = [f"{n} {_SAID[s]}" for s in _SAID if (n := list(starts).count(s))]
     return ", ".join(said) or "none"
 
@@ -30,6 +35,9 @@ def caches_line(mode: JitMode, sides: Sequence[tuple[str, Sequence[TrialResult]]
     counted = [(name, starts_of(trials)) for name, trials in sides]
     if mode is not JitMode.USER and any(starts for _, starts in counted):
         said += " Launches started: " + "; ".join(f"{name} {starts_told(starts)}" for name, starts in counted) + "."
+    if any(c.folder and "TMPDIR" not in c.variables for _, trials in sides for t in trials if (c := jit_of(t))):
+        said += (" The servers kept the machine's temporary folder: in the cache's path an engine's socket names "
+                 "would not fit (`ABBISECT_CACHE_DIR` about 38 characters at most keeps it the commit's own).")
     return said
 
 
@@ -41,8 +49,9 @@ def unlike_starts(a: Sequence[TrialResult], b: Sequence[TrialResult], names: tup
     if not sa or not sb:
         return ""
     if Start.UNKNOWN in sa or Start.UNKNOWN in sb:
-        return ("⚠ JIT caches: the user's own (`launch.jit_cache: user`): whether each launch started cold or warm "
-                "is not known, and either side may have run on kernels and autotune choices another commit left.")
+        return ("⚠ JIT caches: the user's own (`launch.jit_cache: user`), or folders the recipe's `env` names: "
+                "whether each launch started cold or warm is not known, and either side may have run on kernels and "
+                "autotune choices another commit left.")
     if sa.count(Start.COLD) / len(sa) == sb.count(Start.COLD) / len(sb):
         return ""
     return (f"⚠ The sides' launches did not start alike: {names[0]} {starts_told(sa)}, {names[1]} "

@@ -8,9 +8,11 @@ import shlex
 from abbisect import __version__
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump
+from abbisect.launch.jit import JitMode
 from abbisect.narrow.narrowing import NarrowRun, Probe
 from abbisect.recipe.status import Outcome
 from abbisect.report.ab import reproduce_block
+from abbisect.report.jit import caches_line
 from abbisect.report.text import Notes, cell, code, heading, table
 
 
@@ -94,7 +96,9 @@ def render_narrow(run: NarrowRun, reproduce: str) -> str:
              f"The failing launch: flags {code(flags, 300)}" + (f"; {base.status}: {cell(base.evidence, 200)}"
                                                                  if base else "") + ".", "",
              (f"{len(run.probes)} probes, {run.launches} server launches, {run.wall_s:.1f} s; each probe is a trial "
-              "of the recipe's verdict (from the trial cache when it holds that exact launch)."), ""]
+              "of the recipe's verdict (from the trial cache when it holds that exact launch)."), "",
+             caches_line(JitMode(run.recipe.launch.jit_cache), [("the probes", [t for p in run.probes
+                                                                                for t in p.trials])]), ""]
     lines += workaround_table(run)
     lines += minimal_block(run)
     lines += probes_table(run)

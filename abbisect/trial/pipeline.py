@@ -112,6 +112,13 @@ def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | 
     return env
 
 
+def _caches(recipe: Recipe, variables: tuple[tuple[str, str], ...], cache: Cache,
+            env_key: str) -> tuple[jit.JitCache, dict[str, str]]:
+    """The JIT and compile caches of one launch of the environment `env_key` (abbisect/launch/jit.py), held until
+    `jit.done`, and the variables pointing at them."""
+    return jit.prepare(JitMode(recipe.launch.jit_cache), variables, cache, env_key, recipe.env)
+
+
 def resolve_model(recipe: Recipe, cache: Cache | Path, progress: Progress) -> str | None:
     if recipe.model is None or isinstance(recipe.model, str):
         return recipe.model
@@ -154,10 +161,10 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     if recipe.probe is not None:
         from abbisect.trial.probe_trial import probe_trial
 
-        caches, jit_env = jit.prepare(JitMode(recipe.launch.jit_cache), jit.TORCH_STACK, Cache.at(spec.cache_dir),
-                                      env.key, recipe.env)
-        try:
-            probe = probe_trial(recipe.probe, env.python, source, Path(spec.out_dir), say, jit_env)
+        caches, jit_env = _caches(recipe, jit.TORCH_STACK, Cache.at(spec.cache_dir), env.key)
+        try:  # the probe compiles with Triton and torch: their caches, the recipe's env winning as a server's
+            probe = probe_trial(recipe.probe, env.python, source, Path(spec.out_dir), say,
+                                {name: recipe.env.get(name, value) for name, value in jit_env.items()})
         finally:
             jit.done(caches)
         rec.timings["probe"], rec.verdict = probe.seconds, probe.verdict
@@ -250,11 +257,14 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
     rec.extras = replace(rec.extras, server_times=server_times)
     scanner = LineScanner(_catalogue(recipe), plan.ready_log, own_client=True)
     crash: dict = {}
-    caches, jit_env = jit.prepare(JitMode(recipe.launch.jit_cache), mod.jit_caches, cache, env.key, recipe.env)
-    if caches.start is not Start.UNKNOWN:
-        say(f"JIT caches: {caches.start} ({caches.files} file(s) from earlier launches)" if caches.files
-            else f"JIT caches: {caches.start}")
-    try:
+    caches, jit_env = _caches(recipe, mod.jit_caches, cache, env.key)
+    try:  # the caches are released whatever happens from here on: at the teardown, or now
+        if caches.start is not Start.UNKNOWN:
+            say(f"JIT caches: {caches.start} ({caches.files} file(s) from earlier launches)" if caches.files
+                else f"JIT caches: {caches.start}")
+        if caches.folder and "TMPDIR" not in caches.variables:
+            say("JIT caches: the server keeps the machine's temporary folder (in the cache's path an engine's "
+                "socket names would not fit)")
         server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base, jit_env), log_path, source,
                               f"http://{host}:{port}", cache=cache, scanner=scanner,
                               mask=Redactor.from_recipe(recipe).stream())
@@ -303,8 +313,10 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
             server.reader.join(timeout=2.0)
         # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
         scanner.freeze()
-        teardown = launch.stop(server, grace)
-        jit.done(caches)
+        try:
+            teardown = launch.stop(server, grace)
+        finally:
+            jit.done(caches)
         server_times["stopped"] = round(time.time(), 3)
         timings["teardown"] = teardown.seconds
         if gpu is not None:
