@@ -136,11 +136,14 @@ def test_the_report_opens_with_the_changes_table_and_the_json_carries_it():
     run, _ = seam.bisect(world, seam.recipe_for("perf"))
     md = render_bisect(run, ["abbisect bisect r.yaml --good c000 --bad c047"])
     head, rest = md.split("### Changes", 1)
-    assert head.count("###") == 1 and "2 changes account for the ends' difference" in head
+    assert head.count("###") == 1 and head.split("### ", 1)[1].startswith("2 changes: `c018` (+")
+    assert "is too wide to rule out another change" in head  # what is left, said plainly: not sure
     table = rest.split("\n\n")[2]
     assert "| 1 | `c018` |" in table and "| regression | +" in table and "| 2 | `c038` |" in table
     assert "| fix | -" in table and "**not accounted for**" in table
     assert "Posterior of search" in rest and "The parts searched for another change" in rest
+    second = rest.split("Posterior of search 2", 1)[1].split("```text\n", 1)[1]
+    assert second.startswith("c018  old end")  # the part's own old end heads its picture
     data = bisect_json(run)
     assert [c["sha"] for c in data["changes"]["changes"]] == ["c018", "c038"] and data["changes"]["accounted"]
 

@@ -262,11 +262,10 @@ class Changes:
         if not rows:
             said = "no change was named"
         elif accounted and left is not None:
-            n = f"{len(rows)} changes" if len(rows) > 1 else "1 change"
-            said = (f"{n} account{'' if len(rows) > 1 else 's'} for the ends' difference: what is left, {left.left.describe()}, is no change that "
-                    "matters" if left.small else
-                    f"{n} named; what is left, {left.left.describe()}, is not significant, but its interval is too "
-                    "wide to rule out another change of the smallest size that matters")
+            n = f"{len(rows)} changes account" if len(rows) > 1 else "1 change accounts"
+            said = (f"{n} for the ends' difference: what is left, {left.left.describe()}, is no change that matters"
+                    if left.small else f"what is left, {left.left.describe()}, is not significant, but its interval "
+                    "is too wide to rule out another change of the smallest size that matters")
         else:
             said = (f"about {abs(share or 0.0):.0%} of the ends' difference is not accounted for"
                     + (" within the budget" if len(self.found) >= self.cap or len(self.searched) >= 3 * self.cap

@@ -452,6 +452,7 @@ class NoisySearch:
         tested = {s.sha for s in self.run.steps}
         shown = {sha: round(m, 6) for sha, m in mass.items() if m >= 1e-4 or sha in tested}
         return {"kind": self.oracle.assessor.kind, "threshold": self.threshold, "launches": self.launches(),
+                "old": next(iter(self.ends)),
                 "rounds": self.rounds, "budget": self.budget, "culprits": len(self.space.culprits),
                 "order": [s for s in self.space.culprits if s in shown], "mass": shown,
                 "no_change": round(post.no_change, 6), "entropy_bits": round(post.entropy(), 3),

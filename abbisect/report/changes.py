@@ -20,8 +20,8 @@ def headline(run: BisectRun) -> str | None:
     if len(rows) < 2:
         return None
     said = ", ".join(f"`{r['sha'][:10]}` ({r['effect']['told'].split(' [')[0]})" for r in rows if r["effect"])
-    return (f"{len(rows)} changes account for the ends' difference: {said}" if c.get("accounted")
-            else f"{len(rows)} changes: {said}; {c.get('said', '')}")
+    return (f"{len(rows)} changes account for the ends' difference: {said}"
+            if c.get("accounted") and c.get("sure", True) else f"{len(rows)} changes: {said}; {c.get('said', '')}")
 
 
 def block(run: BisectRun) -> list[str]:
@@ -59,5 +59,5 @@ def block(run: BisectRun) -> list[str]:
     for r in c.get("changes") or []:
         if r.get("posterior"):
             lines += [details(f"Posterior of search {r['phase']}, which named `{r['sha'][:10]}`",
-                              "```text\n" + picture(run, r["posterior"], r["parent"]) + "\n```"), ""]
+                              "```text\n" + picture(run, r["posterior"]) + "\n```"), ""]
     return lines

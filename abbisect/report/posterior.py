@@ -25,11 +25,11 @@ def rows(run: BisectRun, p: dict | None = None) -> list[tuple[str, float, Step |
     return [r for r in out if r[2] is not None or r[1] >= 0.005]
 
 
-def picture(run: BisectRun, p: dict | None = None, old_sha: str | None = None) -> str:
+def picture(run: BisectRun, p: dict | None = None) -> str:
     """A bar a commit: its share of the posterior, the answer marked, with each commit's launches and
-    evidence; the old end first (`p`, `old_sha`: the posterior of a part of the range, and where it starts)."""
+    evidence; the old end first (`p`: the posterior of a part of the range, which says where it starts)."""
     p = run.posterior if p is None else p
-    old_sha = run.old.sha if old_sha is None else old_sha
+    old_sha = p.get("old") or run.old.sha
     answer = p.get("answer") or p.get("likeliest")
     lines = []
     old = run.step_of(old_sha)
