@@ -87,8 +87,8 @@ class Changes:
         bound it (the ends, each change named and its parent) are launched again in the `phase`-th search's name,
         those with the fewest launches first, one round at a time, as long as it could still be made sure at its
         present size by the time those at the fewest have twice the recipe's first launches more (the assessor's cap
-        at most; its interval shrinking as one over the square root of the launches); a verdict whose what-is-left cannot be made sure within the caps (a failure rate's, often)
-        is said as it is, not measured."""
+        at most; its interval shrinking as one over the square root of the launches); what is left that the caps
+        cannot make sure (a failure rate's, often) is said as it is, not measured."""
         z = float(stats.norm.ppf(1 - self.a.alpha / 2))
         while True:
             ends, left = self.left(upto=phase)
@@ -102,7 +102,8 @@ class Changes:
             # bisect counts the same)
             reach = min(self.a.cap, min(self.observed(sha, phase - 1) for sha in bounds) + 2 * self.a.first)
             shrink = math.sqrt(max(fewest, 1) / reach)
-            size, half, told = abs(left.left.value), z * left.left.se * shrink, (left.left.hi - left.left.lo) / 2 * shrink
+            size = abs(left.left.value)
+            half, told = z * left.left.se * shrink, (left.left.hi - left.left.lo) / 2 * shrink
             if fewest >= reach or not (size > half or size + told < self.a.least):
                 return ends, left
             measure = self.main.part(self.old, self.new, phase)
@@ -271,7 +272,8 @@ class Changes:
                     + (" within the budget" if len(self.found) >= self.cap or len(self.searched) >= 3 * self.cap
                        else ": no part of the range left to search shows it"))
         return {"ends": effect_dict(ends), "changes": rows, "left": effect_dict(left.left, ends) if left else None,
-                "accounted": accounted, "sure": bool(left is not None and (left.small or left.another)), "said": said, "max_changes": self.cap,
+                "accounted": accounted, "sure": bool(left is not None and (left.small or left.another)),
+                "said": said, "max_changes": self.cap,
                 "parts": [{"old": s["part"].old, "new": s["part"].new, "phase": s["phase"], "outcome": s["outcome"],
                            "launches": s["launches"]} for s in self.searched],
                 "primary": primary["sha"] if primary else None,
