@@ -31,6 +31,7 @@ import random
 import sys
 import tempfile
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -203,31 +204,36 @@ class World:
         return self._result(spec, Verdict(Status.OK, Outcome.GOOD, ("ok",)), extras=Extras(eval=run))
 
 
-def cut(world: World, stop: int, prefix: str = "") -> World:
-    """`world`, interrupted as Ctrl-C would (KeyboardInterrupt) when its launch labelled `prefix…` after the
-    `stop`-th starts: a bisect cut there, to be resumed."""
-    plain, seen = world.run, [0]
+def _before_each(world: World, hook: Callable[[TrialSpec], None]) -> World:
+    """`world`, calling `hook` with each launch's spec before it runs."""
+    plain = world.run
 
     def run(spec: TrialSpec, progress=None) -> TrialResult:
-        if spec.side.startswith(prefix):
-            seen[0] += 1
-            if seen[0] > stop:
-                raise KeyboardInterrupt
+        hook(spec)
         return plain(spec, progress)
 
     world.run = run  # type: ignore[method-assign]
     return world
 
 
+def cut(world: World, stop: int, prefix: str = "") -> World:
+    """`world`, interrupted as Ctrl-C would (KeyboardInterrupt) when its launch labelled `prefix…` after the
+    `stop`-th starts: a bisect cut there, to be resumed."""
+    seen: list[TrialSpec] = []
+
+    def count(spec: TrialSpec) -> None:
+        if spec.side.startswith(prefix):
+            seen.append(spec)
+            if len(seen) > stop:
+                raise KeyboardInterrupt
+
+    return _before_each(world, count)
+
+
 def asked(world: World) -> list[TrialSpec]:
     """The launches `world` runs from now on, in order (their specs): what a resumed bisect ran again."""
-    plain, specs = world.run, []
-
-    def run(spec: TrialSpec, progress=None) -> TrialResult:
-        specs.append(spec)
-        return plain(spec, progress)
-
-    world.run = run  # type: ignore[method-assign]
+    specs: list[TrialSpec] = []
+    _before_each(world, specs.append)
     return specs
 
 

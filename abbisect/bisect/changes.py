@@ -106,11 +106,12 @@ class Changes:
             half, told = z * left.left.se * shrink, (left.left.hi - left.left.lo) / 2 * shrink
             if fewest >= reach or not (size > half or size + told < self.a.least):
                 return ends, left
+            least_launched = [sha for sha in bounds if counts[sha] == fewest]
             measure = self.main.part(self.old, self.new, phase)
             measure.ask = self.telling()
             self.main.say(f"what is left of the ends' difference, {left.left.describe()}, is not sure yet: launching "
-                          f"{len([s for s in bounds if counts[s] == fewest])} commit(s) that bound it again")
-            measure.launch_round([sha for sha in bounds if counts[sha] == fewest])
+                          f"{len(least_launched)} commit(s) that bound it again")
+            measure.launch_round(least_launched)
 
     def observed(self, sha: str, upto: int) -> int:
         """`sha`'s launches that are evidence, of the searches up to `upto`."""

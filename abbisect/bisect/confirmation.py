@@ -23,6 +23,12 @@ from abbisect.stats.evidence import AFTER
 from abbisect.trial.spec import TrialResult
 
 
+def call_of(compared: dict) -> str | None:
+    """The call of an assessor's comparison (`Assessor.compare`: same, different or unsure, as `Call` values);
+    None when it compared nothing."""
+    return (compared.get("comparison") or {}).get("call")
+
+
 class Searching(Protocol):
     """What a confirmation asks of the search whose answer it confirms (bisect/noisy.py's NoisySearch)."""
 
@@ -151,11 +157,11 @@ class Confirmation:
         while True:
             n = self.fresh_launches(control)
             cmp = a.compare(reference, [t for t in self.fresh_trials(control) if s.evidence.observes(t)]) if n else {}
-            unsure = (cmp.get("comparison") or {}).get("call") == Call.UNSURE and cmp.get("worse") == "b"
+            unsure = call_of(cmp) == Call.UNSURE and cmp.get("worse") == "b"
             if n >= 3 * s.recipe.repeats.launches or (n >= least and not unsure):
                 break
             s.launch_round([control] * min(max(least - n, 1), width))
-        if (cmp.get("comparison") or {}).get("call") != Call.DIFFERENT:
+        if call_of(cmp) != Call.DIFFERENT:
             s.say(f"{label}: the control behaves as the commits {state} did in the search ({cmp.get('text', '')}): "
                   "the host did not change")
             return None
@@ -186,7 +192,7 @@ class Confirmation:
         seen = {sha: a.alone(ts) for sha, ts in trials.items()}
         bad = Outcome.BAD if regression else Outcome.GOOD
         side = {sha: post.after(sha) for sha in (parent, found)}
-        control = next((sha for sha, lab in s.labels.items() if sha not in (parent, found)), None)
+        control = next((sha for sha in s.labels if sha not in (parent, found)), None)
         return {"launches": new[found], "parent_launches": new[parent],
                 "control_launches": sum(self.fresh_launches(e) for e in s.ends if e in s.labels and e not in side),
                 "counted": counts[found], "parent_counted": counts[parent], "rounds": rounds, "attempt": attempt,
@@ -194,7 +200,7 @@ class Confirmation:
                 "compared": a.compare(trials[parent], trials[found]),
                 "guard": {who: s.evidence.dropped.get(sha) or s.evidence.drifted or None
                           for who, sha in (("parent", parent), ("found", found))}
-                | ({f"{s.role(control)}": changed} if control is not None and changed else {}),
+                | ({str(s.role(control)): changed} if control is not None and changed else {}),
                 "mass": {"found": round(mass.get(found, 0.0), 6), "parent": round(mass.get(parent, 0.0), 6),
                          "no_change": round(post.no_change, 6)},
                 **{who: {"sha": sha, "outcome": bad if side[sha] >= 0.5 else bad.inverted(),
@@ -233,7 +239,7 @@ class Confirmation:
             if not searched or not new:
                 continue
             cmp = a.compare(searched, new)
-            if (cmp.get("comparison") or {}).get("call") == Call.DIFFERENT:
+            if call_of(cmp) == Call.DIFFERENT:
                 dropped[sha] = (f"its {len(new)} fresh launch(es) differ from its {len(searched)} in the search "
                                 f"({cmp.get('text', '')})")
         s.evidence.dropped.update(dropped)

@@ -92,6 +92,12 @@ class JitCache:
     variables: tuple[str, ...] = ()  # the variables pointed into the folder (TMPDIR left out when it would not fit)
     overridden: tuple[str, ...] = ()  # of those, what the recipe's env sets itself (the recipe's value wins)
 
+    @property
+    def machine_temporary(self) -> bool:
+        """Whether the server kept the machine's temporary folder in abbisect's cache (a socket named in its own
+        would not have fit: `prepare`)."""
+        return self.folder is not None and "TMPDIR" not in self.variables
+
 
 def count_files(folder: Path) -> int:
     """Files the compile caches under `folder` hold (0 when there is none): the server's temporary folder left out

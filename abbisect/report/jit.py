@@ -35,7 +35,7 @@ def caches_line(mode: JitMode, sides: Sequence[tuple[str, Sequence[TrialResult]]
     counted = [(name, starts_of(trials)) for name, trials in sides]
     if mode is not JitMode.USER and any(starts for _, starts in counted):
         said += " Launches started: " + "; ".join(f"{name} {starts_told(starts)}" for name, starts in counted) + "."
-    if any(c.folder and "TMPDIR" not in c.variables for _, trials in sides for t in trials if (c := jit_of(t))):
+    if any(c.machine_temporary for _, trials in sides for t in trials if (c := jit_of(t))):
         said += (" The servers kept the machine's temporary folder: in the cache's path an engine's socket names "
                  "would not fit (`ABBISECT_CACHE_DIR` about 38 characters at most keeps it the commit's own).")
     return said

@@ -262,7 +262,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         if caches.start is not Start.UNKNOWN:
             say(f"JIT caches: {caches.start} ({caches.files} file(s) from earlier launches)" if caches.files
                 else f"JIT caches: {caches.start}")
-        if caches.folder and "TMPDIR" not in caches.variables:
+        if caches.machine_temporary:
             say("JIT caches: the server keeps the machine's temporary folder (in the cache's path an engine's "
                 "socket names would not fit)")
         server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base, jit_env), log_path, source,
