@@ -12,6 +12,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Self
 from urllib.parse import parse_qs, urlsplit
 
 LIMIT = 65_536
@@ -77,7 +78,7 @@ class GitHubStandIn:
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
 
-    def __enter__(self) -> GitHubStandIn:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -336,7 +336,7 @@ def test_every_error_is_one_line_with_its_exit_code(tmp_path, cache_dir, results
         gh.issues[("o", "r", 7)] = []
         gh.issues[("o", "ro", 1)] = []
         gh.read_only.add("o/ro")
-        cases = [("no-token", [folder, "o/r#7"], {"token": None}, "GH_TOKEN"),
+        cases = [("tokenless", [folder, "o/r#7"], {"token": None}, "GH_TOKEN"),
                  ("denied", [folder, "o/r#7"], {"token": "ghp_notTheRightOne0000000000"}, "refused the token"),
                  ("denied", [folder, "o/ro#1"], {}, "may not comment on o/ro#1"),
                  ("not-found", [folder, "o/r#8"], {}, "no o/r#8 on GitHub"),

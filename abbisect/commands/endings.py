@@ -30,7 +30,7 @@ EXIT_CODES: dict[str, dict[str, int]] = {
     "narrow": {"found": 0, "none-passed": 1, "usage": 2, "infra": 2, "not-failing": 3, "nothing-to-try": 4,
                "internal": 70, **SIGNALS},
     # post: the rows of abbisect.infra.github.Failure from 4 on; "infra" is any other refusal by GitHub.
-    "post": {"posted": 0, "declined": 1, "usage": 2, "infra": 2, "inconclusive": 3, "no-token": 4, "denied": 5,
+    "post": {"posted": 0, "declined": 1, "usage": 2, "infra": 2, "inconclusive": 3, "tokenless": 4, "denied": 5,
              "not-found": 6, "rate-limited": 7, "network": 8, "internal": 70, **SIGNALS},
     **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema")},
 }

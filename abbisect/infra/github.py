@@ -39,7 +39,7 @@ _URL = re.compile(rf"^https?://[^/\s]+/({_OWNER})/({_REPO})/(?:issues|pull)/([0-
 class Failure(StrEnum):
     """How a request to GitHub failed; the value is the `post` command's ending (its exit code)."""
 
-    NO_TOKEN = "no-token"
+    NO_TOKEN = "tokenless"
     DENIED = "denied"  # 401, or a 403 that is not a rate limit
     NOT_FOUND = "not-found"  # 404 (or 410: issues turned off), also what GitHub answers a token that may not see
     RATE_LIMITED = "rate-limited"
