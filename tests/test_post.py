@@ -31,10 +31,12 @@ from abbisect.report.post import (
     comment_body,
     marked,
     marker,
+    publishable,
     result_key,
 )
 
 TOKEN = "ghp_" + "Tk9rZW5Ob3RGb3JMb2dz" + "x7Q2"  # what a classic token looks like; never to be printed
+PLANTED = "hf_" + "PlantedInTheRunsEnv" + "93kQ"  # a secret of the run's environment
 NO_TOKENS = {name: "" for name in ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TOKEN", "GITHUB_ENTERPRISE_TOKEN")}
 CODES = EXIT_CODES["post"]
 
@@ -149,6 +151,20 @@ def test_a_long_report_is_cut_with_a_note_of_what_was_left_out():
     assert comment_body("run-k", "short", "report.md", limit) == marker("run-k") + "\nshort"
 
 
+def test_what_leaves_is_masked_once_more(tmp_path, monkeypatch):
+    """The report is posted as it is, masked again on its way out: a value of the recipe's secret variables read
+    from the environment, a folder of this machine (the cache, the home folder), the token."""
+    monkeypatch.setenv("ABBISECT_CACHE_DIR", str(tmp_path / "cache"))
+    (tmp_path / "cache" / "envs").mkdir(parents=True)
+    recipe = {"name": "toy", "env": {"HF_TOKEN": "${PLANTED_SECRET}", "LABEL": "visible-label"}}
+    text = (f"auth {PLANTED} in {tmp_path / 'cache' / 'envs'}/x, by {TOKEN}; LABEL=visible-label; "
+            "HF_TOKEN='${PLANTED_SECRET}'")
+    shown = publishable(text, recipe, {"PLANTED_SECRET": PLANTED}, [TOKEN])
+    assert shown == ("auth *** in $ABBISECT_CACHE_DIR/envs/x, by ***; LABEL=visible-label; "
+                     "HF_TOKEN='${PLANTED_SECRET}'")
+    assert publishable("nothing to mask", recipe, {}, []) == "nothing to mask"
+
+
 def test_failures_by_status_and_the_reset_time():
     now = 1_800_000_000.0
     assert reset_time({"x-ratelimit-reset": str(int(now) + 125)}, now).endswith("(in 2 min 5 s)")
@@ -218,7 +234,6 @@ def test_the_client_says_each_failure_without_the_token():
 WRAPPER = r'''printf 'Parameter lm_head.weight_scale not found in params_dict (auth %s)\n' "$HF_TOKEN"
 exec "$0" -m toyengine.server "$@"
 '''
-PLANTED = "hf_" + "PlantedInTheRunsEnv" + "93kQ"
 
 
 @pytest.fixture(scope="module")
