@@ -157,9 +157,11 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     else:
         assert req.good and req.bad  # checked above
         good_rev, bad_rev = variable.resolve_ends(req.good, req.bad)
-    from abbisect.commands.post import check_post, post_after
+    where = None
+    if req.post:  # its spelling; unless this is a dry run, a token that sees the issue: before anything runs
+        from abbisect.commands.post import check_post
 
-    where = check_post(req.post, req.dry_run)
+        where = check_post(req.post, req.dry_run)
     if req.dry_run:
         click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
@@ -213,8 +215,11 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         from abbisect.report.bisect import bisect_json
 
         click.echo(dumps("bisect", red.data(bisect_json(run))))
-    if where is not None and not post_after(out, where, lambda line: progress(Final(line))):
-        raise SystemExit(exit_code("bisect", "post-failed"))
+    if where is not None:
+        from abbisect.commands.post import post_after
+
+        if not post_after(out, where, lambda line: progress(Final(line))):
+            raise SystemExit(exit_code("bisect", "post-failed"))
     return run
 
 

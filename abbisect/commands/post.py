@@ -116,11 +116,9 @@ def post(result_dir: str, target: str, yes: bool, dry_run: bool, anyway: bool) -
 
 # -- `run --post` and `bisect --post` (their option: abbisect.commands.options.post_option) ------------------
 
-def check_post(target: str | None, dry_run: bool) -> Target | None:
+def check_post(target: str, dry_run: bool) -> Target:
     """--post checked before anything runs: the target's spelling, a token, and that the token sees the issue
     (a long bisect must not find out at its end). A dry run only checks the spelling."""
-    if target is None:
-        return None
     where = Target.parse(target)
     if dry_run:
         return where

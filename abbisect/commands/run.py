@@ -122,17 +122,18 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
     red = Redactor.from_recipe(rec)
     gpu_check = preflight(rec)  # before the cache: a GPU this machine lacks is one usage line
-    from abbisect.commands.post import check_post, post_after
+    where = None
+    if post_to:  # its spelling; unless this is a dry run, a token that sees the issue: before anything runs
+        from abbisect.commands.post import check_post
 
+        where = check_post(post_to, dry_run)
     if dry_run:
-        check_post(post_to, dry_run=True)
         from abbisect.infra.cache import cache_path  # a plan needs no cache, not even a writable one
         from abbisect.trial.dryrun import render_plan
 
         click.echo(red.text("\n".join([render_plan(rec, refs, cache_path(cache_dir), pins), *gpu_lines(gpu_check)])))
         return
     gpu_check.raise_if_unfit()
-    where = check_post(post_to, dry_run=False)
     # The input is valid: what runs and reports an A/B loads now (a usage error never pays for it).
     from abbisect.ab import resolve_sides, run_ab
     from abbisect.infra.envelope import dumps
@@ -183,7 +184,11 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     progress(Final(f"report: {out / 'report.md'}"))
     if as_json:
         click.echo(dumps("run", red.data(ab.to_dict())))
-    posted = where is None or post_after(out, where, lambda line: progress(Final(line)))
+    posted = True
+    if where is not None:
+        from abbisect.commands.post import post_after
+
+        posted = post_after(out, where, lambda line: progress(Final(line)))
     failures = gate_failures({"a": ab.outcome("a"), "b": ab.outcome("b")}, *gates)
     if failures:
         click.echo(f"abbisect: gate failed: {'; '.join(failures)}", err=True)
