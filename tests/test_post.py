@@ -133,7 +133,7 @@ def test_conclusive_bisect_results():
 def test_a_long_report_is_cut_with_a_note_of_what_was_left_out():
     parts = ["## abbisect A/B: `toy`", "", "**Verdict** [a link](https://example.invalid/x)", ""]
     for n in range(40):
-        parts += [f"### Section {n} [see](https://example.invalid/{n})", "", "<details><summary>s</summary>", "",
+        parts += [f"### Section {n} [see](https://example.invalid/{n})", "", f"<details><summary>fold {n}</summary>", "",
                   "````text", *(f"line {k} " + "x" * 60 for k in range(30)), "````", "", "</details>", ""]
     text = "\n".join(parts)
     limit = 20_000
@@ -143,8 +143,11 @@ def test_a_long_report_is_cut_with_a_note_of_what_was_left_out():
     kept, note = body.rsplit("\n\n", 1)
     assert note.startswith("_Cut here to fit GitHub's 20,000-character limit") and "report.md" in note
     assert "://" not in note and "](" not in note  # no link
-    left = [n for n in range(40) if f"### Section {n} " not in kept]
-    named = [int(n) for n in re.findall(r"Section (\d+) see", note)]
+    # the sections left out, headings and folded <details> alike, named in order: the first eight, then a count
+    lines = {("Section", n): f"### Section {n} [see]" for n in range(40)} | {
+        ("fold", n): f"<details><summary>fold {n}</summary>" for n in range(40)}
+    left = [e for e in sorted(lines, key=lambda e: (e[1], e[0] == "fold")) if lines[e] not in kept]
+    named = [(kind, int(n)) for kind, n in re.findall(r"(Section|fold) (\d+)", note)]
     assert named == left[:8] and f"and {len(left) - 8} more sections" in note
     # what was open at the cut is closed, so the note is not swallowed by a code block or a <details>
     assert kept.count("````") % 2 == 0 and kept.count("<details>") == kept.count("</details>")

@@ -199,6 +199,7 @@ def publishable(text: str, recipe: Mapping[str, Any], environ: Mapping[str, str]
 
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})")
+_SUMMARY = re.compile(r"<details><summary>(.*?)</summary>")
 _LINK = re.compile(r"!?\[([^\]]*)\]\([^)]*\)|<?[a-z][a-z0-9+.-]*://\S+>?", re.IGNORECASE)
 
 
@@ -244,12 +245,14 @@ def _track(line: str, fence: str, opened: int) -> tuple[str, int]:
 
 
 def _headings(lines: list[str], fence: str) -> list[str]:
-    """The headings among `lines` (outside code blocks), their text without links."""
+    """The sections among `lines` (outside code blocks): headings and folded <details>, their names without links
+    or tags."""
     out = []
     opened = 0
     for line in lines:
         was = fence
         fence, opened = _track(line, fence, opened)
-        if not was and not fence and (m := re.match(r"^#{1,6}\s+(.*\S)", line)):
-            out.append(_LINK.sub(lambda k: k.group(1) or "", m.group(1)).replace("`", "").strip())
+        if not was and not fence and (m := re.match(r"^#{1,6}\s+(.*\S)", line) or _SUMMARY.search(line)):
+            name = re.sub(r"<[^>]*>", "", _LINK.sub(lambda k: k.group(1) or "", m.group(1)))
+            out.append(name.replace("`", "").strip())
     return [h for h in out if h]
