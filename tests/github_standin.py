@@ -36,6 +36,7 @@ class GitHubStandIn:
     issues: dict[tuple[str, str, int], list[dict]] = field(default_factory=dict)
     read_only: set[str] = field(default_factory=set)  # OWNER/REPO the token may read but not comment on
     rate_limited_until: float | None = None
+    rate_limit_after: int | None = None  # requests answered before the rate limit starts (None: never)
     seen: list[Seen] = field(default_factory=list)
     _next_id: int = 1000
     _lock: threading.Lock = field(default_factory=threading.Lock)
@@ -100,6 +101,8 @@ class GitHubStandIn:
                body: dict | None) -> tuple[int, object, dict[str, str]]:
         if authorization != f"Bearer {self.token}":
             return 401, {"message": "Bad credentials"}, {}
+        if self.rate_limit_after is not None and len(self.seen) > self.rate_limit_after:
+            self.rate_limit()
         if self.rate_limited_until is not None:
             return 403, {"message": "API rate limit exceeded for user ID 1."}, {
                 "x-ratelimit-limit": "5000", "x-ratelimit-remaining": "0",

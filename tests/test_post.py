@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import time
 from pathlib import Path
 
@@ -409,6 +410,16 @@ def test_run_and_bisect_post_when_asked(tmp_path, engine_repo, cache_dir, result
         printed.append(proc.stdout + proc.stderr)
         assert proc.returncode == EXIT_CODES["bisect"]["no-change"], proc.stderr
         assert "not posted to o/r#7: bisect.md is not conclusive" in proc.stderr and len(_mine(gh)) == 1
+        # a post that fails after the run: the folder is written, one line says how to retry, exit post-failed
+        gh.rate_limit_after = len(gh.seen) + 1  # the check before the run is answered, the post is not
+        proc = abbisect("run", str(recipe), "-o", str(tmp_path / "limited"), "--post", "o/r#7", cwd=tmp_path,
+                        cache=cache_dir, env=env)
+        printed.append(proc.stdout + proc.stderr)
+        assert proc.returncode == EXIT_CODES["run"]["post-failed"], proc.stderr
+        assert (tmp_path / "limited" / "report.md").is_file()
+        line = next(ln for ln in proc.stderr.splitlines() if "not posted" in ln)
+        assert "rate limit" in line and shlex.join(["abbisect", "post", str(tmp_path / "limited"), "o/r#7"]) in line
+        gh.rate_limit_after = gh.rate_limited_until = None
         # checked before anything runs: no token, no such issue
         for extra, says in (({"GH_TOKEN": ""}, "no GitHub token"), ({}, "no o/r#8 on GitHub")):
             target = "o/r#8" if not extra else "o/r#7"
