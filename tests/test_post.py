@@ -42,6 +42,13 @@ NO_TOKENS = {name: "" for name in ("GH_TOKEN", "GITHUB_TOKEN", "GH_ENTERPRISE_TO
 CODES = EXIT_CODES["post"]
 
 
+@pytest.fixture(autouse=True)
+def _loopback_direct(monkeypatch):
+    """The stand-in is reached directly even where the machine has an HTTP proxy (httpx reads *_PROXY)."""
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("no_proxy", "127.0.0.1,localhost")
+
+
 # -- the pure parts ------------------------------------------------------------------------------------------
 
 def test_a_target_is_owner_repo_number_or_its_address():
