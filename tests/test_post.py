@@ -33,6 +33,7 @@ from abbisect.report.post import (
     marked,
     marker,
     publishable,
+    read_result,
     result_key,
 )
 
@@ -174,6 +175,32 @@ def test_what_leaves_is_masked_once_more(tmp_path, monkeypatch):
     assert shown == ("auth *** in $ABBISECT_CACHE_DIR/envs/x, by ***; LABEL=visible-label; "
                      "HF_TOKEN='${PLANTED_SECRET}'")
     assert publishable("nothing to mask", recipe, {}, []) == "nothing to mask"
+
+
+def test_a_folder_that_is_not_a_finished_result_is_one_line(tmp_path):
+    def refused(files: dict[str, str]) -> str:
+        folder = tmp_path / str(len(list(tmp_path.iterdir())))
+        folder.mkdir()
+        for name, text in files.items():
+            (folder / name).write_text(text)
+        with pytest.raises(UserError) as err:
+            read_result(folder)
+        return str(err.value)
+
+    with pytest.raises(UserError, match="no such result folder"):
+        read_result(tmp_path / "missing")
+    assert "bisect has not finished" in refused({"state.json": "{}"})
+    assert "not a result folder" in refused({"notes.md": "x"})
+    assert "not JSON" in refused({"report.md": "x", "results.json": "{"})
+    assert "not abbisect's run result" in refused({"report.md": "x", "results.json": "[1]"})
+    assert "malformed" in refused({"report.md": "x", "results.json": json.dumps({"schema": "abbisect/run/v1"})})
+    folder = tmp_path / "ok"
+    folder.mkdir()
+    (folder / "report.md").write_text("## report")
+    (folder / "results.json").write_text(json.dumps(_ab()))
+    result = read_result(folder)
+    assert result.kind is ResultKind.RUN and result.judged.conclusion is Conclusion.DIFFERENT
+    assert result.key == result_key(ResultKind.RUN, _ab()) and result.markdown == "## report"
 
 
 def test_failures_by_status_and_the_reset_time():

@@ -156,10 +156,7 @@ class Result:
     markdown: str
     data: dict
     judged: Judged
-
-    @property
-    def key(self) -> str:
-        return result_key(self.kind, self.data)
+    key: str  # result_key: which comment is this result's
 
 
 def read_result(folder: Path) -> Result:
@@ -180,10 +177,16 @@ def read_result(folder: Path) -> Result:
         data = json.loads(js.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise UserError(f"{js}: not JSON (the result folder is damaged; run it again)") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(f"abbisect/{kind.value}/"):
-        raise UserError(f"{js}: not abbisect's {kind.value} result (its schema is {data.get('schema')!r})")
-    judged = ab_conclusion(data) if kind is ResultKind.RUN else bisect_conclusion(data)
-    return Result(kind, folder, md.read_text(encoding="utf-8", errors="replace"), data, judged)
+    schema = data.get("schema") if isinstance(data, dict) else None
+    if not str(schema).startswith(f"abbisect/{kind.value}/"):
+        raise UserError(f"{js}: not abbisect's {kind.value} result (its schema is {schema!r})")
+    try:
+        judged = ab_conclusion(data) if kind is ResultKind.RUN else bisect_conclusion(data)
+        key = result_key(kind, data)
+    except (KeyError, TypeError, AttributeError) as exc:
+        raise UserError(f"{js}: a field is missing or malformed ({type(exc).__name__}: {exc}); the result folder is "
+                        "damaged, run it again") from None
+    return Result(kind, folder, md.read_text(encoding="utf-8", errors="replace"), data, judged, key)
 
 
 def publishable(text: str, recipe: Mapping[str, Any], environ: Mapping[str, str], secrets: Iterable[str] = ()) -> str:
