@@ -39,6 +39,7 @@ COMMANDS = {
     "matrix": "Every verified cell of model × engine@commit × GPU stack from the results of run, bisect and check.",
     "narrow": "Narrow a failing launch at one commit: which flags, variables or pins are to blame, and which "
               "feature switch makes the failure go away.",
+    "post": "Post a result folder's report as a comment on a GitHub issue or pull request, once per result.",
     "run": "A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv.",
     "scan": "Scan server logs for known failure signatures and explain them.",
     "schema": "Print the recipe's JSON Schema (for editors: yaml-language-server, VS Code).",

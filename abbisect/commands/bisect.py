@@ -21,6 +21,7 @@ from abbisect.commands.options import (
     judge_options,
     no_cache_option,
     output_option,
+    post_option,
     recipe_argument,
     verbosity_options,
 )
@@ -50,6 +51,7 @@ class BisectRequest:
     gpus: str | None
     given: dict[str, Any]
     flags: dict[str, Any]
+    post: str | None = None  # --post OWNER/REPO#N
 
 
 def bisect_ending(run: BisectRun) -> str:
@@ -96,10 +98,11 @@ def bisect_ending(run: BisectRun) -> str:
 @click.option("--narrow", is_flag=True, default=None,
               help="at the found commit, run abbisect narrow: which feature switch makes the failure go away "
                    "(and, with narrow.passing, the smallest failing difference); the table goes into bisect.md")
+@post_option
 @click.argument("pathspec", nargs=-1)
 @verbosity_options
 def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interactive, resume, output, cache_dir,
-           as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert, narrow,
+           as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert, narrow, post_to,
            pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
 
@@ -115,7 +118,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
         given={"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None, "slots": slots,
                "executor": executor, "ray_address": ray_address, "ends": ends, "confirm": confirm,
                "revert": confirm_revert, "narrow": narrow},
-        flags={"no_cache": no_cache, "script": script, "interactive": interactive})
+        flags={"no_cache": no_cache, "script": script, "interactive": interactive}, post=post_to)
     run = run_bisect(request)
     if run is not None and (ending := bisect_ending(run)) != "found":
         raise SystemExit(exit_code("bisect", ending))
@@ -154,6 +157,11 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     else:
         assert req.good and req.bad  # checked above
         good_rev, bad_rev = variable.resolve_ends(req.good, req.bad)
+    where = None
+    if req.post:  # its spelling; unless this is a dry run, a token that sees the issue: before anything runs
+        from abbisect.commands.post import check_post
+
+        where = check_post(req.post, req.dry_run)
     if req.dry_run:
         click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
@@ -207,6 +215,11 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         from abbisect.report.bisect import bisect_json
 
         click.echo(dumps("bisect", red.data(bisect_json(run))))
+    if where is not None:
+        from abbisect.commands.post import post_after
+
+        if not post_after(out, where, lambda line: progress(Final(line))):
+            raise SystemExit(exit_code("bisect", "post-failed"))
     return run
 
 

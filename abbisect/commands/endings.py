@@ -16,9 +16,10 @@ SIGNALS = {"interrupted": 130, "terminated": 143}
 _DEFAULT_CODES = {"ok": 0, "usage": 2, "infra": 2, "internal": 70, **SIGNALS}
 EXIT_CODES: dict[str, dict[str, int]] = {
     "check": {"good": 0, "bad": 1, "untestable": 125, "infra": 125, "usage": 128, "internal": 128, **SIGNALS},
-    "run": {"ran": 0, "gate-failed": 1, "usage": 2, "infra": 2, "internal": 70, **SIGNALS},
+    # post-failed: --post could not post the finished result (its folder is written; the line says how to retry).
+    "run": {"ran": 0, "gate-failed": 1, "usage": 2, "infra": 2, "post-failed": 6, "internal": 70, **SIGNALS},
     "bisect": {"found": 0, "usage": 2, "infra": 2, "no-change": 3, "untestable-end": 4, "ambiguous": 5,
-               "internal": 70, **SIGNALS},
+               "post-failed": 6, "internal": 70, **SIGNALS},
     "scan": {"clean": 0, "matched": 1, "usage": 2, "infra": 2, "internal": 70, **SIGNALS},
     # compare's code is its call, as `check`'s is its verdict: a CI step gates on it with no parsing.
     "compare": {"same": 0, "different": 1, "usage": 2, "infra": 2, "not-sure": 3, "internal": 70, **SIGNALS},
@@ -28,6 +29,9 @@ EXIT_CODES: dict[str, dict[str, int]] = {
     # (the recipe gave nothing this commit can try: closer to usage than to "none passed").
     "narrow": {"found": 0, "none-passed": 1, "usage": 2, "infra": 2, "not-failing": 3, "nothing-to-try": 4,
                "internal": 70, **SIGNALS},
+    # post: the rows of abbisect.infra.github.Failure from 4 on; "infra" is any other refusal by GitHub.
+    "post": {"posted": 0, "declined": 1, "usage": 2, "infra": 2, "inconclusive": 3, "tokenless": 4, "denied": 5,
+             "not-found": 6, "rate-limited": 7, "network": 8, "internal": 70, **SIGNALS},
     **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema")},
 }
 

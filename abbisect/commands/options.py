@@ -90,3 +90,11 @@ def check_output_option(output: str | None) -> None:
             if not p.is_dir():
                 raise UserError(f"--output {output}: {p} is a file, not a folder (give a new folder)")
             break
+
+
+def post_option(f: F) -> F:
+    """--post OWNER/REPO#N (run, bisect): the finished result posted as `abbisect post` would, without asking."""
+    return click.option("--post", "post_to", metavar="OWNER/REPO#N",
+                        help="when the result is conclusive, post its report as a comment on this GitHub issue or "
+                             "pull request (a token in GH_TOKEN or GITHUB_TOKEN; checked before anything runs); "
+                             "the same result posted again updates its comment")(f)

@@ -20,6 +20,7 @@ from abbisect.commands.options import (
     judge_options,
     no_cache_option,
     output_option,
+    post_option,
     recipe_argument,
     verbosity_options,
 )
@@ -92,10 +93,11 @@ def gate_failures(outcomes: dict[str, str], expect: dict[str, str], fail_if: dic
 @click.option("--expect", metavar="SIDE=OUTCOME,...",
               help="CI gate: exit 1 unless each side got this outcome (good/bad/skip), e.g. a=bad,b=good")
 @click.option("--fail-if", metavar="SIDE=OUTCOME,...", help="CI gate: exit 1 if a side got this outcome, e.g. b=bad")
+@post_option
 @verbosity_options
 def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
         output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
-        interactive: bool, expect: str | None, fail_if: str | None) -> None:
+        interactive: bool, expect: str | None, fail_if: str | None, post_to: str | None) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
     gates = parse_gate(expect, "--expect"), parse_gate(fail_if, "--fail-if")
     for option, given in (("--a", ref_a), ("--b", ref_b)):
@@ -120,6 +122,11 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     judge = make_judge(script or rec.verdict.script, interactive, Path.cwd() if script else base)
     red = Redactor.from_recipe(rec)
     gpu_check = preflight(rec)  # before the cache: a GPU this machine lacks is one usage line
+    where = None
+    if post_to:  # its spelling; unless this is a dry run, a token that sees the issue: before anything runs
+        from abbisect.commands.post import check_post
+
+        where = check_post(post_to, dry_run)
     if dry_run:
         from abbisect.infra.cache import cache_path  # a plan needs no cache, not even a writable one
         from abbisect.trial.dryrun import render_plan
@@ -177,7 +184,14 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     progress(Final(f"report: {out / 'report.md'}"))
     if as_json:
         click.echo(dumps("run", red.data(ab.to_dict())))
+    posted = True
+    if where is not None:
+        from abbisect.commands.post import post_after
+
+        posted = post_after(out, where, lambda line: progress(Final(line)))
     failures = gate_failures({"a": ab.outcome("a"), "b": ab.outcome("b")}, *gates)
     if failures:
         click.echo(f"abbisect: gate failed: {'; '.join(failures)}", err=True)
         raise SystemExit(exit_code("run", "gate-failed"))
+    if not posted:
+        raise SystemExit(exit_code("run", "post-failed"))
