@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from abbisect.bisect.bisection import BisectRun
 from abbisect.report.posterior import picture
-from abbisect.report.text import Notes, cell, details, table
+from abbisect.report.text import Notes, cell, details, fence, table
 
 
 def _share(share: float | None) -> str:
@@ -59,5 +59,5 @@ def block(run: BisectRun) -> list[str]:
     for r in c.get("changes") or []:
         if r.get("posterior"):
             lines += [details(f"Posterior of search {r['phase']}, which named `{r['sha'][:10]}`",
-                              "```text\n" + picture(run, r["posterior"]) + "\n```"), ""]
+                              fence(picture(run, r["posterior"]))), ""]
     return lines
