@@ -132,7 +132,9 @@ def headline(run: BisectRun) -> str:
     if res.outcome == "found" and res.first_new is not None:
         noun = run.variable.kind.noun
         shown = run.subject(res.first_new) if noun == "version" else res.first_new
-        return f"The {noun} that {run.mode.word} it: {code(shown, 120)}"
+        several = len((run.changes or {}).get("changes") or ())
+        why = f" (the largest effect of the {several} changes named)" if several > 1 else ""
+        return f"The {noun} that {run.mode.word} it: {code(shown, 120)}{why}"
     if (run.confirmation or {}).get("level") == "host changed":
         return ("Not confirmed: the host changed between the search and the confirmation — run the bisect again on "
                 "a quiet host")
@@ -379,8 +381,9 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += changes.block(run)
     lines += found_block(run)
     lines += releases_block(run)
+    resumed = any(s.replayed for s in run.steps)
     lines += [(f"{len(run.steps)} commits tested, {run.launches} server launches, {run.builds} venv builds, "
-              f"{run.wall_s:.1f} s wall time."), ""]
+              f"{run.wall_s:.1f} s wall time" + (" (the runs before the resume included)." if resumed else ".")), ""]
     lines += [ends_mode_line(run), ""]
     lines += [caches_line(JitMode(run.recipe.launch.jit_cache), [("the tested commits", [t for s in run.steps
                                                                                           for t in s.trials])]), ""]
@@ -389,7 +392,8 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
         ahead = sum(s.round == 0 and s.role is Role.CANDIDATE for s in run.steps)
         with_ends = f"ends tested at once, with {ahead} commit(s) between them" if ahead else "ends tested at once"
         lines += [(f"{run.slots} slots on the {run.executor} executor ({with_ends}): {len(run.rounds)} "
-                   f"rounds after the ends — time per round (commits tested): {per_round}."), ""]
+                   f"rounds after the ends" + (" since the resume" if resumed else "")
+                   + f" — time per round (commits tested): {per_round}."), ""]
     lines += how_sure_block(run)
     lines += posterior.block(run)
     lines += narrowing_block(run)
@@ -471,7 +475,8 @@ def bisect_json(run: BisectRun) -> dict:
             "commit": dump(run.commits[res.first_new]) if res and res.first_new else None,
             "links": run.links, "mislabelled": run.mislabelled,
             "steps": [{**dump(s, exclude={"result", "more"}), "launches": len(s.trials)} for s in run.steps],
-            "launches": run.launches, "builds": run.builds, "failure": run.failure, "unstable": list(run.unstable),
+            "launches": run.launches, "builds": run.builds, "before": dump(run.before),  # a resumed one's every run
+            "failure": run.failure, "unstable": list(run.unstable),
             "confirmation": run.confirmation, "posterior": run.posterior or None, "changes": run.changes or None,
             "narrowing": narrow_json(run.narrowing) if run.narrowing else None,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),

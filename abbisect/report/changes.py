@@ -48,7 +48,9 @@ def block(run: BisectRun) -> list[str]:
              table(["#", "commit", "subject", "PR", "kind", "effect [95 % interval]", "share"], rows, notes), "",
              ("Each effect is its parent against it; the share is of the ends' difference (a fix inside a "
               "regression's range counts against it); what is not accounted for is the ends' difference minus the "
-              f"changes', measured as one sum (at most {c['max_changes']} changes are named, `bisect.max_changes`)."),
+              f"changes', measured as one sum (at most {c['max_changes']} changes are named, `bisect.max_changes`)."
+              + (f" The found commit below, whose kind the exit code tells, is `{c['primary'][:10]}`: of the changes "
+                 "named, the one with the largest effect." if len(rows) > 2 and c.get("primary") else "")),
              ""]
     parts = c.get("parts") or []
     if parts:
