@@ -17,6 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
 import seam
 
 from abbisect.ab import compare
+from abbisect.bisect.bisection import Mode
 from abbisect.checkout import Revision
 from abbisect.environment.store import EnvResult
 from abbisect.matrix.cells import Evidence as CellEvidence
@@ -142,7 +143,14 @@ def test_bisect_md_with_hostile_subjects_and_refs_mentions_no_one_and_lists_a_cu
     md = render_bisect(run, ["abbisect bisect r.yaml --good good@alice --bad c015"])
     assert_paste_safe(md)
     assert len(long_subject) > 1500 and f"`{long_subject}`" in md  # cut in the trail, in full below it
-    assert "`@org/team-x`" in md and "␛[31m" in md
+    assert "`@org/team-x`" in md and "␛" in md
+    # what abbisect says in its own words quotes outside text too: an end's evidence, a ref, a prompt's id
+    run.merge_bases, run.ends_note, run.unstable = ("c000",), f"good@alice and main are on two branches {ANSI}", ("q@bob",)
+    assert_paste_safe(render_bisect(run, []))
+    run.mode, run.message = Mode.UNTESTABLE_END, f"the old end (c000) is untestable: crashed — {HOSTILE}"
+    stopped = render_bisect(run, [])
+    assert "### No bisection: `the old end" in stopped
+    assert_paste_safe(stopped)
 
 
 def test_narrow_md_shows_flags_already_in_the_launch_as_code():

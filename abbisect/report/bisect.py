@@ -125,7 +125,7 @@ def releases_block(run: BisectRun) -> list[str]:
 
 def headline(run: BisectRun) -> str:
     if run.mode.stopped:
-        return f"No bisection: {run.message}"
+        return f"No bisection: {code(run.message, 600)}"
     res = run.result
     if res is None:
         return "Bisection did not finish."
@@ -371,8 +371,9 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
              + (", first-parent walk" if run.recipe.bisect.first_parent else "") + ".", "",
              f"### {changes.headline(run) or headline(run)}", ""]
     if run.merge_bases:
-        lines += ["### Ends", "", run.ends_note or (f"The ends are on different branches; merge base "
-                                                     f"{', '.join(b[:10] for b in run.merge_bases)}."), ""]
+        bases = ", ".join(b[:10] for b in run.merge_bases)
+        lines += ["### Ends", "", cell(run.ends_note, 1000) if run.ends_note
+                  else f"The ends are on different branches; merge base {bases}.", ""]
     if run.variable.describe():
         lines[4:4] = [f"Walking {run.variable.describe()}.", ""]
     if run.mislabelled:
@@ -410,7 +411,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += nodes_block(run)
     if run.unstable:
         lines += [(f"The good end answered {len(run.unstable)} prompt(s) differently when run twice "
-                   f"({', '.join(run.unstable[:8])}): noise of the engine, left out of every comparison."), ""]
+                   f"({', '.join(esc(u) for u in run.unstable[:8])}): noise of the engine, left out of every comparison."), ""]
     lines += failures_block(run)
     hygiene = slot_hygiene(run, budget)
     if hygiene:
