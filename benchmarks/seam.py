@@ -40,7 +40,7 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from fakes import FakeHistory, ancestors, line
 
-from abbisect.bisect.bisection import BisectRun
+from abbisect.bisect.bisection import BisectRun, Spent
 from abbisect.bisect.driver import Driver
 from abbisect.bisect.oracle import Oracle
 from abbisect.launch.server import Ready
@@ -239,9 +239,10 @@ def asked(world: World) -> list[TrialSpec]:
 
 def bisect(world: World, recipe: Recipe, slots: int = 1, out: Path | None = None,
            replay: dict[str, dict] | None = None, say=None, paths: dict[str, tuple[str, ...]] | None = None,
-           ends: tuple[str, str] | None = None) -> tuple[BisectRun, Oracle]:
+           ends: tuple[str, str] | None = None, before: Spent | None = None) -> tuple[BisectRun, Oracle]:
     """The real bisect of `world`'s history from its first commit (good) to its last (bad), or between
-    `ends` (good, bad), at the seam (`paths`: what commits change, for the prior; default one source file)."""
+    `ends` (good, bad), at the seam (`paths`: what commits change, for the prior; default one source file);
+    `replay` and `before`: what an interrupted run recorded, as `--resume` reads them from its state.json."""
     parents = world.parents or line(world.commits)
     variable = FakeHistory(parents, recipe, paths=paths or {})
     shas = list(parents)
@@ -250,5 +251,6 @@ def bisect(world: World, recipe: Recipe, slots: int = 1, out: Path | None = None
                     runner=world.run, prefetch=0, slots=[Slot(i, None) for i in range(slots)])
     good, bad = variable.resolve_ends(*(ends or (shas[0], shas[-1])))
     old, new, bases = variable.order_ends(good, bad)
-    run = BisectRun(recipe, variable.repo, good, bad, old, new, variable, merge_bases=bases)
+    run = BisectRun(recipe, variable.repo, good, bad, old, new, variable, merge_bases=bases,
+                    before=before or Spent())
     return Driver(oracle, say or (lambda m: None)).run(run, replay), oracle

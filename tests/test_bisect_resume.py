@@ -187,7 +187,8 @@ def test_interrupted_bisect_resumes_without_repeating_a_trial(tmp_path, history,
         # No trial repeated: the resumed run launched exactly the trials that had not finished.
         after = launches(mark)
         assert len(after) - len(before) == len(res["steps"]) - len(recorded)
-        assert res["launches"] == len(res["steps"]) - len(recorded)
+        # bisect.json counts the whole bisect's launches; those before the resume apart
+        assert res["launches"] == len(res["steps"]) and res["before"]["launches"] == len(recorded)
         assert interrupted.endswith(res["steps"][trial]["sha"][:10])
     finally:
         end_our_servers(mark)
@@ -195,7 +196,8 @@ def test_interrupted_bisect_resumes_without_repeating_a_trial(tmp_path, history,
 
 @pytest.mark.e2e
 def test_resume_needs_nothing_else_and_checks_what_is_repeated(tmp_path, history, module_cache, reference):
-    """A finished bisect resumed replays every trial (0 launches); repeated arguments must agree."""
+    """A finished bisect resumed replays every trial (no launch, the original's counted); repeated arguments must
+    agree."""
     repo, shas = history
     recipe, mark = recipe_for(tmp_path, repo)
     out = tmp_path / "out"
@@ -206,7 +208,8 @@ def test_resume_needs_nothing_else_and_checks_what_is_repeated(tmp_path, history
     again = abbisect("bisect", "--resume", str(out), "--json", cwd=tmp_path / "..", cache=module_cache)
     assert again.returncode == 0, again.stderr
     res = json.loads(again.stdout)["data"]
-    assert res["launches"] == 0 and all(s["replayed"] for s in res["steps"]) and len(launches(mark)) == n
+    assert res["launches"] == res["before"]["launches"] == n and all(s["replayed"] for s in res["steps"])
+    assert len(launches(mark)) == n
     assert (out / "bisect.md").read_text().count("(before the resume)") == len(res["steps"])
     assert res["first_new"] == reference["first_new"] == shas[3]
     agreeing = abbisect("bisect", str(recipe), "--resume", str(out), "--good", "v1", "--bad", shas[-1],
@@ -251,7 +254,7 @@ def test_secrets_stay_out_of_state_and_resume_reads_the_recipe_again(tmp_path, h
     again = abbisect("bisect", "--resume", str(out), "--json", cwd=tmp_path, cache=module_cache)
     assert again.returncode == 0, again.stderr
     res = json.loads(again.stdout)["data"]
-    assert res["launches"] == 0 and res["first_new"] == shas[3]
+    assert res["launches"] == res["before"]["launches"] and res["first_new"] == shas[3]
     # state.json's fingerprint is the public one (secret values replaced by a constant, so no guess can be
     # checked against it): a rotated secret still resumes; any other change does not.
     write_recipe(recipe, toy_recipe(repo, env={"HF_TOKEN": "another-value"}))
@@ -288,7 +291,7 @@ def test_interrupted_lazy_bisect_resumes_lazily_without_repeating_a_trial(tmp_pa
         assert res["ends"]["mode"] == "lazy" and res["first_new"] == reference["first_new"]
         assert [s["sha"] for s in res["steps"]] == [s["sha"] for s in reference["steps"]]
         assert [s["sha"] for s in res["steps"] if s["replayed"]] == recorded
-        assert len(launches(mark)) - len(before) == res["launches"] == len(res["steps"]) - 1
+        assert len(launches(mark)) - len(before) == res["launches"] - res["before"]["launches"] == len(res["steps"]) - 1
         assert interrupted.endswith(res["steps"][1]["sha"][:10])
     finally:
         end_our_servers(mark)

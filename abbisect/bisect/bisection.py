@@ -104,6 +104,15 @@ class Step:
         return self.role.is_end
 
 
+@dataclass(frozen=True)
+class Spent:
+    """What a bisect has cost: server launches, venv builds, wall time."""
+
+    launches: int = 0
+    builds: int = 0
+    wall_s: float = 0.0
+
+
 @dataclass
 class BisectRun:
     recipe: Recipe
@@ -118,9 +127,12 @@ class BisectRun:
     steps: list[Step] = field(default_factory=list)
     result: SearchResult | None = None
     found_parent: str | None = None
+    # The whole bisect's cost, a resumed one's every run included: `before` what the runs before this one spent
+    # (state.json), `launches`, `builds` and `wall_s` the totals, kept current as it goes.
     launches: int = 0
     builds: int = 0
     wall_s: float = 0.0
+    before: Spent = Spent()
     command: str = ""
     # Ends on different branches: their merge bases (tested before the search) and what was made of them.
     merge_bases: tuple[str, ...] = ()

@@ -256,9 +256,9 @@ class Changes:
             rows.append({"sha": sha, "parent": c["parent"], "phase": c["phase"], "effect": effect_dict(e, ends),
                          "level": c["confirmation"].get("level"), "posterior": c["posterior"],
                          "links": self.main.driver.variable.links(sha, c["parent"])})
-        # the answer: the whole range's search's when it confirmed one, else the change that moves the most
-        primary = next((r for r in rows if r["phase"] == 1), None) or max(
-            rows, key=lambda r: abs((r["effect"] or {}).get("value", 0.0)), default=None)
+        # the answer: the change that moves the most (the oldest of equal ones), not the one the whole range's
+        # search happened to converge on: with two changes of about one size that is either, run to run
+        primary = max(reversed(rows), key=lambda r: abs((r["effect"] or {}).get("value", 0.0)), default=None)
         accounted = left is not None and not left.another
         share = left.share if left is not None else None
         if not rows:

@@ -79,9 +79,15 @@ class Driver:
         self.save(run)
 
     def save(self, run: BisectRun, state: SearchState | None = None) -> None:
-        """state.json: everything `--resume DIR` needs (recipe, ends, options, every finished trial)."""
+        """state.json: everything `--resume DIR` needs (recipe, ends, options, every finished trial, the cost)."""
         with self.save_lock:  # slots finish at the same time: one writer at a time
+            self.spent(run)
             write_state(self.oracle.out, run, state, self.redact)
+
+    def spent(self, run: BisectRun) -> None:
+        """The whole bisect's cost so far: the runs before this one (a resumed bisect's) and this one's."""
+        run.launches, run.builds = run.before.launches + self.oracle.launches, run.before.builds + self.oracle.builds
+        run.wall_s = round(run.before.wall_s + time.monotonic() - self.t0, 2)
 
     def conclude(self, run: BisectRun, result: SearchResult, graph: Graph) -> BisectRun:
         """The answer, its parent (for the decisive A/B) and what the report says about them, gathered now so
@@ -112,8 +118,7 @@ class Driver:
         self.oracle.shutdown()
         if self.oracle.executor is not None:
             run.slots, run.executor = len(self.oracle.slots), self.oracle.executor.name
-        run.launches, run.builds = self.oracle.launches, self.oracle.builds
-        run.wall_s = round(time.monotonic() - self.t0, 2)
+        self.spent(run)
         shas = {s.sha for s in run.steps} | {run.old.sha, run.new.sha, *(run.result.candidates if run.result else ())}
         run.commits = {sha: self.variable.info(sha) for sha in sorted(shas)}
         engines = {s.result.spec.sha for s in run.steps if s.result is not None}

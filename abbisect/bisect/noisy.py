@@ -107,7 +107,7 @@ class NoisySearch:
         if more is not None:
             run.changes = more(self, post)
             primary = run.changes.get("primary")
-            if primary and not run.confirmation.get("held"):  # named by a search of a part: its confirmation
+            if primary and (run.confirmation.get("found") or {}).get("sha") != primary:  # named by a part's search
                 run.confirmation = run.changes.get("primary_confirmation") or run.confirmation
         return self.conclude(post, primary)
 
@@ -209,6 +209,11 @@ class NoisySearch:
     def launches(self) -> int:
         """Launches of this search, its confirmations' included (a search of a part: its own)."""
         return sum(1 for s in self.run.steps for t in s.trials if phase_of(t) == self.phase)
+
+    def rounds_run(self) -> int:
+        """Rounds of this search, its confirmations' included (a search of a part: its own), counted from its
+        launches: a resumed bisect, or a finished one rendered again, says what the uninterrupted one said."""
+        return len({r for s in self.run.steps for t, r in zip(s.trials, s.trial_rounds) if phase_of(t) == self.phase})
 
     def steps(self) -> list[Step]:
         """The steps this search's posterior reads: every commit of its range launched, and its ends."""
@@ -453,7 +458,7 @@ class NoisySearch:
         shown = {sha: round(m, 6) for sha, m in mass.items() if m >= 1e-4 or sha in tested}
         return {"kind": self.oracle.assessor.kind, "threshold": self.threshold, "launches": self.launches(),
                 "old": next(iter(self.ends)),
-                "rounds": self.rounds, "budget": self.budget, "culprits": len(self.space.culprits),
+                "rounds": self.rounds_run(), "budget": self.budget, "culprits": len(self.space.culprits),
                 "order": [s for s in self.space.culprits if s in shown], "mass": shown,
                 "no_change": round(post.no_change, 6), "entropy_bits": round(post.entropy(), 3),
                 "answer": decision.found, "answer_mass": round(mass.get(decision.found, 0.0), 6)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from abbisect.bisect.bisection import BisectRun
+from abbisect.bisect.bisection import BisectRun, Spent
 from abbisect.bisect.search import SearchState
 from abbisect.bisect.variables import Variable
 from abbisect.checkout import Revision
@@ -34,6 +34,7 @@ def save_state(run: BisectRun, state: SearchState | None = None, redact: Callabl
             "fingerprint": fingerprint(run.recipe), "masked": False,
             "good": {"ref": run.good.ref, "sha": run.good.sha}, "bad": {"ref": run.bad.ref, "sha": run.bad.sha},
             "options": run.options,
+            "spent": {"launches": run.launches, "builds": run.builds, "wall_s": run.wall_s},
             "steps": [dump(s) for s in run.steps],
             "remaining": state.remaining() if state else None}
     if redact is None:
@@ -96,6 +97,7 @@ class Resumed:
     command: str
     ends: dict[str, dict[str, str]]  # {"good": {"ref", "sha"}, "bad": …}
     replay: dict[str, dict]  # sha -> the finished step
+    spent: Spent  # what the runs before this one spent (none recorded by an older abbisect: nothing)
 
     def ends_in(self, variable: Variable, good: str | None, bad: str | None) -> tuple[Revision, Revision]:
         """The ends as recorded (by sha: a branch may have moved since); a repeated --good/--bad must agree."""
@@ -145,7 +147,20 @@ def resume(folder: Path, recipe: str | None, given: dict[str, Any], flags: dict[
         if value is not None and value != opts[key]:
             _differs(out, f"--{key.replace('_', '-')}", value, opts[key])
     return Resumed(out, rec, opts, st["command"], {"good": st["good"], "bad": st["bad"]},
-                   {s["sha"]: s for s in st["steps"]})
+                   {s["sha"]: s for s in st["steps"]}, spent_of(out, st))
+
+
+def spent_of(out: Path, state: dict) -> Spent:
+    """What an interrupted bisect had spent, as its state records it (nothing, in a state without the record)."""
+    spent = state.get("spent", {})
+    values: list[float] = []
+    for key in ("launches", "builds", "wall_s"):
+        v = spent.get(key, 0) if isinstance(spent, dict) else None
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
+            raise UserError(f"--resume {out}: {STATE_FILE} has no valid 'spent' (damaged, or not written by "
+                            "abbisect bisect); start the bisect again")
+        values.append(v)
+    return Spent(int(values[0]), int(values[1]), float(values[2]))
 
 
 _OPTION = {"revert": "--confirm-revert"}  # a bisect option whose flag is not its name

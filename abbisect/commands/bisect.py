@@ -166,7 +166,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
     # The input is valid: what runs and reports a bisect loads now (a usage error never pays for it).
-    from abbisect.bisect.bisection import BisectRun
+    from abbisect.bisect.bisection import BisectRun, Spent
     from abbisect.bisect.driver import Driver
     from abbisect.bisect.oracle import Oracle
     from abbisect.report.files import new_output_dir
@@ -178,7 +178,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     cmd = resumed.command if resumed else shlex.join(["abbisect", *sys.argv[1:]])
     resume_cmd = shlex.join(["abbisect", "bisect", "--resume", str(out)])
     run = BisectRun(rec, variable.repo, good_rev, bad_rev, old, new, variable, command=cmd, merge_bases=bases,
-                    options=opts)
+                    options=opts, before=resumed.spent if resumed else Spent())
     if variable.describe():
         progress(f"bisecting {variable.describe()}")
     progress(f"bisect {rec.name}: good={good_rev.ref} ({good_rev.short}) bad={bad_rev.ref} "

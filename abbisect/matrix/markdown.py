@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import html
 from collections.abc import Sequence
 from urllib.parse import quote
 
 from abbisect.matrix.cells import Cell, Matrix
-from abbisect.report.text import table
+from abbisect.report.text import cell, code, table
 
 GITHUB_LIMIT = 65_536  # characters in one issue comment
 HEADER = ["engine", "version", "commit", "GPU stack", "status", "outcome", "date", "evidence", "report"]
@@ -15,9 +14,8 @@ MARK = {"good": "✅ good", "bad": "❌ bad", "skip": "⏭ skip"}
 
 
 def text(value: object, limit: int = 80) -> str:
-    """A table cell that renders literally on GitHub: HTML escaped, no pipes or newlines, shortened."""
-    t = html.escape(str(value or ""), quote=False).replace("\r", "").replace("\n", " ").replace("|", "\\|")
-    return t if len(t) <= limit else t[: limit - 1] + "…"
+    """A value of a result file in a cell or a line: as every report shows untrusted text (report/text.py)."""
+    return cell(str(value or ""), limit)
 
 
 def link(label: str, path: str) -> str:
@@ -25,8 +23,8 @@ def link(label: str, path: str) -> str:
 
 
 def _commit(c: Cell) -> str:
-    ref = f" `{text(c.ref, 30)}`" if c.ref and c.ref != c.commit else ""
-    dep = f" + `{text(c.dependency, 60)}`" if c.dependency else ""
+    ref = f" {code(c.ref, 30, in_table=True)}" if c.ref and c.ref != c.commit else ""
+    dep = f" + {code(c.dependency, 60, in_table=True)}" if c.dependency else ""
     return f"`{c.commit[:10]}`{ref}{dep}"
 
 
@@ -107,7 +105,7 @@ def render_matrix(m: Matrix, plots: Sequence[tuple[str, str]] = (), limit: int =
         rows: list[list[str]] = []
         title = [
             f"### {text(cells[0].model, 100)}"
-            + (f" (`{text(model_id, 100)}`)" if model_id != cells[0].model else ""),
+            + (f" ({code(model_id, 100)})" if model_id != cells[0].model else ""),
             "",
         ]
         for c in cells:

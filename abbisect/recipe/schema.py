@@ -276,7 +276,9 @@ class BisectOptions(_Strict):
     # `one` names one, as git bisect. A rule on one trial keeps one answer whatever this says.
     changes: Literal["one", "all"] = Field("all", description="a statistical verdict: name every change between "
                                            "the ends (all) or one (one)")
-    max_changes: int = Field(4, ge=1, le=16, description="changes named at most (bisect.changes: all)")
+    # strict: `true` is no count (pydantic would take it as 1)
+    max_changes: int = Field(4, ge=1, le=16, strict=True,
+                             description="changes named at most (bisect.changes: all), 1 to 16")
 
 
 class NarrowPassing(_Strict):

@@ -8,7 +8,6 @@ full outputs go to a side file (`outputs.md`) that the report names.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +20,7 @@ from abbisect.launch.jit import JitMode, Start
 from abbisect.query.chat import tag
 from abbisect.report.jit import caches_line, jit_of
 from abbisect.report.packages import render_packages, side_variable
-from abbisect.report.text import CELL, Notes, cell, details, esc, heading, shown, table
+from abbisect.report.text import CELL, Notes, cell, code, details, esc, fence, heading, shown, table
 from abbisect.trial.spec import TrialResult
 
 COMMENT_LIMIT = 65_536  # GitHub's limit for an issue comment, in characters
@@ -44,14 +43,6 @@ class Budget:
 
 BUDGETS = (Budget(), Budget(cell=90, output=1500, rows=60), Budget(cell=60, output=400, rows=40, log_lines=20),
            Budget(cell=40, output=None, rows=20, log_lines=10), Budget(cell=30, output=None, rows=8, log_lines=5))
-
-def fence(text: str, lang: str = "text") -> str:
-    """A code block that no content can close early: one backtick more than the longest run inside."""
-    text = shown(text)
-    longest = max((len(m) for m in re.findall(r"`+", text)), default=0)
-    ticks = "`" * max(3, longest + 1)
-    return f"{ticks}{lang}\n{text}\n{ticks}"
-
 
 def clip(text: str, limit: int | None, where: str = OUTPUTS_FILE) -> str:
     """`text` cut to `limit` characters with a marker saying how much is left out and where it is."""
@@ -112,7 +103,7 @@ def verdict_line(a: TrialResult, b: TrialResult) -> str:
               else f"both sides are {a.verdict.outcome}")
     why = "; ".join(f"{side}: {cell(r.verdict.reasons[0], 160)}" for side, r in (("A", a), ("B", b))
                     if r.verdict.reasons)
-    return (f"**Verdict: A `{r_ref(a)}` is {a.verdict.outcome} ({a.verdict.status}), B `{r_ref(b)}` is "
+    return (f"**Verdict: A {r_ref(a)} is {a.verdict.outcome} ({a.verdict.status}), B {r_ref(b)} is "
             f"{b.verdict.outcome} ({b.verdict.status})** — {change}. {why}.")
 
 
@@ -121,7 +112,7 @@ def repeated_verdict_line(ab) -> str:
     s = ab.assessment
     n = s["launches"]
     said = "; ".join(f"{side.upper()}: {cell(s[side]['evidence'].split('; ')[0], 200)}" for side in ("a", "b"))
-    return (f"**Verdict over {n} launch(es) a side: A `{r_ref(ab.a)}` is {s['a']['outcome']}, B `{r_ref(ab.b)}` is "
+    return (f"**Verdict over {n} launch(es) a side: A {r_ref(ab.a)} is {s['a']['outcome']}, B {r_ref(ab.b)} is "
             f"{s['b']['outcome']}** — {cell(s['comparison'].get('text', ''), 300)}. {said}.")
 
 
@@ -149,11 +140,12 @@ def launches_block(ab) -> str:
     rows = []
     for k, (ta, tb) in enumerate(zip(ab.trials("a"), ab.trials("b"))):
         rows.append([str(k + 1), said_of(ta), said_of(tb), "cached" if ta.cached and tb.cached else "fresh"])
-    return table(["launch", f"A `{r_ref(ab.a)}`", f"B `{r_ref(ab.b)}`", "result"], rows)
+    return table(["launch", f"A {r_ref(ab.a, True)}", f"B {r_ref(ab.b, True)}", "result"], rows)
 
 
-def r_ref(r: TrialResult) -> str:
-    return cell(r.spec.ref, 60)
+def r_ref(r: TrialResult, in_table: bool = False) -> str:
+    """The side's ref as the user named it, a code span."""
+    return code(r.spec.ref, 60, in_table)
 
 
 def summary_table(results: list[tuple[str, TrialResult]]) -> str:
@@ -163,7 +155,7 @@ def summary_table(results: list[tuple[str, TrialResult]]) -> str:
         vals = [s[key] for s in sums]
         mark = " ⚠ changed" if key in SIGNAL_ROWS and len(set(vals)) > 1 else ""
         rows.append([key + mark, *vals])
-    return table(["signal", *[f"{label}: `{r.spec.ref}` ({r.spec.sha[:10]})" for label, r in results]], rows)
+    return table(["signal", *[f"{label}: {r_ref(r, True)} ({r.spec.sha[:10]})" for label, r in results]], rows)
 
 
 def _elide(rows: list[list[str]], limit: int | None, what: str) -> list[list[str]]:
@@ -299,7 +291,7 @@ def gpu_block(a: TrialResult, b: TrialResult) -> str:
         for when, rep in (("before", r.extras.gpu_before), ("during", r.extras.gpu_during),
                           ("after", r.extras.gpu_after)):
             if rep:
-                state = "skipped: " + rep["notice"] if rep["skipped"] else ("BUSY" if rep["busy"] else "idle")
+                state = "skipped: " + cell(rep["notice"], 120) if rep["skipped"] else ("BUSY" if rep["busy"] else "idle")
                 rows.append([label, when, state, ", ".join(map(str, rep["pids"])) or "—",
                              ", ".join(map(str, rep["used_mib"])) or "—", f"{rep['waited_s']:.1f} s"])
     return table(["side", "when", "GPU", "PIDs", "used MiB", "waited"], rows) if rows else ""
@@ -316,7 +308,7 @@ def commit_line(label: str, r: TrialResult, urls: dict[str, str]) -> str:
     """`- **A**: `ref` = sha — subject`, the sha and the PR linked on GitHub."""
     sha = f"[{r.spec.sha[:10]}]({urls['commit']})" if urls.get("commit") else r.spec.sha[:10]
     pr = f" ([#{urls['pr'].rsplit('/', 1)[-1]}]({urls['pr']}))" if urls.get("pr") else ""
-    return f"- **{label}**: `{r.spec.ref}` = {sha} — {cell(r.spec.subject, 100)}{pr}"
+    return f"- **{label}**: {r_ref(r)} = {sha} — {cell(r.spec.subject, 100)}{pr}"
 
 
 def recipe_block(recipe: dict | None, file_name: str | None = None) -> str:
@@ -342,7 +334,7 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     a, b = ab.a, ab.b
     h2 = level if embedded else level + 1
     first = repeated_verdict_line(ab) if ab.assessment else verdict_line(a, b)
-    lines = [] if embedded else [heading(level, f"abbisect A/B: `{ab.name}`"), "", first, ""]
+    lines = [] if embedded else [heading(level, f"abbisect A/B: {code(ab.name)}"), "", first, ""]
     urls_a, urls_b = ab.links.get("a", {}), ab.links.get("b", {})
     commits = [commit_line("A", a, urls_a), commit_line("B", b, urls_b)]
     if side_variable(a) or side_variable(b):  # a dependency is the variable: say which, per side
@@ -438,7 +430,7 @@ def outputs_document(title: str, sides: list[tuple[str, TrialResult]]) -> str:
     parts = [f"# {title}: full outputs", ""]
     used = 0
     for label, r in sides:
-        parts += [f"## {label}: `{r.spec.ref}` ({r.spec.sha[:10]})", ""]
+        parts += [f"## {label}: {r_ref(r)} ({r.spec.sha[:10]})", ""]
         for o, an in zip(r.outputs, r.analyses):
             left = max(SIDE_FILE_CAP - used, 0)
             entry = output_entry(o, an, min(OUTPUT_CAP, left) if left else 0)

@@ -39,7 +39,7 @@ from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
 from abbisect.report.nodes import node_of, nodes_block, nodes_json
 from abbisect.report.perf import along_bisect, busy_host, metric_table, told
 from abbisect.report.portable import Portable
-from abbisect.report.text import Notes, cell, code, details, table
+from abbisect.report.text import Notes, cell, code, details, esc, fence, table
 from abbisect.trial.spec import TrialResult
 
 
@@ -96,7 +96,7 @@ def reproduce_commands(run: BisectRun, cmd: str, recipe_file: str) -> list[str]:
 def _some(names: tuple[str, ...], shown: int = 3) -> str:
     """The first names, and how many more there are: `release/0.6, v0.6.x, dev and 4 more`."""
     more = f" and {len(names) - shown} more" if len(names) > shown else ""
-    return ", ".join(names[:shown]) + more
+    return ", ".join(esc(n) for n in names[:shown]) + more
 
 
 def releases_block(run: BisectRun) -> list[str]:
@@ -106,16 +106,16 @@ def releases_block(run: BisectRun) -> list[str]:
         return []
     word = "fixed" if run.mode is Mode.FIX else "broken"
     pr = f" (#{rel.pr})" if rel.pr else ""
-    where = f" on {rel.branches[0]}" if rel.branches else ""
-    first = (f"first released in {rel.first_release}" if rel.first_release else "in no release tag yet")
+    where = f" on {esc(rel.branches[0])}" if rel.branches else ""
+    first = (f"first released in {esc(rel.first_release)}" if rel.first_release else "in no release tag yet")
     if len(rel.releases) > 1:
-        shown = ", ".join(rel.releases[:6]) + (", …" if len(rel.releases) > 6 else "")
+        shown = ", ".join(esc(r) for r in rel.releases[:6]) + (", …" if len(rel.releases) > 6 else "")
         first += f" (in {len(rel.releases)} releases: {shown})"
     also = f"; also on {_some(rel.branches[1:])}" if rel.branches[1:] else ""
     lines = ["### Releases and backports", "",
              f"- {word}{where} by `{rel.sha[:10]}`{pr}; {first}{also}."]
     for c in rel.carriers:
-        cfirst = f"first released in {c.first_release}" if c.first_release else "in no release tag yet"
+        cfirst = f"first released in {esc(c.first_release)}" if c.first_release else "in no release tag yet"
         lines.append(f"- backported to {_some(c.branches) or 'no branch'} as `{c.sha[:10]}` "
                      f"({cell(c.subject, 80)}; {c.how}); {cfirst}.")
     if not rel.carriers:
@@ -125,14 +125,16 @@ def releases_block(run: BisectRun) -> list[str]:
 
 def headline(run: BisectRun) -> str:
     if run.mode.stopped:
-        return f"No bisection: {run.message}"
+        return f"No bisection: {code(run.message, 600)}"
     res = run.result
     if res is None:
         return "Bisection did not finish."
     if res.outcome == "found" and res.first_new is not None:
         noun = run.variable.kind.noun
         shown = run.subject(res.first_new) if noun == "version" else res.first_new
-        return f"The {noun} that {run.mode.word} it: `{shown}`"
+        several = len((run.changes or {}).get("changes") or ())
+        why = f" (the largest effect of the {several} changes named)" if several > 1 else ""
+        return f"The {noun} that {run.mode.word} it: {code(shown, 120)}{why}"
     if (run.confirmation or {}).get("level") == "host changed":
         return ("Not confirmed: the host changed between the search and the confirmation — run the bisect again on "
                 "a quiet host")
@@ -154,7 +156,7 @@ def found_block(run: BisectRun) -> list[str]:
     urls = run.links
     notes = Notes()
     if run.variable.kind.noun == "version":
-        rows = [["version", f"`{info.subject}`"]]
+        rows = [["version", code(info.subject, 120, in_table=True)]]
     else:
         pr = f"[#{info.pr}]({urls['pr']})" if info.pr and urls.get("pr") else f"#{info.pr}" if info.pr else "—"
         rows = [["sha", f"[`{info.sha}`]({urls['commit']})" if urls.get("commit") else f"`{info.sha}`"],
@@ -162,7 +164,7 @@ def found_block(run: BisectRun) -> list[str]:
                 ["date", info.date], ["PR", pr]]
     engine = run.variable.engine
     if engine is not None:
-        rows.append(["engine (fixed)", f"`{engine.ref}` = `{engine.sha}`"])
+        rows.append(["engine (fixed)", f"{code(engine.ref, 60, in_table=True)} = `{engine.sha}`"])
     rows += [["kind", "**fix** (old end bad, new end good)" if run.mode is Mode.FIX else
              "**regression** (old end good, new end bad)"]]
     if urls.get("compare"):
@@ -267,7 +269,7 @@ def perf_block(run: BisectRun) -> list[str]:
                                 for s in in_history_order(run) if s.result is not None])
     if chart:
         lines += [f"{perf.metric} along the tested commits, oldest first (the median of each commit's passes):",
-                  "", "```text", chart, "```", ""]
+                  "", fence(chart), ""]
     return lines
 
 
@@ -363,14 +365,15 @@ def decisive_ab(run: BisectRun) -> ABResult | None:
 
 def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS[0], recipe: dict | None = None,
                   recipe_file: str | None = None) -> str:
-    lines = [f"## abbisect bisect: `{run.recipe.name}`", "",
-             f"Range: `{run.old.ref}` ({run.old.short}) .. `{run.new.ref}` ({run.new.short}); "
-             f"named good: `{run.good.ref}`, named bad: `{run.bad.ref}`"
+    lines = [f"## abbisect bisect: {code(run.recipe.name)}", "",
+             f"Range: {code(run.old.ref)} ({run.old.short}) .. {code(run.new.ref)} ({run.new.short}); "
+             f"named good: {code(run.good.ref)}, named bad: {code(run.bad.ref)}"
              + (", first-parent walk" if run.recipe.bisect.first_parent else "") + ".", "",
              f"### {changes.headline(run) or headline(run)}", ""]
     if run.merge_bases:
-        lines += ["### Ends", "", run.ends_note or (f"The ends are on different branches; merge base "
-                                                     f"{', '.join(b[:10] for b in run.merge_bases)}."), ""]
+        bases = ", ".join(b[:10] for b in run.merge_bases)
+        lines += ["### Ends", "", cell(run.ends_note, 1000) if run.ends_note
+                  else f"The ends are on different branches; merge base {bases}.", ""]
     if run.variable.describe():
         lines[4:4] = [f"Walking {run.variable.describe()}.", ""]
     if run.mislabelled:
@@ -379,8 +382,9 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += changes.block(run)
     lines += found_block(run)
     lines += releases_block(run)
+    resumed = any(s.replayed for s in run.steps)
     lines += [(f"{len(run.steps)} commits tested, {run.launches} server launches, {run.builds} venv builds, "
-              f"{run.wall_s:.1f} s wall time."), ""]
+              f"{run.wall_s:.1f} s wall time" + (" (the runs before the resume included)." if resumed else ".")), ""]
     lines += [ends_mode_line(run), ""]
     lines += [caches_line(JitMode(run.recipe.launch.jit_cache), [("the tested commits", [t for s in run.steps
                                                                                           for t in s.trials])]), ""]
@@ -389,7 +393,8 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
         ahead = sum(s.round == 0 and s.role is Role.CANDIDATE for s in run.steps)
         with_ends = f"ends tested at once, with {ahead} commit(s) between them" if ahead else "ends tested at once"
         lines += [(f"{run.slots} slots on the {run.executor} executor ({with_ends}): {len(run.rounds)} "
-                   f"rounds after the ends — time per round (commits tested): {per_round}."), ""]
+                   f"rounds after the ends" + (" since the resume" if resumed else "")
+                   + f" — time per round (commits tested): {per_round}."), ""]
     lines += how_sure_block(run)
     lines += posterior.block(run)
     lines += narrowing_block(run)
@@ -406,7 +411,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += nodes_block(run)
     if run.unstable:
         lines += [(f"The good end answered {len(run.unstable)} prompt(s) differently when run twice "
-                   f"({', '.join(run.unstable[:8])}): noise of the engine, left out of every comparison."), ""]
+                   f"({', '.join(esc(u) for u in run.unstable[:8])}): noise of the engine, left out of every comparison."), ""]
     lines += failures_block(run)
     hygiene = slot_hygiene(run, budget)
     if hygiene:
@@ -457,7 +462,7 @@ def bisect_files(run: BisectRun, reproduce: list[str], portable: Portable, doc: 
     if ab is not None and (ab.a.outputs or ab.b.outputs):
         decisive = ab
         files[OUTPUTS_FILE] = portable.render(lambda: outputs_document(
-            f"abbisect bisect `{run.recipe.name}`: parent vs found", [("parent", decisive.a), ("found", decisive.b)]))
+            f"abbisect bisect {code(run.recipe.name)}: parent vs found", [("parent", decisive.a), ("found", decisive.b)]))
     return files
 
 
@@ -471,7 +476,8 @@ def bisect_json(run: BisectRun) -> dict:
             "commit": dump(run.commits[res.first_new]) if res and res.first_new else None,
             "links": run.links, "mislabelled": run.mislabelled,
             "steps": [{**dump(s, exclude={"result", "more"}), "launches": len(s.trials)} for s in run.steps],
-            "launches": run.launches, "builds": run.builds, "failure": run.failure, "unstable": list(run.unstable),
+            "launches": run.launches, "builds": run.builds, "before": dump(run.before),  # a resumed one's every run
+            "failure": run.failure, "unstable": list(run.unstable),
             "confirmation": run.confirmation, "posterior": run.posterior or None, "changes": run.changes or None,
             "narrowing": narrow_json(run.narrowing) if run.narrowing else None,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),

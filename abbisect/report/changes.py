@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from abbisect.bisect.bisection import BisectRun
 from abbisect.report.posterior import picture
-from abbisect.report.text import Notes, cell, details, table
+from abbisect.report.text import Notes, cell, details, fence, table
 
 
 def _share(share: float | None) -> str:
@@ -48,7 +48,9 @@ def block(run: BisectRun) -> list[str]:
              table(["#", "commit", "subject", "PR", "kind", "effect [95 % interval]", "share"], rows, notes), "",
              ("Each effect is its parent against it; the share is of the ends' difference (a fix inside a "
               "regression's range counts against it); what is not accounted for is the ends' difference minus the "
-              f"changes', measured as one sum (at most {c['max_changes']} changes are named, `bisect.max_changes`)."),
+              f"changes', measured as one sum (at most {c['max_changes']} changes are named, `bisect.max_changes`)."
+              + (f" The found commit below, whose kind the exit code tells, is `{c['primary'][:10]}`: of the changes "
+                 "named, the one with the largest effect." if len(rows) > 2 and c.get("primary") else "")),
              ""]
     parts = c.get("parts") or []
     if parts:
@@ -59,5 +61,5 @@ def block(run: BisectRun) -> list[str]:
     for r in c.get("changes") or []:
         if r.get("posterior"):
             lines += [details(f"Posterior of search {r['phase']}, which named `{r['sha'][:10]}`",
-                              "```text\n" + picture(run, r["posterior"]) + "\n```"), ""]
+                              fence(picture(run, r["posterior"]))), ""]
     return lines

@@ -26,18 +26,18 @@ def _result(p: Probe, notes: Notes) -> str:
 
 def headline(run: NarrowRun) -> str:
     if run.message and not run.found:
-        return f"Nothing narrowed: {run.message}"
+        return f"Nothing narrowed: {cell(run.message, 300)}"
     if not run.tried and not run.found:
         return "Nothing narrowed: nothing was tried"
     parts = []
     if run.workarounds:
         best = run.workarounds[0]
-        parts.append(f"the failure goes away with {code(best.change, 120)} ({best.feature})")
+        parts.append(f"the failure goes away with {code(best.change, 120)} ({cell(best.feature, 120)})")
     if run.minimal:
         parts.append("the smallest failing difference is " + ", ".join(code(run.deltas[i].describe(), 80)
                                                                         for i in run.minimal))
     if not parts:
-        return "No switch made the failure go away" + (f"; {run.message}" if run.message else "")
+        return "No switch made the failure go away" + (f"; {cell(run.message, 300)}" if run.message else "")
     return "At this commit " + "; ".join(parts)
 
 
@@ -58,9 +58,9 @@ def workaround_table(run: NarrowRun, level: int = 3) -> list[str]:
     notes = []
     if run.not_accepted:
         notes.append(f"{len(run.not_accepted)} switch(es) of the catalogue are not declared by this commit's "
-                     f"`{run.help_source or '--help'}` and were not tried")
+                     f"{code(run.help_source or '--help')} and were not tried")
     if run.already:
-        notes.append(f"{len(run.already)} already in the launch: {', '.join(run.already[:8])}")
+        notes.append(f"{len(run.already)} already in the launch: {', '.join(code(a, 60) for a in run.already[:8])}")
     if notes:
         lines += ["; ".join(notes) + ".", ""]
     return lines
@@ -91,7 +91,7 @@ def probes_table(run: NarrowRun, level: int = 3) -> list[str]:
 def render_narrow(run: NarrowRun, reproduce: str) -> str:
     base = run.baseline
     flags = shlex.join(run.failing.flags)
-    lines = [heading(2, f"abbisect narrow: `{run.recipe.name}` at `{run.rev.ref}` ({run.rev.short})"), "",
+    lines = [heading(2, f"abbisect narrow: {code(run.recipe.name)} at {code(run.rev.ref)} ({run.rev.short})"), "",
              f"### {headline(run)}", "",
              f"The failing launch: flags {code(flags, 300)}" + (f"; {base.status}: {cell(base.evidence, 200)}"
                                                                  if base else "") + ".", "",

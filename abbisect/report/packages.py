@@ -7,6 +7,7 @@ import re
 from dataclasses import dataclass
 
 from abbisect.environment.pins import requirement_name
+from abbisect.report.text import fence
 
 
 def _shown(d: dict) -> str:
@@ -119,5 +120,5 @@ def render_packages(a, b, same_launch: bool) -> list[str]:
     if diff.rows:  # identical lists are said in one line above; both in full are in results.json
         freeze = "\n".join(["# A", *pa.get("freeze", []), "", "# B", *pb.get("freeze", [])])
         lines += ["<details><summary>Full package lists (uv pip freeze) of both venvs</summary>", "",
-                  "```text", freeze, "```", "", "</details>", ""]
+                  fence(freeze), "", "</details>", ""]
     return lines

@@ -6,7 +6,7 @@ from __future__ import annotations
 from html import escape
 
 from abbisect.bisect.bisection import BisectRun, Step
-from abbisect.report.text import cell
+from abbisect.report.text import fence, plain
 
 BAR = 32  # characters of the longest bar
 ROWS = 40  # rows of the text picture at most
@@ -34,7 +34,7 @@ def picture(run: BisectRun, p: dict | None = None) -> str:
     lines = []
     old = run.step_of(old_sha)
     lines.append(f"{old_sha[:10]}  {'old end':<{BAR}}         {_launches(old)}"
-                 + (f"  {cell(old.evidence.split(';')[0], 60)}" if old else ""))
+                 + (f"  {plain(old.evidence.split(';')[0], 60)}" if old else ""))
     shown = rows(run, p)
     if len(shown) > ROWS:
         keep = sorted(shown, key=lambda r: -r[1])[:ROWS // 2]
@@ -44,7 +44,7 @@ def picture(run: BisectRun, p: dict | None = None) -> str:
     for sha, m, step in shown:
         bar = "█" * round(m * BAR) or ("▏" if m > 0 else "")
         mark = " ◀" if sha == answer else "  "
-        said = f"  {cell(step.evidence.split(';')[0], 60)}" if step is not None else ""
+        said = f"  {plain(step.evidence.split(';')[0], 60)}" if step is not None else ""
         lines.append(f"{sha[:10]}  {bar:<{BAR}} {m:6.1%}{mark} {_launches(step)}{said}")
     lines.append(f"{'no change':<10}  {'█' * round(p.get('no_change', 0.0) * BAR):<{BAR}} "
                  f"{p.get('no_change', 0.0):6.1%}")
@@ -85,7 +85,7 @@ def block(run: BisectRun) -> list[str]:
     else:
         lines += ["Prior: every candidate commit alike.", ""]
     lines += [("Mass of each commit being the first after the change, oldest first (the answer ◀; the picture is "
-              "`posterior.svg` beside this report):"), "", "```text", picture(run), "```", ""]
+              "`posterior.svg` beside this report):"), "", fence(picture(run)), ""]
     return lines
 
 

@@ -13,6 +13,7 @@ from abbisect.report.ab import OUTPUTS_FILE, fit, outputs_document, render_ab
 from abbisect.report.accuracy import flipped_items
 from abbisect.report.perf import svg
 from abbisect.report.portable import Portable, portable_recipe
+from abbisect.report.text import code
 
 
 def model_path(recipe: Recipe, cache: Cache | Path) -> str | None:
@@ -39,13 +40,13 @@ def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_
         ab, budget, recipe=doc, recipe_file=recipe_file.name if recipe_file else None)))
     files = {"report.md": report}
     if ab.a.outputs or ab.b.outputs:
-        files[OUTPUTS_FILE] = portable.render(lambda: outputs_document(f"abbisect A/B `{ab.name}`",
+        files[OUTPUTS_FILE] = portable.render(lambda: outputs_document(f"abbisect A/B {code(ab.name)}",
                                                                        [("A", ab.a), ("B", ab.b)]))
     runs = (eval_run(ab.trials("a")), eval_run(ab.trials("b"))) if recipe.eval is not None else (None, None)
     if runs[0] is not None and runs[1] is not None:
         a_run, b_run = runs[0], runs[1]
         flipped = portable.render(lambda: flipped_items(a_run, b_run, pair(a_run, b_run)))
-        files[OUTPUTS_FILE] = (files.get(OUTPUTS_FILE, portable.text(f"# abbisect A/B `{ab.name}`")) + "\n\n"
+        files[OUTPUTS_FILE] = (files.get(OUTPUTS_FILE, portable.render(lambda: f"# abbisect A/B {code(ab.name)}")) + "\n\n"
                                + flipped).strip() + "\n"
     if recipe.perf is not None and (picture := svg(recipe.perf, ab.trials("a"), ab.trials("b"))):
         files["perf.svg"] = picture
