@@ -245,6 +245,8 @@ def _write(run: BisectRun, opts: dict, cache, out: Path, say: Callable[[str], No
     write_results(out, files.pop("bisect.md"), bisect_json(run), results, portable, names=("bisect.md", "bisect.json"),
                   extra=files)
     say(Final(headline(run).replace("`", "")))
+    if run.result and (pins := run.pins.get(run.result.first_new or "")):
+        say(Final(f"It {pins.told()}."))
     say(Final(f"report: {out / 'bisect.md'}"))
 
 

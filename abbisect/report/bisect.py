@@ -160,6 +160,8 @@ def found_block(run: BisectRun) -> list[str]:
         rows = [["sha", f"[`{info.sha}`]({urls['commit']})" if urls.get("commit") else f"`{info.sha}`"],
                 ["subject", cell(info.subject, 120, notes)], ["author", cell(info.author, 60, notes)],
                 ["date", info.date], ["PR", pr]]
+    if pins := run.pins.get(res.first_new):
+        rows.append(["pins", cell(pins.told(), 300, notes)])
     engine = run.variable.engine
     if engine is not None:
         rows.append(["engine (fixed)", f"`{engine.ref}` = `{engine.sha}`"])
@@ -368,6 +370,8 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
              f"named good: `{run.good.ref}`, named bad: `{run.bad.ref}`"
              + (", first-parent walk" if run.recipe.bisect.first_parent else "") + ".", "",
              f"### {changes.headline(run) or headline(run)}", ""]
+    if run.result and (pins := run.pins.get(run.result.first_new or "")):
+        lines += [f"It {cell(pins.told(), 400)}.", ""]
     if run.merge_bases:
         lines += ["### Ends", "", run.ends_note or (f"The ends are on different branches; merge base "
                                                      f"{', '.join(b[:10] for b in run.merge_bases)}."), ""]
@@ -474,6 +478,7 @@ def bisect_json(run: BisectRun) -> dict:
             "launches": run.launches, "builds": run.builds, "failure": run.failure, "unstable": list(run.unstable),
             "confirmation": run.confirmation, "posterior": run.posterior or None, "changes": run.changes or None,
             "narrowing": narrow_json(run.narrowing) if run.narrowing else None,
+            "pins": {sha: dump(d) for sha, d in run.pins.items()}, "follow": run.follow or None,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
             "releases": dump(run.releases) if run.releases else None,

@@ -50,6 +50,9 @@ def block(run: BisectRun) -> list[str]:
               "regression's range counts against it); what is not accounted for is the ends' difference minus the "
               f"changes', measured as one sum (at most {c['max_changes']} changes are named, `bisect.max_changes`)."),
              ""]
+    pinned = [f"- `{r['sha'][:10]}` {cell(d.told(), 300)}" for r in c.get("changes") or []
+              if (d := run.pins.get(r["sha"])) and d.changes]
+    lines += [*pinned, ""] if pinned else []
     parts = c.get("parts") or []
     if parts:
         shown = table(["search", "part of the range", "ended", "launches"],
