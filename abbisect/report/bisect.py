@@ -20,7 +20,7 @@ from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
 from abbisect.launch.jit import JitMode
-from abbisect.report import changes, posterior
+from abbisect.report import changes, follow, posterior
 from abbisect.report.ab import (
     BUDGETS,
     OUTPUTS_FILE,
@@ -382,6 +382,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
                    f"finds the commit that {run.mode.word} it."), ""]
     lines += changes.block(run)
     lines += found_block(run)
+    lines += follow.block(run)
     lines += releases_block(run)
     lines += [(f"{len(run.steps)} commits tested, {run.launches} server launches, {run.builds} venv builds, "
               f"{run.wall_s:.1f} s wall time."), ""]
