@@ -201,3 +201,34 @@ def test_the_dependency_repository_and_tags_are_found(tmp_path, dep):
     assert _metadata_url(plain) is None
     repo, _ = dep
     assert _tag(repo, "1.1.0") == "v1.1" and _tag(repo, "1.2") == "v1.2" and _tag(repo, "9.0") is None
+
+
+@pytest.mark.e2e
+def test_the_seed_002_recipe_dry_runs_with_its_follow_plan(tmp_path):
+    """recipes/sglang-deepgemm-follow.yaml on a local SGLang-shaped history whose commit bumps sgl-deep-gemm."""
+    import yaml
+    from conftest import REPO_ROOT
+    from test_env_upstream import _history
+
+    pyproject = ('[project]\nname = "sglang"\nversion = "0.5.9"\n'
+                 'dependencies = ["requests>=2", "sgl-deep-gemm=={}", "torch==2.9.1"]\n')
+    _history(tmp_path / "sglang", [{"python/pyproject.toml": pyproject.format("0.1.4")},
+                                   {"python/pyproject.toml": pyproject.format("0.2.5")},
+                                   {"python/sglang/x.py": "x = 1\n"}], tags={0: "v0.5.9"})
+    data = yaml.safe_load((REPO_ROOT / "recipes" / "sglang-deepgemm-follow.yaml").read_text())
+    assert data["bisect"]["follow"] == "auto" and "sgl-deep-gemm" in data["bisect"]["dependencies"]
+    data["engine"]["repo"] = str(tmp_path / "sglang")
+    rec = write_recipe(tmp_path / "r.yaml", data)
+    proc = abbisect("bisect", str(rec), "--bad", "v0.5.9", "--good", "main", "--dry-run", cwd=tmp_path,
+                    cache=tmp_path / "cache")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "bisect.follow: auto" in out
+    assert "from v0.5.9 to main the pins change: bumps sgl-deep-gemm 0.1.4 → 0.2.5" in out
+    assert ("sgl-deep-gemm: commits of https://github.com/sgl-project/DeepGEMM, each installed with: git submodule "
+            "update --init --recursive; {uv} pip install --python {python} --no-build-isolation --no-deps . "
+            "(env DG_FORCE_BUILD=1)") in out
+    assert not (tmp_path / "results").exists()
+    off = abbisect("bisect", str(rec), "--bad", "v0.5.9", "--good", "main", "--dry-run", "--follow", "off",
+                   cwd=tmp_path, cache=tmp_path / "cache")
+    assert off.returncode == 0 and "bisect.follow: off" in off.stdout

@@ -30,9 +30,10 @@ from packaging.version import InvalidVersion, Version
 
 from abbisect.bisect.bisection import BisectRun, Mode
 from abbisect.bisect.kinds import VariableKind
-from abbisect.bisect.pinchange import PinChange
+from abbisect.bisect.pinchange import PinChange, pin_diff
 from abbisect.bisect.state import STATE_FILE, load_state
 from abbisect.bisect.variables import Variable, variable_for
+from abbisect.checkout import Revision
 from abbisect.environment.base import index_args
 from abbisect.infra import git
 from abbisect.infra.cache import Cache
@@ -364,3 +365,30 @@ def _tag(repo: Path, version: str) -> str | None:
         except InvalidVersion:
             continue
     return None
+
+
+# -- what --dry-run says --------------------------------------------------------------------------------------
+def plan(recipe: Recipe, variable: Variable, good: Revision, bad: Revision) -> list[str]:
+    """The follow plan of a bisect: whether the answer is followed, the pins the ends differ in (an answer can
+    only change those), and where each known dependency's commits come from."""
+    if variable.kind is not VariableKind.ENGINE_COMMITS:
+        return []
+    if recipe.bisect.follow == "off":
+        return ["bisect.follow: off (the bisect stops at the engine commit)"]
+    lines = [("bisect.follow: auto — when the commit found changes an exact pin: (1) the parent with only the new "
+              "pin and the commit with only the old, (2) the package's versions between the pins, engine held, (3) "
+              "its commits between the two versions' tags")]
+    try:
+        old, new, _ = variable.order_ends(good, bad)
+        ends = pin_diff(variable.repo, old.sha, new.sha, recipe.engine.subdir or "")
+    except RuntimeError as exc:
+        lines.append(f"  the ends' pins could not be read: {exc}")
+    else:
+        lines.append(f"  from {old.ref} to {new.ref} the pins change: " + ("; ".join(c.told() for c in ends.changes)
+                                                                           or "none"))
+    for name, dep in sorted(recipe.bisect.dependencies.items()):
+        how = "; ".join(dep.install.commands) or "uv pip install <its worktree>"
+        env = " ".join(f"{k}={v}" for k, v in sorted(dep.install.env.items()))
+        lines.append(f"  {name}: commits of {dep.repo}, each installed with: {how}" + (f" (env {env})" if env else ""))
+    lines.append("  another package: the repository its wheel's metadata names, else the chain stops at its version")
+    return lines

@@ -159,7 +159,10 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         assert req.good and req.bad  # checked above
         good_rev, bad_rev = variable.resolve_ends(req.good, req.bad)
     if req.dry_run:
-        click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev), *gpu_lines(gpu_check)])))
+        from abbisect.bisect.follow import plan
+
+        click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev),
+                                       *plan(rec, variable, good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
     # The input is valid: what runs and reports a bisect loads now (a usage error never pays for it).
     from abbisect.report.files import new_output_dir
