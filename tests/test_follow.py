@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.bisect.bisection import Mode
@@ -99,6 +100,23 @@ def test_a_pin_bump_is_followed_to_the_version_and_the_dependency_commit(tmp_pat
     off = bisect(recipe(tmp_path, engine, wheels, dep_repo), shas[0], tmp_path / "off", cache_dir,
                  "--follow", "off")
     assert off["first_new"] == x and off["follow"] is None and off["pins"][x]["changes"]
+
+
+@pytest.mark.e2e
+def test_a_statistical_verdict_carries_over_to_every_chained_step(tmp_path, engines, wheels, dep, cache_dir):
+    engine, shas = engines("pin", "1.4.0")
+    dep_repo, dep_shas = dep
+    rec = recipe(tmp_path, engine, wheels, dep_repo)
+    data = yaml.safe_load(rec.read_text())
+    data["repeats"] = {"passes": 3}  # a failure rate over passes: the posterior search, in every step too
+    out = tmp_path / "out"
+    res = bisect(write_recipe(rec, data), shas[0], out, cache_dir)
+    assert res["first_new"] == shas[2] and res["posterior"]
+    f = res["follow"]
+    assert (f["blame"], f["version"], f["commit"]) == ("pins", "1.2.0", dep_shas[toydep.TAGGED_CULPRIT])
+    for link in f["links"]:
+        step = json.loads((out / link["folder"] / "bisect.json").read_text())
+        assert step["posterior"] and step["recipe"]["repeats"]["passes"] == 3, link["step"]
 
 
 @pytest.mark.e2e
@@ -206,7 +224,6 @@ def test_the_dependency_repository_and_tags_are_found(tmp_path, dep):
 @pytest.mark.e2e
 def test_the_seed_002_recipe_dry_runs_with_its_follow_plan(tmp_path):
     """recipes/sglang-deepgemm-follow.yaml on a local SGLang-shaped history whose commit bumps sgl-deep-gemm."""
-    import yaml
     from conftest import REPO_ROOT
     from test_env_upstream import _history
 
