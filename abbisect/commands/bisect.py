@@ -182,10 +182,13 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         from abbisect.bisect.follow import follow
 
         def step(srec: Recipe, svar: Variable, good: str, bad: str, sout: Path, replay: dict[str, dict]) -> BisectRun:
+            """One chained bisect; its report names its own recipe (the user's with bisect.over set) by a file
+            name of its own, which its recipe block shows."""
             g, b = svar.resolve_ends(good, bad)
-            scmd = shlex.join(["abbisect", "bisect", opts["recipe_path"], "--good", good, "--bad", bad])
+            named = sout / f"{Path(opts['recipe_path']).stem}.follow-{sout.name}.yaml"
+            scmd = shlex.join(["abbisect", "bisect", str(named), "--good", good, "--bad", bad])
             srun, _ = _search(srec, svar, g, b, sout, scmd, opts, replay, cache, progress, red)
-            _write(srun, opts, cache, sout, progress)
+            _write(srun, {**opts, "recipe_path": str(named)}, cache, sout, progress)
             return srun
 
         run.follow = follow(run, out, cache, step, progress)
