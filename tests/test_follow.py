@@ -133,7 +133,7 @@ def test_a_bump_whose_code_is_to_blame_is_named_as_the_code(tmp_path, engines, w
     md = (out / "bisect.md").read_text()
     assert "It bumps toydep 1.0.0 → 1.1.0, and touches 1 file of its own." in md
     assert "The code is to blame: the answer breaks it with toydep==1.0.0 too" in md
-    assert "The chain stops here: the pins alone do not account for the change" in md
+    assert "The chain stops here: the pin alone does not account for the change" in md
 
 
 @pytest.mark.e2e

@@ -163,9 +163,8 @@ class _Chain:
         self.links[1] = replace(alink, said=needs or _said_answer(code_alone, self.pkg, self.old, self.run.mode))
         self.say(f"follow: {said}")
         followed = replace(self.base, blame=blame, said=said)
-        if blame not in ("pins",):
-            return replace(followed, links=tuple(self.links),
-                           stopped="the pins alone do not account for the change: the answer is the engine commit")
+        if blame != "pins":
+            return replace(followed, links=tuple(self.links), stopped=_NOT_THE_PIN[blame])
         # The versions, the engine held at the answer (at its parent when the answer cannot run the old pin).
         engine = self.answer if code_alone is False else self.parent
         rng = Over(package=self.pkg, versions=VersionRange.model_validate({"from": self.old, "to": self.new}),
@@ -200,7 +199,11 @@ class _Chain:
             return replace(followed, links=tuple(self.links), repo=dep.repo,
                            stopped=f"no tag of {missing} in {self.pkg}'s repository: its commits are not walked")
         over = Over(repo=dep.repo, install=dep.install, engine_ref=engine)
-        crun, clink = self._step(4, "commits", over, tags[0] or "", tags[1] or "")
+        try:
+            crun, clink = self._step(4, "commits", over, tags[0] or "", tags[1] or "")
+        except UserError as exc:
+            return replace(followed, links=tuple(self.links), repo=dep.repo,
+                           stopped=f"the commits between {tags[0]} and {tags[1]} could not be walked: {exc}")
         cres = crun.result
         if cres is None or cres.outcome != "found" or not cres.first_new:
             return replace(followed, links=tuple(self.links), repo=dep.repo,
@@ -209,6 +212,16 @@ class _Chain:
                  f"{self.run.mode.word} it")
         return replace(followed, links=tuple(self.links), repo=dep.repo, commit=cres.first_new,
                        commit_subject=crun.subject(cres.first_new))
+
+
+# Why the chain stops after the blame, by its finding.
+_NOT_THE_PIN = {
+    "code": "the pin alone does not account for the change: the engine commit's code is the answer",
+    "both": ("each part alone changes it, so the engine commit stays the answer; the new pin's versions can be "
+             "walked on the parent with bisect.over"),
+    "together": "neither part alone changes it: the engine commit (its code with the new pin) is the answer",
+    "unknown": "which part is to blame could not be tested: the engine commit is the answer",
+}
 
 
 # -- what a step shows ----------------------------------------------------------------------------------------
@@ -265,8 +278,9 @@ def _blame(pins: bool | None, code: bool | None, needs: str, pkg: str, old: str,
     if pins:
         return "pins", f"The pin is to blame: {pkg} {old} → {new} alone {word} it on the parent{untestable}."
     if code:
-        return "code", (f"The code is to blame: the answer {word} it with {pkg}=={old} too, and the parent with "
-                        f"{pkg}=={new} does not change{'' if pins is False else ' (untestable)'}.")
+        parent = (f"the parent with {pkg}=={new} does not change" if pins is False
+                  else f"the parent could not be tested with {pkg}=={new}")
+        return "code", f"The code is to blame: the answer {word} it with {pkg}=={old} too, and {parent}."
     if pins is False and code is False:
         return "together", (f"Neither alone: the parent with {pkg}=={new} and the answer with {pkg}=={old} both "
                             "behave as the parent; the code and the pin change it together.")
