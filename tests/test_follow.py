@@ -88,7 +88,6 @@ def test_a_pin_bump_is_followed_to_the_version_and_the_dependency_commit(tmp_pat
     assert f["commit_subject"] == "Copy scales on a faster path" and f["stopped"] == ""
     md = (out / "bisect.md").read_text()
     assert "It bumps toydep 1.0.0 → 1.4.0, and touches no file of its own." in md
-    assert "| pins | bumps toydep 1.0.0 → 1.4.0, and touches no file of its own |" in md
     assert (f"Chain: engine `{x[:10]}` → `toydep 1.2.0` → toydep `{dep_shas[3][:10]}` "
             "(Copy scales on a faster path).") in md
     assert "The pin is to blame: toydep 1.0.0 → 1.4.0 alone breaks it on the parent." in md

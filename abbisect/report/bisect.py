@@ -160,8 +160,6 @@ def found_block(run: BisectRun) -> list[str]:
         rows = [["sha", f"[`{info.sha}`]({urls['commit']})" if urls.get("commit") else f"`{info.sha}`"],
                 ["subject", cell(info.subject, 120, notes)], ["author", cell(info.author, 60, notes)],
                 ["date", info.date], ["PR", pr]]
-    if pins := run.pins.get(res.first_new):
-        rows.append(["pins", cell(pins.told(), 300, notes)])
     engine = run.variable.engine
     if engine is not None:
         rows.append(["engine (fixed)", f"`{engine.ref}` = `{engine.sha}`"])

@@ -31,7 +31,7 @@ def block(run: BisectRun) -> list[str]:
     lines = ["### Followed into the dependency", ""]
     if not f.get("package"):
         return [*lines, cell(f.get("said"), 400), ""]
-    lines += [f"The answer {cell(f['pins'], 300)}. {cell(f['said'], 500)}", ""]
+    lines += [cell(f["said"], 500), ""]
     if said := chain(run):
         lines += [f"Chain: {said}.", ""]
     notes = Notes()
