@@ -114,6 +114,13 @@ def follow(run: BisectRun, out: Path, cache: Cache | Path, step: StepRun, say: S
     return dump(followed)
 
 
+def follow_failed(run: BisectRun, exc: Exception) -> dict:
+    """The chain when a step could not run at all (a repository that cannot be read, a build abbisect cannot
+    plan): the engine's answer stands, and the report says where the chain stopped."""
+    return {"said": f"The answer was not followed into its dependency: {exc}", "blame": "unknown", "links": [],
+            "stopped": str(exc)}
+
+
 class _Chain:
     def __init__(self, run: BisectRun, out: Path, cache: Path, step: StepRun, say: Say, change: PinChange,
                  pins: str) -> None:

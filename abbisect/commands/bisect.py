@@ -178,8 +178,10 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         from abbisect.narrow.narrowing import masked
 
         run.narrowing = masked(_narrow_at_answer(run, cache, out, trials.fetch, progress), red)
-    if rec.bisect.follow == "auto":
-        from abbisect.bisect.follow import follow
+    if rec.bisect.follow == "auto" and run.result and run.result.first_new and run.pins:
+        from abbisect.bisect.follow import follow, follow_failed
+
+        _write(run, opts, cache, out, lambda _: None)  # the engine's answer is on disk before any step runs
 
         def step(srec: Recipe, svar: Variable, good: str, bad: str, sout: Path, replay: dict[str, dict]) -> BisectRun:
             """One chained bisect; its report names its own recipe (the user's with bisect.over set) by a file
@@ -191,7 +193,11 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
             _write(srun, {**opts, "recipe_path": str(named)}, cache, sout, progress)
             return srun
 
-        run.follow = follow(run, out, cache, step, progress)
+        try:
+            run.follow = follow(run, out, cache, step, progress)
+        except (UserError, RuntimeError) as exc:  # the engine's answer stands; the chain says where it stopped
+            progress(f"follow: stopped: {exc}")
+            run.follow = follow_failed(run, exc)
     _write(run, opts, cache, out, progress)
     if req.as_json:
         from abbisect.infra.envelope import dumps
