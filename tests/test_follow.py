@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import abbisect, toy_recipe, write_recipe
+from conftest import abbisect, machine_traces, toy_recipe, write_recipe
 
 from abbisect.bisect.bisection import Mode
 from abbisect.bisect.follow import _blame, _metadata_url, _tag, source_url
@@ -93,6 +93,9 @@ def test_a_pin_bump_is_followed_to_the_version_and_the_dependency_commit(tmp_pat
     assert "The pin is to blame: toydep 1.0.0 → 1.4.0 alone breaks it on the parent." in md
     for link in f["links"]:  # each step is a bisect of its own, with its own report and state
         assert (out / link["folder"] / "bisect.md").is_file() and (out / link["folder"] / "state.json").is_file()
+    # every file of the chain's folders but state.json is shareable: no folder of this machine in it
+    hits, read = machine_traces([out], [str(cache_dir), str(tmp_path), str(dep_repo.parent), str(wheels)])
+    assert not hits and {".md", ".json"} <= read, hits
     step = json.loads((out / "follow" / "3-versions" / "bisect.json").read_text())
     assert step["first_new"] == "1.2.0" and step["recipe"]["bisect"]["over"]["package"] == "toydep"
     # bisect.follow: off stops at the engine commit (its pins still said)

@@ -176,26 +176,33 @@ class _Chain:
         engine = self.answer if code_alone is False else self.parent
         rng = Over(package=self.pkg, versions=VersionRange.model_validate({"from": self.old, "to": self.new}),
                    engine_ref=engine)
+        unlisted = ""
         try:
             vrun, vlink = self._step(3, "versions", rng, self.old, self.new)
-        except UserError as exc:
-            return replace(followed, links=tuple(self.links), stopped=f"the versions could not be walked: {exc}")
-        vres = vrun.result
-        if vres is None or vres.outcome != "found" or not vres.first_new or not vrun.found_parent:
-            return replace(followed, links=tuple(self.links), stopped=f"the versions' bisect named no version "
-                           f"({vlink.said})")
-        version, before = vres.first_new, vrun.found_parent
-        followed = replace(followed, version=version, version_parent=before)
-        self.say(f"follow: {self.pkg} {version} {self.run.mode.word} it ({self.pkg} {before} is the last before)")
-        walked = getattr(vrun.variable, "versions", [])
-        if walked and (before not in walked or walked.index(version) - walked.index(before) != 1):
-            return replace(followed, links=tuple(self.links), stopped=f"{before} and {version} are not adjacent "
-                           "versions (those between could not be tested): their commits are not walked")
+        except UserError as exc:  # no published versions to walk: the dependency's own history between the pins
+            unlisted = f"the versions could not be listed ({exc})"
+            before, version = self.old, self.new
+        else:
+            vres = vrun.result
+            if vres is None or vres.outcome != "found" or not vres.first_new or not vrun.found_parent:
+                return replace(followed, links=tuple(self.links), stopped=f"the versions' bisect named no version "
+                               f"({vlink.said})")
+            version, before = vres.first_new, vrun.found_parent
+            followed = replace(followed, version=version, version_parent=before)
+            self.say(f"follow: {self.pkg} {version} {self.run.mode.word} it ({self.pkg} {before} is the last before)")
+            walked = getattr(vrun.variable, "versions", [])
+            if walked and (before not in walked or walked.index(version) - walked.index(before) != 1):
+                return replace(followed, links=tuple(self.links), stopped=f"{before} and {version} are not adjacent "
+                               "versions (those between could not be tested): their commits are not walked")
         dep = _dependency(self.run.recipe, self.pkg, version)
         if dep is None:
             return replace(followed, links=tuple(self.links), stopped=(
-                f"no repository known for {self.pkg}: give bisect.dependencies.{self.pkg}.repo to walk its commits "
-                f"between {before} and {version}"))
+                (f"{unlisted}, and " if unlisted else "") + f"no repository known for {self.pkg}: give "
+                f"bisect.dependencies.{self.pkg}.repo to walk its commits between {before} and {version}"))
+        if unlisted:
+            self.say(f"follow: {unlisted}; walking {self.pkg}'s commits between the two pins' tags instead")
+            followed = replace(followed, said=f"{followed.said} {unlisted[0].upper()}{unlisted[1:]}: {self.pkg}'s "
+                               "commits between the two pins' tags are walked instead.")
         try:
             repo = _open(dep.repo, self.cache, self.say)
             tags = (_tag(repo, before), _tag(repo, version))
