@@ -308,7 +308,7 @@ def _link(run: BisectRun, name: str, folder: str) -> Link:
     res = run.result
     found = res.first_new if res and res.outcome == "found" else None
     evidence = []
-    for sha in (run.found_parent, found):
+    for sha in (run.found_parent, found) if found else (run.old.sha, run.new.sha):  # nothing named: the ends
         step = run.step_of(sha) if sha else None
         if step is not None:
             evidence.append(f"{_short(sha)}: {step.outcome} ({step.status}){' — ' + step.evidence[:120] if step.evidence else ''}")
