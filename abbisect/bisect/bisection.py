@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Self
 
 from abbisect import checkout
 from abbisect.bisect import gitlog
+from abbisect.bisect.pinchange import PinDiff
 from abbisect.bisect.search import SearchResult
 from abbisect.narrow.narrowing import NarrowRun
 from abbisect.recipe import Recipe
@@ -163,6 +164,10 @@ class BisectRun:
     commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # commit, compare, PR (and its parent's) links of the answer
     engine_commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)  # each trial's engine commit
+    # What the answer (and every change named) changes in its dependencies' pins (abbisect/bisect/pinchange.py).
+    pins: dict[str, PinDiff] = field(default_factory=dict)
+    # bisect.follow: the answer followed into the dependency whose pin it changes (abbisect/bisect/follow.py).
+    follow: dict = field(default_factory=dict)
 
     def step_of(self, sha: str) -> Step | None:
         return next((s for s in self.steps if s.sha == sha), None)

@@ -19,8 +19,10 @@ from abbisect.bisect import confirm
 from abbisect.bisect.bisection import BisectRun, EndsMode, Role, Step
 from abbisect.bisect.changes import every_change
 from abbisect.bisect.ends import ends_first_because
+from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.oracle import Oracle, Sample
+from abbisect.bisect.pinchange import PinDiff, pin_diff
 from abbisect.bisect.policies import EndsFirst, LazyEnds, Multisection, Rounds, Sequential
 from abbisect.bisect.search import Graph, SearchResult, SearchState
 from abbisect.bisect.state import write_state
@@ -123,4 +125,25 @@ class Driver:
         run.commits = {sha: self.variable.info(sha) for sha in sorted(shas)}
         engines = {s.result.spec.sha for s in run.steps if s.result is not None}
         run.engine_commits = {sha: self.variable.engine_commit(sha) for sha in sorted(engines)}
+        run.pins = named_pins(run)
         return run
+
+
+def named_pins(run: BisectRun) -> dict[str, PinDiff]:
+    """What the answer and every change named change in their dependencies' pins, against the parent each was
+    compared with ({} when the candidates are not commits, or no commit was named)."""
+    if run.variable.kind.noun != "commit" or run.result is None or not run.result.first_new:
+        return {}
+    subdir = run.recipe.engine.subdir if run.variable.kind is VariableKind.ENGINE_COMMITS else ""
+    parents = {run.result.first_new: run.found_parent}
+    for row in run.changes.get("changes") or ():
+        info = run.commits.get(row["sha"])
+        parents.setdefault(row["sha"], info.parents[0] if info and info.parents else None)
+    out = {}
+    for sha, parent in parents.items():
+        try:
+            if parent:
+                out[sha] = pin_diff(run.repo, parent, sha, subdir or "")
+        except RuntimeError:  # a commit git cannot show (a stand-in history): the report goes without its pins
+            continue
+    return out

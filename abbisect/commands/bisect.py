@@ -31,7 +31,9 @@ from abbisect.infra.redact import Redactor
 from abbisect.recipe.where import existing_recipe, recipe_path
 
 if TYPE_CHECKING:
-    from abbisect.bisect.bisection import BisectRun
+    from abbisect.bisect.bisection import BisectRun, Spent
+    from abbisect.bisect.variables import Variable
+    from abbisect.checkout import Revision
     from abbisect.recipe import Recipe
 
 
@@ -98,11 +100,14 @@ def bisect_ending(run: BisectRun) -> str:
 @click.option("--narrow", is_flag=True, default=None,
               help="at the found commit, run abbisect narrow: which feature switch makes the failure go away "
                    "(and, with narrow.passing, the smallest failing difference); the table goes into bisect.md")
+@click.option("--follow", type=click.Choice(["auto", "off"]), default=None,
+              help="auto (default): when the commit found changes a dependency's pin, find which part is to blame, "
+                   "then the package's version and its commit that did it (bisect.follow); off: stop at the commit")
 @post_option
 @click.argument("pathspec", nargs=-1)
 @verbosity_options
 def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interactive, resume, output, cache_dir,
-           as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert, narrow, post_to,
+           as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert, narrow, follow, post_to,
            pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
 
@@ -117,7 +122,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
         recipe, good, bad, Path(resume) if resume else None, output, cache_dir, as_json, dry_run, gpus,
         given={"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None, "slots": slots,
                "executor": executor, "ray_address": ray_address, "ends": ends, "confirm": confirm,
-               "revert": confirm_revert, "narrow": narrow},
+               "revert": confirm_revert, "narrow": narrow, "follow": follow},
         flags={"no_cache": no_cache, "script": script, "interactive": interactive}, post=post_to)
     run = run_bisect(request)
     if run is not None and (ending := bisect_ending(run)) != "found":
@@ -139,7 +144,6 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         rec, opts = _started(req.recipe, req.given, req.flags, req.gpus)
     from abbisect.bisect.variables import variable_for
     from abbisect.gpu.preflight import preflight
-    from abbisect.trial.judges import make_judge
 
     if why := rec.perf_conflict():
         raise UserError(why)
@@ -163,28 +167,78 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
 
         where = check_post(req.post, req.dry_run)
     if req.dry_run:
-        click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev), *gpu_lines(gpu_check)])))
+        from abbisect.bisect.follow import plan
+
+        click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev),
+                                       *plan(rec, variable, good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
     # The input is valid: what runs and reports a bisect loads now (a usage error never pays for it).
-    from abbisect.bisect.bisection import BisectRun, Spent
-    from abbisect.bisect.driver import Driver
-    from abbisect.bisect.oracle import Oracle
     from abbisect.report.files import new_output_dir
-    from abbisect.trial.executors import from_recipe
-    from abbisect.trial.trial_cache import TrialCache, machine_key
 
-    old, new, bases = variable.order_ends(good_rev, bad_rev)
     out = resumed.out if resumed else new_output_dir(rec.name, req.output)
     cmd = resumed.command if resumed else shlex.join(["abbisect", *sys.argv[1:]])
     resume_cmd = shlex.join(["abbisect", "bisect", "--resume", str(out)])
+    progress(f"state: {out / 'state.json'} (if interrupted, resume with: {resume_cmd})")
+    interrupted_hint(f"resume with: {resume_cmd}")
+    run, trials = _search(rec, variable, good_rev, bad_rev, out, cmd, opts, resumed.replay if resumed else None,
+                          cache, progress, red, before=resumed.spent if resumed else None)
+    if rec.bisect.narrow and run.result and run.result.first_new:
+        from abbisect.narrow.narrowing import masked
+
+        run.narrowing = masked(_narrow_at_answer(run, cache, out, trials.fetch, progress), red)
+    if rec.bisect.follow == "auto" and run.result and run.result.first_new and run.pins:
+        from abbisect.bisect.follow import follow, follow_failed
+
+        _write(run, opts, cache, out, lambda _: None)  # the engine's answer is on disk before any step runs
+
+        def step(srec: Recipe, svar: Variable, good: str, bad: str, sout: Path, replay: dict[str, dict]) -> BisectRun:
+            """One chained bisect; its report names its own recipe (the user's with bisect.over set) by a file
+            name of its own, which its recipe block shows."""
+            g, b = svar.resolve_ends(good, bad)
+            named = sout / f"{Path(opts['recipe_path']).stem}.follow-{sout.name}.yaml"
+            scmd = shlex.join(["abbisect", "bisect", str(named), "--good", good, "--bad", bad])
+            srun, _ = _search(srec, svar, g, b, sout, scmd, opts, replay, cache, progress, red)
+            _write(srun, {**opts, "recipe_path": str(named)}, cache, sout, progress)
+            return srun
+
+        try:
+            run.follow = follow(run, out, cache, step, progress)
+        except (UserError, RuntimeError) as exc:  # the engine's answer stands; the chain says where it stopped
+            progress(f"follow: stopped: {exc}")
+            run.follow = follow_failed(run, exc)
+    _write(run, opts, cache, out, progress)
+    if req.as_json:
+        from abbisect.infra.envelope import dumps
+        from abbisect.report.bisect import bisect_json
+
+        click.echo(dumps("bisect", red.data(bisect_json(run))))
+    if where is not None:
+        from abbisect.commands.post import post_after
+
+        if not post_after(out, where, lambda line: progress(Final(line))):
+            raise SystemExit(exit_code("bisect", "post-failed"))
+    return run
+
+
+def _search(rec: Recipe, variable: Variable, good_rev: Revision, bad_rev: Revision, out: Path, cmd: str, opts: dict,
+            replay: dict[str, dict] | None, cache, progress, red: Redactor,
+            before: Spent | None = None) -> tuple[BisectRun, Any]:
+    """One search between two resolved ends, its state saved in `out` after every trial (`replay`: the trials an
+    interrupted run of it finished); the run and the trial cache it fetched from."""
+    from abbisect.bisect.bisection import BisectRun, Spent
+    from abbisect.bisect.driver import Driver
+    from abbisect.bisect.oracle import Oracle
+    from abbisect.trial.executors import from_recipe
+    from abbisect.trial.judges import make_judge
+    from abbisect.trial.trial_cache import TrialCache, machine_key
+
+    old, new, bases = variable.order_ends(good_rev, bad_rev)
     run = BisectRun(rec, variable.repo, good_rev, bad_rev, old, new, variable, command=cmd, merge_bases=bases,
-                    options=opts, before=resumed.spent if resumed else Spent())
+                    options=opts, before=before or Spent())
     if variable.describe():
         progress(f"bisecting {variable.describe()}")
     progress(f"bisect {rec.name}: good={good_rev.ref} ({good_rev.short}) bad={bad_rev.ref} "
              f"({bad_rev.short}) → {out}")
-    progress(f"state: {out / 'state.json'} (if interrupted, resume with: {resume_cmd})")
-    interrupted_hint(f"resume with: {resume_cmd}")
     judge = make_judge(opts["script"], opts["interactive"], opts["script_dir"])
     executor = from_recipe(rec, cache.root)
     if executor is not None:
@@ -201,26 +255,11 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     driver = Driver(oracle, progress, judge, red.data)
     driver.save(run)  # before the ends are tested: an interrupt at any moment leaves a resumable folder
     try:
-        run = driver.run(run, resumed.replay if resumed else None)
+        run = driver.run(run, replay)
     except (KeyboardInterrupt, SystemExit):
         oracle.shutdown(wait=False)
         raise
-    if rec.bisect.narrow and run.result and run.result.first_new:
-        from abbisect.narrow.narrowing import masked
-
-        run.narrowing = masked(_narrow_at_answer(run, cache, out, trials.fetch, progress), red)
-    _write(run, opts, cache, out, progress)
-    if req.as_json:
-        from abbisect.infra.envelope import dumps
-        from abbisect.report.bisect import bisect_json
-
-        click.echo(dumps("bisect", red.data(bisect_json(run))))
-    if where is not None:
-        from abbisect.commands.post import post_after
-
-        if not post_after(out, where, lambda line: progress(Final(line))):
-            raise SystemExit(exit_code("bisect", "post-failed"))
-    return run
+    return run, trials
 
 
 def _narrow_at_answer(run: BisectRun, cache, out: Path, fetch, progress):
@@ -258,6 +297,13 @@ def _write(run: BisectRun, opts: dict, cache, out: Path, say: Callable[[str], No
     write_results(out, files.pop("bisect.md"), bisect_json(run), results, portable, names=("bisect.md", "bisect.json"),
                   extra=files)
     say(Final(headline(run).replace("`", "")))
+    if run.result and (pins := run.pins.get(run.result.first_new or "")):
+        say(Final(f"It {pins.told()}."))
+    if run.follow:
+        from abbisect.report.follow import chain
+
+        say(Final(f"followed: {chain(run).replace('`', '') or run.follow.get('said', '')}"
+                  + (f" — stops: {run.follow['stopped']}" if run.follow.get("stopped") else "")))
     say(Final(f"report: {out / 'bisect.md'}"))
 
 

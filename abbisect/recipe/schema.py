@@ -213,6 +213,15 @@ class DependencyInstall(_Strict):
     env: dict[str, str] = {}
 
 
+class Dependency(_Strict):
+    """A dependency as `bisect.follow` walks its history: where its repository is and how one of its commits
+    goes into the engine's venv (the same `install` as `bisect.over`'s)."""
+
+    repo: str = Field(description="the dependency's git repository (a URL or a local path); its release tags "
+                      "(v1.2, 1.2.0, …) bound the commits walked between two versions")
+    install: DependencyInstall = DependencyInstall()
+
+
 class Over(_Strict):
     """What a bisect walks when it is not the engine's history: a package's versions or a dependency's
     commits, the engine fixed at `engine_ref`."""
@@ -279,6 +288,13 @@ class BisectOptions(_Strict):
     # strict: `true` is no count (pydantic would take it as 1)
     max_changes: int = Field(4, ge=1, le=16, strict=True,
                              description="changes named at most (bisect.changes: all), 1 to 16")
+    # When the answer changes a dependency's pin: which part is to blame (the parent with only the new pins, the
+    # answer with only the old), then that package's versions between the pins, then its commits between the two
+    # versions' tags, each a bisect of its own (abbisect/bisect/follow.py). off: stop at the engine's commit.
+    follow: Literal["auto", "off"] = Field("auto", description="follow an answer that changes a pin into the "
+                                           "package's versions and commits (auto) or not (off)")
+    dependencies: dict[str, Dependency] = Field({}, description="per package (its distribution name): the "
+                                                "repository bisect.follow walks the commits of")
 
 
 class NarrowPassing(_Strict):

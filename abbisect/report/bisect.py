@@ -20,7 +20,7 @@ from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
 from abbisect.launch.jit import JitMode
-from abbisect.report import changes, posterior
+from abbisect.report import changes, follow, posterior
 from abbisect.report.ab import (
     BUDGETS,
     OUTPUTS_FILE,
@@ -370,6 +370,8 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
              f"named good: {code(run.good.ref)}, named bad: {code(run.bad.ref)}"
              + (", first-parent walk" if run.recipe.bisect.first_parent else "") + ".", "",
              f"### {changes.headline(run) or headline(run)}", ""]
+    if run.result and (pins := run.pins.get(run.result.first_new or "")):
+        lines += [f"It {cell(pins.told(), 400)}.", ""]
     if run.merge_bases:
         bases = ", ".join(b[:10] for b in run.merge_bases)
         lines += ["### Ends", "", cell(run.ends_note, 1000) if run.ends_note
@@ -381,6 +383,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
                    f"finds the commit that {run.mode.word} it."), ""]
     lines += changes.block(run)
     lines += found_block(run)
+    lines += follow.block(run)
     lines += releases_block(run)
     resumed = any(s.replayed for s in run.steps)
     lines += [(f"{len(run.steps)} commits tested, {run.launches} server launches, {run.builds} venv builds, "
@@ -480,6 +483,7 @@ def bisect_json(run: BisectRun) -> dict:
             "failure": run.failure, "unstable": list(run.unstable),
             "confirmation": run.confirmation, "posterior": run.posterior or None, "changes": run.changes or None,
             "narrowing": narrow_json(run.narrowing) if run.narrowing else None,
+            "pins": {sha: dump(d) for sha, d in run.pins.items()}, "follow": run.follow or None,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
             "releases": dump(run.releases) if run.releases else None,

@@ -52,6 +52,9 @@ def block(run: BisectRun) -> list[str]:
               + (f" The found commit below, whose kind the exit code tells, is `{c['primary'][:10]}`: of the changes "
                  "named, the one with the largest effect." if len(rows) > 2 and c.get("primary") else "")),
              ""]
+    pinned = [f"- `{r['sha'][:10]}` {cell(d.told(), 300)}" for r in c.get("changes") or []
+              if (d := run.pins.get(r["sha"])) and d.changes]
+    lines += [*pinned, ""] if pinned else []
     parts = c.get("parts") or []
     if parts:
         shown = table(["search", "part of the range", "ended", "launches"],
