@@ -148,7 +148,7 @@ def resume(folder: Path, recipe: str | None, given: dict[str, Any], flags: dict[
                    {s["sha"]: s for s in st["steps"]})
 
 
-_OPTION = {"revert": "--confirm-revert"}  # a bisect option whose flag is not its name
+_OPTION = {"revert": "--confirm-revert", "then_narrow": "--narrow"}  # a bisect option whose flag is not its name
 
 
 def _differs(out: Path, what: str, mine: Any, theirs: Any) -> None:

@@ -114,7 +114,7 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
         recipe, good, bad, Path(resume) if resume else None, output, cache_dir, as_json, dry_run, gpus,
         given={"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None, "slots": slots,
                "executor": executor, "ray_address": ray_address, "ends": ends, "confirm": confirm,
-               "revert": confirm_revert, "narrow": narrow},
+               "revert": confirm_revert, "then_narrow": narrow},
         flags={"no_cache": no_cache, "script": script, "interactive": interactive})
     run = run_bisect(request)
     if run is not None and (ending := bisect_ending(run)) != "found":
@@ -197,7 +197,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     except (KeyboardInterrupt, SystemExit):
         oracle.shutdown(wait=False)
         raise
-    if rec.bisect.narrow and run.result and run.result.first_new:
+    if rec.bisect.then_narrow and run.result and run.result.first_new:
         from abbisect.narrow.narrowing import masked
 
         run.narrowing = masked(_narrow_at_answer(run, cache, out, trials.fetch, progress), red)
