@@ -1,0 +1,144 @@
+"""No recipe needed in an engine checkout (issue 49): in a stand-in SGLang or vLLM checkout (tests/engine_standins.py)
+with no abbisect.yaml, `bisect`, `run` and `check` assemble the recipe from the checkout and the command line
+(--model, the server's flags after --), and judge as a recipe written by hand does; a missing model and an unknown
+engine are one line, exit 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import abbisect, cli, write_recipe
+from engine_standins import HISTORY, PLANTED, sglang_history, vllm_history
+
+from abbisect.infra import git
+
+MODEL = "toy-model"
+# The server's flags as the user passes them to `python -m sglang.launch_server` / `vllm serve`.
+FLAGS = {"sglang": ["--random-seed", "0"], "vllm": ["--seed", "0"]}
+PROMPTS = ["What is the capital of France?", "Explain what a hash table is."]
+BUILD = {"sglang": sglang_history, "vllm": vllm_history}
+
+
+@pytest.fixture(scope="module")
+def checkouts(tmp_path_factory) -> dict[str, tuple[Path, list[str]]]:
+    made = {}
+    for kind, build in BUILD.items():
+        repo = tmp_path_factory.mktemp(kind) / kind
+        made[kind] = (repo, build(repo, HISTORY))
+    return made
+
+
+def _by_hand(kind: str, repo: Path) -> dict:
+    """The recipe a user would write for the same A/B (recipes/README.md), not abbisect's assembly of it."""
+    engine = {"kind": kind, "repo": str(repo), **({"subdir": "python"} if kind == "sglang" else {})}
+    return {"name": f"{kind}-by-hand", "engine": engine,
+            "install": {"strategy": "editable" if kind == "sglang" else "precompiled"}, "model": MODEL,
+            "launch": {"flags": FLAGS[kind], **({"entrypoint": "cli"} if kind == "vllm" else {})},
+            "prompts": PROMPTS}
+
+
+def _untouched(repo: Path, shas: list[str]) -> None:
+    assert git.git(repo, "status", "--porcelain").strip() == ""
+    assert git.git(repo, "rev-parse", "HEAD").strip() == shas[-1]
+
+
+def _verdicts(data: dict) -> tuple:
+    return tuple((data[s]["verdict"]["status"], data[s]["verdict"]["outcome"]) for s in ("a", "b"))
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_bisect_in_a_checkout_without_a_recipe_names_the_planted_commit(kind, checkouts, cache_dir, tmp_path):
+    repo, shas = checkouts[kind]
+    out = tmp_path / "bisect"
+    proc = abbisect("bisect", "--good", "v0.1", "--bad", "main", "--model", MODEL, "--json", "-o", str(out), "--",
+                    *FLAGS[kind], cwd=repo, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout)["data"]["first_new"] == shas[PLANTED]
+    # the assembled recipe is kept in the result folder, ready to save and edit; the flags went through as given
+    kept = yaml.safe_load((out / "recipe.yaml").read_text())
+    assert kept["engine"]["kind"] == kind and kept["model"] == MODEL and kept["launch"]["flags"] == FLAGS[kind]
+    launched = (out / "trials").rglob("server.log")
+    assert any(("ready to roll" in p.read_text()) if kind == "sglang" else ("vLLM API server" in p.read_text())
+               for p in launched)
+    _untouched(repo, shas)
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_run_and_check_judge_as_the_recipe_written_by_hand(kind, checkouts, cache_dir, tmp_path):
+    repo, shas = checkouts[kind]
+    prompts = [a for p in PROMPTS for a in ("--prompt", p)]
+    assembled = abbisect("run", "--a", "v0.1", "--b", "main", "--model", MODEL, *prompts, "--json", "-o",
+                         str(tmp_path / "assembled"), "--", *FLAGS[kind], cwd=repo, cache=cache_dir)
+    assert assembled.returncode == 0, assembled.stderr[-3000:]
+    recipe = write_recipe(tmp_path / "by-hand.yaml", _by_hand(kind, repo))
+    by_hand = abbisect("run", str(recipe), "--a", "v0.1", "--b", "main", "--json", "--no-cache", "-o",
+                       str(tmp_path / "by-hand"), cwd=tmp_path, cache=cache_dir)
+    assert by_hand.returncode == 0, by_hand.stderr[-3000:]
+    got, want = json.loads(assembled.stdout)["data"], json.loads(by_hand.stdout)["data"]
+    assert _verdicts(got) == _verdicts(want) == (("ok", "good"), ("degenerate", "bad"))
+    assert [o["prompt"] for o in got["b"]["outputs"]] == PROMPTS
+    for ref, code in (("v0.1", 0), ("main", 1)):
+        mine = abbisect("check", ref, "--model", MODEL, *prompts, "--", *FLAGS[kind], cwd=repo, cache=cache_dir)
+        theirs = abbisect("check", str(recipe), ref, cwd=tmp_path, cache=cache_dir)
+        assert (mine.returncode, theirs.returncode) == (code, code), mine.stderr[-2000:] + theirs.stderr[-2000:]
+    _untouched(repo, shas)
+
+
+# -- usage: one line, exit 2, nothing started ---------------------------------------------------------------------
+def _one_line(proc, code: int, *needles: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == code and len(lines) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture(scope="module")
+def bare_checkouts(tmp_path_factory) -> dict[str, Path]:
+    """Stand-in checkouts of one commit each, for the usage errors (no venv is ever built from them)."""
+    made = {}
+    for kind, build in BUILD.items():
+        repo = tmp_path_factory.mktemp(f"{kind}-usage") / kind
+        build(repo, HISTORY[:1])
+        made[kind] = repo
+    return made
+
+
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+@pytest.mark.parametrize("command", [["run", "--a", "v0.1", "--b", "v0.1"], ["bisect", "--good", "v0.1", "--bad",
+                                     "main"], ["check"], ["narrow"]])
+def test_a_missing_model_is_one_line_saying_how_to_give_it(kind, command, bare_checkouts, cache_dir):
+    how = {"sglang": "python -m sglang.launch_server", "vllm": "vllm serve"}[kind]
+    _one_line(cli(*command, "--", *FLAGS[kind], cwd=bare_checkouts[kind], cache=cache_dir),
+              128 if command == ["check"] else 2, "no model: give --model M", how)
+
+
+@pytest.mark.parametrize("command", [["run"], ["bisect", "--good", "a", "--bad", "b"], ["check"]])
+def test_an_unknown_engine_is_one_line(command, bare_checkouts, tmp_path, cache_dir):
+    _one_line(cli(*command, "--model", MODEL, "--engine", "tgi", cwd=bare_checkouts["sglang"], cache=cache_dir),
+              128 if command == ["check"] else 2, "unknown engine 'tgi'", "sglang or vllm")
+    other = tmp_path / "other"  # a git checkout of neither engine
+    shutil.copytree(bare_checkouts["vllm"], other)
+    (other / "pyproject.toml").write_text('[project]\nname = "tgi"\n')
+    _one_line(cli(*command, "--model", MODEL, cwd=other, cache=cache_dir), 128 if command == ["check"] else 2,
+              "not an SGLang or vLLM checkout", "--engine sglang|vllm")
+
+
+def test_the_dry_run_prints_the_assembled_recipe_and_a_recipe_wins(bare_checkouts, cache_dir, tmp_path):
+    repo = bare_checkouts["sglang"]
+    proc = cli("run", "--a", "v0.1", "--b", "v0.1", "--model", "org/Some-Model_1", "--dry-run", "--", "--tp-size",
+               "2", cwd=repo, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    recipe = yaml.safe_load(proc.stdout.split("\nrecipe: ")[0])
+    assert recipe["name"] == "sglang-Some-Model_1" and recipe["engine"]["subdir"] == "python"
+    assert recipe["launch"]["flags"] == ["--tp-size", "2"] and len(recipe["prompts"]) >= 3
+    assert "-m sglang.launch_server --model-path org/Some-Model_1 --host 127.0.0.1 --port 0 --tp-size 2" in proc.stdout
+    # given a recipe, the options that assemble one are refused rather than silently ignored
+    path = write_recipe(tmp_path / "r.yaml", _by_hand("sglang", repo))
+    _one_line(cli("run", str(path), "--model", "x", "--dry-run", cwd=tmp_path, cache=cache_dir), 2, "--model",
+              "is the recipe")
