@@ -35,6 +35,7 @@ COMMANDS = {
     "check": "Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.",
     "compare": "Compare two per-item result files with the paired test (exact McNemar, Wilson intervals, a paired "
                "bootstrap): lm-eval --log_samples output or abbisect results. Launches nothing.",
+    "init": "Write abbisect.yaml for this SGLang or vLLM checkout: `abbisect init --model M -- FLAGS`.",
     "env": "Print GPU(s), driver, CUDA, torch, triton and engine versions, and a stable key for this stack.",
     "matrix": "Every verified cell of model × engine@commit × GPU stack from the results of run, bisect and check.",
     "narrow": "Narrow a failing launch at one commit: which flags, variables or pins are to blame, and which "

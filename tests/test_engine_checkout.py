@@ -1,7 +1,7 @@
 """No recipe needed in an engine checkout (issue 49): in a stand-in SGLang or vLLM checkout (tests/engine_standins.py)
 with no abbisect.yaml, `bisect`, `run` and `check` assemble the recipe from the checkout and the command line
-(--model, the server's flags after --), and judge as a recipe written by hand does; a missing model and an unknown
-engine are one line, exit 2."""
+(--model, the server's flags after --), and judge as a recipe written by hand does; `init` writes abbisect.yaml,
+which `run` then picks up; a missing model and an unknown engine are one line, exit 2."""
 
 from __future__ import annotations
 
@@ -90,6 +90,28 @@ def test_run_and_check_judge_as_the_recipe_written_by_hand(kind, checkouts, cach
     _untouched(repo, shas)
 
 
+@pytest.mark.e2e
+@pytest.mark.parametrize("kind", ["sglang", "vllm"])
+def test_init_then_run_gives_the_same_verdict(kind, checkouts, cache_dir, tmp_path):
+    origin, shas = checkouts[kind]
+    repo = tmp_path / "clone"
+    git.git(tmp_path, "clone", "-q", str(origin), str(repo))
+    proc = abbisect("init", "--model", MODEL, "--", *FLAGS[kind], cwd=repo, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    written = (repo / "abbisect.yaml").read_text()
+    assert "# " in written and yaml.safe_load(written)["launch"]["flags"] == FLAGS[kind]
+    run = abbisect("run", "--a", "v0.1", "--b", "main", "--json", "-o", str(tmp_path / "out"), cwd=repo,
+                   cache=cache_dir)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert _verdicts(json.loads(run.stdout)["data"]) == (("ok", "good"), ("degenerate", "bad"))
+    bisect = abbisect("bisect", "--good", "v0.1", "--bad", "main", "--json", "-o", str(tmp_path / "bis"), cwd=repo,
+                      cache=cache_dir)
+    assert bisect.returncode == 0 and json.loads(bisect.stdout)["data"]["first_new"] == shas[PLANTED]
+    again = abbisect("init", "--model", "other", cwd=repo, cache=cache_dir)
+    assert again.returncode == 2 and len(again.stderr.strip().splitlines()) == 1 and "not overwritten" in again.stderr
+    assert (repo / "abbisect.yaml").read_text() == written
+
+
 # -- usage: one line, exit 2, nothing started ---------------------------------------------------------------------
 def _one_line(proc, code: int, *needles: str) -> None:
     lines = proc.stderr.strip().splitlines()
@@ -111,14 +133,15 @@ def bare_checkouts(tmp_path_factory) -> dict[str, Path]:
 
 @pytest.mark.parametrize("kind", ["sglang", "vllm"])
 @pytest.mark.parametrize("command", [["run", "--a", "v0.1", "--b", "v0.1"], ["bisect", "--good", "v0.1", "--bad",
-                                     "main"], ["check"], ["narrow"]])
+                                     "main"], ["check"], ["narrow"], ["init"]])
 def test_a_missing_model_is_one_line_saying_how_to_give_it(kind, command, bare_checkouts, cache_dir):
     how = {"sglang": "python -m sglang.launch_server", "vllm": "vllm serve"}[kind]
     _one_line(cli(*command, "--", *FLAGS[kind], cwd=bare_checkouts[kind], cache=cache_dir),
               128 if command == ["check"] else 2, "no model: give --model M", how)
+    assert not (bare_checkouts[kind] / "abbisect.yaml").exists()
 
 
-@pytest.mark.parametrize("command", [["run"], ["bisect", "--good", "a", "--bad", "b"], ["check"]])
+@pytest.mark.parametrize("command", [["run"], ["bisect", "--good", "a", "--bad", "b"], ["check"], ["init"]])
 def test_an_unknown_engine_is_one_line(command, bare_checkouts, tmp_path, cache_dir):
     _one_line(cli(*command, "--model", MODEL, "--engine", "tgi", cwd=bare_checkouts["sglang"], cache=cache_dir),
               128 if command == ["check"] else 2, "unknown engine 'tgi'", "sglang or vllm")

@@ -28,7 +28,7 @@ EXIT_CODES: dict[str, dict[str, int]] = {
     # (the recipe gave nothing this commit can try: closer to usage than to "none passed").
     "narrow": {"found": 0, "none-passed": 1, "usage": 2, "infra": 2, "not-failing": 3, "nothing-to-try": 4,
                "internal": 70, **SIGNALS},
-    **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema")},
+    **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema", "init")},
 }
 
 

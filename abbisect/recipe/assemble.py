@@ -108,7 +108,7 @@ def assemble(kind: str, repo: str, model: str | None, flags: Sequence[str], prom
 # What `abbisect init` says above the keys users most often change (and what the recipe's --dry-run prints).
 _COMMENTS = {
     "name": "results go to results/<name>/<stamp>/",
-    "engine": "subdir: where the package is; repo: this checkout (a git URL works too)",
+    "engine": "repo: this checkout (a git URL works too); subdir: the package's folder when it is not at the top",
     "install": ("editable: pip install -e of each commit; vLLM: precompiled (its CI's kernels of the same commit) "
                 "or vllm-wheels; others: wheel, overlay, command (recipes/README.md, install)"),
     "model": "a model id or a local path, as the server takes it",
