@@ -2,7 +2,7 @@
 mapped to its exit code.
 
 `Main.invoke` turns the error tree of `abbisect.infra.errors` into one line on stderr and the command's code
-from the one table of exit codes (`abbisect.commands.endings.EXIT_CODES`; README "Exit codes" and each
+from the one table of exit codes (`abbisect.commands.endings.EXIT_CODES`; docs/exit-codes.md and each
 command's --help repeat it).
 """
 
@@ -214,7 +214,7 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
         ctx.exit()
 
 
-@click.group(cls=Main, epilog="Exit codes of every command: see its --help and README \"Exit codes\".")
+@click.group(cls=Main, epilog="Exit codes of every command: see its --help and docs/exit-codes.md.")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
               help="Show the version and exit.")
 @verbosity_options

@@ -1,6 +1,6 @@
 """How each command ends: the one table of exit codes, and a command's row of it for its --help.
 
-`EXIT_CODES` is the table README "Exit codes" and each command's --help repeat; the commands end on it, and the
+`EXIT_CODES` is the table docs/exit-codes.md and each command's --help repeat; the commands end on it, and the
 CLI group (`abbisect.cli`) maps the error tree of `abbisect.infra.errors` onto it. It sits below both, so a
 command never imports the group that finds it.
 """
