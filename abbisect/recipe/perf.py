@@ -73,6 +73,9 @@ class Perf(BaseModel):
                              "the load a regression was seen under)")
         if self.max_launches < self.launches:
             raise ValueError(f"perf.max_launches {self.max_launches} is below perf.launches {self.launches}")
+        if self.max_passes < 3:
+            raise ValueError(f"perf.max_launches × perf.passes is {self.max_passes}: a commit needs 3 passes at least "
+                             "to be compared")
         return self
 
     @property

@@ -429,8 +429,9 @@ class Recipe(_Strict):
         shared = {k: sampling.get(k, Sampling.model_fields[k].default) for k in ("max_tokens", "seed")}
         alpha = {"alpha": verdict["alpha"]} if verdict.get("alpha") is not None else {}
         for key, own in (("eval", {**shared, **alpha}), ("perf", {**shared, **alpha}), ("repeats", alpha)):
-            if data.get(key) is not None or key == "repeats":
-                data[key] = {**_mapping(data.get(key)), **own}
+            given = data.get(key)
+            if isinstance(given, dict | BaseModel) or (given is None and key == "repeats"):  # else: its own error
+                data[key] = {**_mapping(given), **own}
         if isinstance(data.get("eval"), dict):
             data["eval"].setdefault("api", data.get("api", "chat"))
         return data
