@@ -17,20 +17,13 @@ from pathlib import Path
 
 from abbisect.builtin.history import TEMPLATE, Commit, _git, apply_change, commit
 
-SGLANG_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
 
-[project]
-name = "sglang"
-version = "0.5.99"
-description = "A stand-in of SGLang over abbisect's toy engine"
-requires-python = ">=3.9"
+def _pyproject(name: str, scripts: str = "") -> str:
+    """The stand-in's package: the engine's name over its own module and the toy engine."""
+    return (f'[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n\n'
+            f'[project]\nname = "{name}"\nversion = "0.99.0"\nrequires-python = ">=3.9"\n\n{scripts}'
+            f'[tool.setuptools]\npackages = ["{name}", "toyengine"]\n')
 
-[tool.setuptools]
-packages = ["sglang", "toyengine"]
-"""
 
 LAUNCH_SERVER = '''\
 """python -m sglang.launch_server: SGLang's flags and ready line over the toy engine."""
@@ -74,24 +67,6 @@ if __name__ == "__main__":
     main()
 '''
 
-VLLM_PYPROJECT = """\
-[build-system]
-requires = ["setuptools>=61"]
-build-backend = "setuptools.build_meta"
-
-[project]
-name = "vllm"
-version = "0.99.0"
-description = "A stand-in of vLLM over abbisect's toy engine"
-requires-python = ">=3.9"
-
-[project.scripts]
-vllm = "vllm.cli:main"
-
-[tool.setuptools]
-packages = ["vllm", "toyengine"]
-"""
-
 VLLM_CLI = '''\
 """vllm serve MODEL [flags]: vLLM's command line over the toy engine."""
 import argparse
@@ -134,7 +109,7 @@ def _init(repo: Path, package: Path, files: dict[str, str]) -> None:
 
 def sglang_history(repo: Path, commits: list[Commit]) -> list[str]:
     """A stand-in SGLang checkout at `repo` with these commits (changes of history.CHANGES, under python/)."""
-    _init(repo, repo / "python", {"python/pyproject.toml": SGLANG_PYPROJECT, "python/sglang/__init__.py": "",
+    _init(repo, repo / "python", {"python/pyproject.toml": _pyproject("sglang"), "python/sglang/__init__.py": "",
                                   "python/sglang/launch_server.py": LAUNCH_SERVER})
     return [commit(repo, c, n, lambda r, change, k: apply_change(r / "python", change, k))
             for n, c in enumerate(commits)]
@@ -142,7 +117,8 @@ def sglang_history(repo: Path, commits: list[Commit]) -> list[str]:
 
 def vllm_history(repo: Path, commits: list[Commit]) -> list[str]:
     """A stand-in vLLM checkout at `repo` with these commits (changes of history.CHANGES, at the top)."""
-    _init(repo, repo, {"pyproject.toml": VLLM_PYPROJECT, "vllm/__init__.py": "", "vllm/cli.py": VLLM_CLI})
+    pyproject = _pyproject("vllm", '[project.scripts]\nvllm = "vllm.cli:main"\n\n')
+    _init(repo, repo, {"pyproject.toml": pyproject, "vllm/__init__.py": "", "vllm/cli.py": VLLM_CLI})
     return [commit(repo, c, n) for n, c in enumerate(commits)]
 
 

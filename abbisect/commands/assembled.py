@@ -4,6 +4,7 @@ the one assembled from the checkout and the command line (--model, --engine, --p
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -71,6 +72,7 @@ class RecipeSource:
     path: Path | None = None
     doc: dict[str, Any] | None = None
     root: Path | None = None
+    base: Path | None = None  # where the assembled recipe's relative paths start
 
     @property
     def what(self) -> str:
@@ -81,17 +83,17 @@ class RecipeSource:
 
         if self.path is not None:
             return load_recipe(self.path)
-        assert self.doc is not None and self.root is not None
-        return resolve_files(parse_recipe(self.doc, self.what), self.root, self.what), self.root
+        assert self.doc is not None and self.base is not None
+        return resolve_files(parse_recipe(self.doc, self.what), self.base, self.what), self.base
 
-    def text(self) -> str | None:
+    def text(self, heading: str | None = None) -> str | None:
         """The assembled recipe as YAML to save and edit (None for a recipe file)."""
         if self.doc is None:
             return None
         from abbisect.recipe.assemble import recipe_yaml
 
-        return recipe_yaml(self.doc, f"assembled by abbisect from the checkout {self.root} and the command line; "
-                                     "save it as abbisect.yaml there to edit it (abbisect init writes it)")
+        return recipe_yaml(self.doc, heading or f"assembled by abbisect from the checkout {self.root} and the "
+                           "command line; save it as abbisect.yaml there to edit it (abbisect init writes it)")
 
     def keep(self, out: Path) -> None:
         """The assembled recipe written into the result folder (a recipe file is the user's own: not copied)."""
@@ -115,19 +117,28 @@ def which_recipe(recipe: str | None, asked: Asked, fallback: Path | None = None,
             raise UserError(f"{', '.join(extra)}: these assemble a recipe where there is none, and {path} is the "
                             "recipe (set model, launch.flags and prompts there)")
         return RecipeSource(path)
-    from abbisect.recipe.assemble import assemble, checked_engine, engine_of
+    if not asked.given():
+        from abbisect.recipe.assemble import engine_of
 
-    if asked.engine is not None:
-        checked_engine(asked.engine, Path.cwd())  # an unknown engine is said first, wherever this is
-    root = checkout_root(Path.cwd())
-    if root is None or (asked.engine is None and engine_of(root) is None):
-        if not asked.given():
+        root = checkout_root(Path.cwd())
+        if root is None or engine_of(root) is None:
             if fallback is not None:
                 return RecipeSource(existing_recipe(fallback))
             raise UserError("no RECIPE given and no abbisect.yaml in this folder: pass the path of a recipe, or run "
                             "in an SGLang or vLLM checkout with --model M (abbisect init writes abbisect.yaml)")
-        if root is None:
-            raise UserError(f"{Path.cwd()} is not in a git checkout: run in the engine's checkout, or give a RECIPE")
-    assert root is not None
+    return checkout_recipe(asked)
+
+
+def checkout_recipe(asked: Asked, relative: bool = False) -> RecipeSource:
+    """The recipe assembled for the engine checkout this folder is in (`relative`: its repo named from here, for
+    a file written here), or one line saying what is missing."""
+    from abbisect.recipe.assemble import assemble, checked_engine
+
+    if asked.engine is not None:
+        checked_engine(asked.engine, Path.cwd())  # an unknown engine is said first, wherever this is
+    root = checkout_root(Path.cwd())
+    if root is None:
+        raise UserError(f"{Path.cwd()} is not in a git checkout: run in the engine's checkout, or give a RECIPE")
     kind = checked_engine(asked.engine, root)
-    return RecipeSource(None, assemble(kind, str(root), asked.model, asked.flags, asked.prompts), root)
+    repo = os.path.relpath(root, Path.cwd()) if relative else str(root)
+    return RecipeSource(None, assemble(kind, repo, asked.model, asked.flags, asked.prompts), root, Path.cwd())

@@ -68,9 +68,9 @@ def bisect_ending(run: BisectRun) -> str:
     return "found" if run.result and run.result.outcome == "found" else "ambiguous"
 
 
-@click.command(cls=WithServerFlags, epilog=exit_help("bisect") + " 3: both ends got the same verdict; 4: an end (or the merge base) "
-               "could not be tested; 5: no single commit (only untestable commits are left, or the change is "
-               "outside PATHSPEC).")
+@click.command(cls=WithServerFlags, epilog=exit_help("bisect") + " 3: both ends got the same verdict; 4: an end "
+               "(or the merge base) could not be tested; 5: no single commit (only untestable commits are left, or the "
+               "change is outside PATHSPEC).")
 @recipe_argument
 @checkout_options
 @click.option("--good", "--old", "good", help="a ref or a date YYYY-MM-DD believed good (the old state)")
@@ -108,9 +108,9 @@ def bisect_ending(run: BisectRun) -> str:
                    "(and, with narrow.passing, the smallest failing difference); the table goes into bisect.md")
 @click.argument("pathspec", nargs=-1)
 @verbosity_options
-def bisect(recipe, model, engine, prompts, good, bad, first_parent, retries, no_cache, script, interactive, resume, output, cache_dir,
-           as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert, narrow,
-           pathspec) -> None:
+def bisect(recipe, model, engine, prompts, good, bad, first_parent, retries, no_cache, script, interactive, resume,
+           output, cache_dir, as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert,
+           narrow, pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
 
     Both ends are tested first and the direction is observed, not assumed (--ends lazy: the search starts

@@ -37,7 +37,8 @@ from abbisect.infra.redact import Redactor
 @json_option("print the trial result as JSON on stdout")
 @judge_options("the trial")
 @verbosity_options
-def check(recipe, ref, model, engine, prompts, invert, output, cache_dir, no_cache, as_json, script, interactive) -> None:
+def check(recipe, ref, model, engine, prompts, invert, output, cache_dir, no_cache, as_json, script,
+          interactive) -> None:
     """Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.
 
     Without REF it judges what git is testing: under `git bisect run` (or while a bisect is under way in

@@ -21,7 +21,8 @@ EVAL_NOT_KEYED = {"set", "min_effect", "alpha", "power", "expected_accuracy", "f
 NOT_KEYED: dict[str, Any] = {
     "sides": True, "description": True, "hardware": True, "bisect": True, "ab": True, "public_env": True,
     "secret_env": True, "gpus": True, "gpu_slots": True, "gpu_share": True,
-    "verdict": {"script", "same_failure", "alpha"}, "timeouts": True, "query": True, "repeats": True, "narrow": True, "eval": EVAL_NOT_KEYED, "perf": PERF_NOT_KEYED}
+    "verdict": {"script", "same_failure", "alpha"}, "timeouts": True, "query": True, "repeats": True, "narrow": True,
+    "eval": EVAL_NOT_KEYED, "perf": PERF_NOT_KEYED}
 
 
 def fingerprint(recipe: Recipe, key: bytes | None = None) -> str:
@@ -46,7 +47,8 @@ def fingerprint(recipe: Recipe, key: bytes | None = None) -> str:
     (`gpu_share`, placement too: the same commit answers the same prompts at temperature 0 whatever KV cache
     its budget buys; what too little memory can cause — a crash — is reused only from a run that gave the
     server at least as much, see `abbisect/trial/trial_cache.py`), `verdict.script` (it judges a finished
-    trial again and never changes what the trial produced), `verdict.same_failure`, `verdict.alpha` and the rest of `repeats`
+    trial again and never changes what the trial produced), `verdict.same_failure`, `verdict.alpha` (it judges
+    finished trials) and the rest of `repeats`
     (how many trials a commit gets and how they are compared, not what one of them produces). `perf` is in by
     the load a pass sends (out: `metric`, `launches`, `max_launches`, `min_effect`, `alpha`, which judge
     finished passes). `eval` is in by its content (`eval.sha256`, the set's hash, filled in when the recipe is
