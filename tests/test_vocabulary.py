@@ -3,6 +3,7 @@ of concepts (abbisect/recipe/vocabulary.py); an old name is refused naming the n
 
 from __future__ import annotations
 
+import json
 from typing import Any, get_args
 
 import pytest
@@ -11,7 +12,7 @@ from pydantic import BaseModel
 from abbisect.infra.errors import UserError
 from abbisect.recipe import parse_recipe
 from abbisect.recipe.schema import Recipe
-from abbisect.recipe.vocabulary import CONCEPTS, RENAMED
+from abbisect.recipe.vocabulary import CONCEPTS, RENAMED, writable
 
 
 def _models(annotation: Any) -> list[type[BaseModel]]:
@@ -114,3 +115,9 @@ def test_the_one_keys_reach_every_section():
     assert perf is not None and (perf.max_tokens, perf.seed, perf.alpha) == (7, 3, 0.01)  # alpha: perf's own default
     again = Recipe.model_validate(parse_recipe({**MINIMAL, "verdict": {"alpha": 0.03}}).model_dump(by_alias=True))
     assert again.repeats.alpha == 0.03  # a dump validates again (a bisect's state, a report's recipe)
+
+
+def test_the_schema_for_editors_offers_no_derived_field():
+    schema = json.dumps(writable(Recipe.model_json_schema()))
+    assert "derived_from" in json.dumps(Recipe.model_json_schema()) and "derived_from" not in schema
+    assert '"min_effect"' in schema and '"then_narrow"' in schema and '"gpu_slots"' not in schema

@@ -70,3 +70,17 @@ def renamed_key(data: dict[str, Any]) -> str | None:
                         "T, per_gpu: P, share: S}} (recipes/README.md)")
             return f"'{key}' is '{RENAMED[key]}' now: one name per concept (recipes/README.md)"
     return None
+
+
+def writable(schema: Any) -> Any:
+    """A JSON Schema of the recipe without the derived fields (a user never writes them; loading refuses them)."""
+    if isinstance(schema, dict):
+        props = schema.get("properties")
+        kept = {k: writable(v) for k, v in schema.items() if k != "properties"}
+        if isinstance(props, dict):
+            kept["properties"] = {k: writable(v) for k, v in props.items()
+                                  if not (isinstance(v, dict) and "derived_from" in v)}
+        return kept
+    if isinstance(schema, list):
+        return [writable(v) for v in schema]
+    return schema
