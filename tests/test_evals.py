@@ -162,7 +162,7 @@ def test_arith_drift_flips_thirty_of_the_340_sums_and_the_paired_test_sees_it(to
     assert len(paired.lost) == ARITH_WRONG_UNDER_DRIFT and all(i.startswith("arith-") for i in paired.lost)
     wrong = b.by_id()[paired.lost[0]]
     assert wrong.correct is False and int(wrong.extracted or 0) == int(wrong.reference) + 1
-    cmp = compare_paired(paired.a, paired.b, min_change=section.min_drop)
+    cmp = compare_paired(paired.a, paired.b, min_change=section.min_effect)
     assert cmp.call is Call.DIFFERENT and cmp.lost == 30 and cmp.p < 1e-8
 
 
