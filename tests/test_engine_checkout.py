@@ -165,3 +165,17 @@ def test_the_dry_run_prints_the_assembled_recipe_and_a_recipe_wins(bare_checkout
     path = write_recipe(tmp_path / "r.yaml", _by_hand("sglang", repo))
     _one_line(cli("run", str(path), "--model", "x", "--dry-run", cwd=tmp_path, cache=cache_dir), 2, "--model",
               "is the recipe")
+
+
+def test_with_a_recipe_the_words_after_dashes_are_bisects_pathspec(checkouts, cache_dir, tmp_path):
+    """init writes abbisect.yaml; from then on bisect's words after -- are its PATHSPEC again, as with any recipe."""
+    repo = tmp_path / "clone"
+    git.git(tmp_path, "clone", "-q", str(checkouts["vllm"][0]), str(repo))
+    assert cli("init", "--model", MODEL, cwd=repo, cache=cache_dir).returncode == 0
+    whole = cli("bisect", "--good", "v0.1", "--bad", "main", "--dry-run", cwd=repo, cache=cache_dir)
+    narrowed = cli("bisect", "--good", "v0.1", "--bad", "main", "--dry-run", "--", "toyengine/loader.py", cwd=repo,
+                   cache=cache_dir)
+    assert whole.returncode == narrowed.returncode == 0, whole.stderr + narrowed.stderr
+    assert "candidates v0.1..main: 5 in the full history" in whole.stdout
+    assert "candidates v0.1..main: 1 in the full history" in narrowed.stdout  # only the planted commit
+    assert "# assembled by abbisect" not in narrowed.stdout  # the recipe is the file, not an assembled one
