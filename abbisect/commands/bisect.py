@@ -176,7 +176,7 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         assert req.good and req.bad  # checked above
         good_rev, bad_rev = variable.resolve_ends(req.good, req.bad)
     if req.dry_run:
-        assembled = [req.source.text() or ""] if req.source and req.source.doc else []
+        assembled = [text] if req.source and (text := req.source.text()) else []
         click.echo(red.text("\n".join([*assembled, variable.dry_run(good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
     # The input is valid: what runs and reports a bisect loads now (a usage error never pays for it).

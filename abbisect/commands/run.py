@@ -95,7 +95,8 @@ def gate_failures(outcomes: dict[str, str], expect: dict[str, str], fail_if: dic
               help="CI gate: exit 1 unless each side got this outcome (good/bad/skip), e.g. a=bad,b=good")
 @click.option("--fail-if", metavar="SIDE=OUTCOME,...", help="CI gate: exit 1 if a side got this outcome, e.g. b=bad")
 @verbosity_options
-def run(recipe: str | None, model: str | None, engine: str | None, prompts: tuple[str, ...], ref_a: str | None, ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
+def run(recipe: str | None, model: str | None, engine: str | None, prompts: tuple[str, ...], ref_a: str | None,
+        ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
         output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
         interactive: bool, expect: str | None, fail_if: str | None) -> None:
     """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv.
@@ -130,7 +131,7 @@ def run(recipe: str | None, model: str | None, engine: str | None, prompts: tupl
         from abbisect.infra.cache import cache_path  # a plan needs no cache, not even a writable one
         from abbisect.trial.dryrun import render_plan
 
-        assembled = [source.text() or ""] if source.doc else []
+        assembled = [text] if (text := source.text()) else []
         click.echo(red.text("\n".join([*assembled, render_plan(rec, refs, cache_path(cache_dir), pins),
                                        *gpu_lines(gpu_check)])))
         return
