@@ -2,7 +2,7 @@
 mapped to its exit code.
 
 `Main.invoke` turns the error tree of `abbisect.infra.errors` into one line on stderr and the command's code
-from the one table of exit codes (`abbisect.commands.endings.EXIT_CODES`; README "Exit codes" and each
+from the one table of exit codes (`abbisect.commands.endings.EXIT_CODES`; docs/exit-codes.md and each
 command's --help repeat it).
 """
 
@@ -35,6 +35,7 @@ COMMANDS = {
     "check": "Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.",
     "compare": "Compare two per-item result files with the paired test (exact McNemar, Wilson intervals, a paired "
                "bootstrap): lm-eval --log_samples output or abbisect results. Launches nothing.",
+    "init": "Write abbisect.yaml for this SGLang or vLLM checkout: `abbisect init --model M -- FLAGS`.",
     "env": "Print GPU(s), driver, CUDA, torch, triton and engine versions, and a stable key for this stack.",
     "matrix": "Every verified cell of model × engine@commit × GPU stack from the results of run, bisect and check.",
     "narrow": "Narrow a failing launch at one commit: which flags, variables or pins are to blame, and which "
@@ -214,7 +215,7 @@ def _version(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
         ctx.exit()
 
 
-@click.group(cls=Main, epilog="Exit codes of every command: see its --help and README \"Exit codes\".")
+@click.group(cls=Main, epilog="Exit codes of every command: see its --help and docs/exit-codes.md.")
 @click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_version,
               help="Show the version and exit.")
 @verbosity_options

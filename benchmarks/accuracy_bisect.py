@@ -6,7 +6,7 @@ Per seed, a toy-engine history of N commits where one commit, at a position draw
 `arith_drift` (8 % of the sums, chosen by a hash of the question, come out one too high: no loop, no log line;
 about 27 of the built-in set's 400 items). The engine is not deterministic: each sum also comes out one too low
 with probability `--flip` every time it is asked (TOYENGINE_ANSWER_FLIP, drawn afresh), as a batched engine at
-temperature 0 is not batch-invariant. The eval is `builtin:arith_facts` at 8 requests in flight, min_drop
+temperature 0 is not batch-invariant. The eval is `builtin:arith_facts` at 8 requests in flight, min_effect
 `--min-drop`, its n taken from abbisect's own power plan at the A-vs-A flip rate the toy gives. Three parts:
 
 - **bisect**: `abbisect bisect RECIPE --good <first> --bad <last> --json`: the found commit, launches, items
@@ -51,7 +51,7 @@ def section(args: argparse.Namespace) -> dict:
     """The eval section, its n from abbisect's power plan (the toy's A-vs-A flips ≈ twice the flip rate of the
     sums, which are 340 of the 400 items)."""
     flips = round(2 * args.flip * 340 / 400, 4)
-    base = {"set": "builtin:arith_facts", "min_drop": args.min_drop, "flip_rate": flips, "concurrency": 8}
+    base = {"set": "builtin:arith_facts", "min_effect": args.min_drop, "flip_rate": flips, "concurrency": 8}
     plan = Eval(**base).plan(len(EvalSet.of(Eval(**base)).items))
     n = min(plan.needed_n or 400, 400)
     return {**base, "n": n}
@@ -180,7 +180,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     seed_options(ap, PARTS, commits=60)
     ap.add_argument("--flip", type=float, default=0.02, help="TOYENGINE_ANSWER_FLIP: a sum's chance to flip")
-    ap.add_argument("--min-drop", type=float, default=0.05, help="eval.min_drop")
+    ap.add_argument("--min-drop", type=float, default=0.05, help="eval.min_effect")
     ap.add_argument("--tolerance", type=float, default=0.02, help="the gate's allowed drop below the good end")
     args = ap.parse_args()
 

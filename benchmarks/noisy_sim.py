@@ -54,7 +54,7 @@ SCENARIOS: dict[str, tuple[str, dict, dict, tuple[str, ...]]] = {
     "flaky": ("flaky", {}, {}, ("posterior", "posterior-4", "today", "pinpoint", "clairvoyant")),
     # a rare crash: the recipe allows a commit 96 launches (2 × the default cap): telling 1 in 10 from 0 at 99 %
     # takes about 44 clean launches of the parent alone
-    "flaky10": ("flaky", {"rate": 0.1}, {"repeats": {"launches": 6, "min_difference": 0.05, "max_launches": 96}},
+    "flaky10": ("flaky", {"rate": 0.1}, {"repeats": {"launches": 6, "min_effect": 0.05, "max_launches": 96}},
                 ("posterior", "today")),
     "perf": ("perf", {}, {}, ("posterior", "today", "clairvoyant")),
     "perf-drift": ("perf", {"drift": 0.08, "drift_period": 3}, {}, ("posterior", "today", "clairvoyant")),

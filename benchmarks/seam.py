@@ -66,10 +66,10 @@ def recipe_for(kind: str, **extra) -> Recipe:
     elif kind == "batch":
         doc["query"] = {"concurrency": 6, "repeat": 2}
     elif kind == "perf":
-        doc["perf"] = {"metric": "tpot_median", "requests": 24, "max_concurrency": 4, "passes": 5, "launches": 2,
-                       "max_passes": 30, "min_effect": 0.03, "alpha": 0.01}
+        doc["perf"] = {"metric": "tpot_median", "requests": 24, "concurrency": 4, "passes": 5, "launches": 2,
+                       "max_launches": 6, "min_effect": 0.03}
     elif kind == "accuracy":
-        doc["eval"] = {"set": "builtin:arith_facts", "n": 280, "min_drop": 0.05, "flip_rate": 0.034,
+        doc["eval"] = {"set": "builtin:arith_facts", "n": 280, "min_effect": 0.05, "flip_rate": 0.034,
                        "concurrency": 8}
     for key, value in extra.items():
         doc[key] = {**doc.get(key, {}), **value} if isinstance(value, dict) else value

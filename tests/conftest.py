@@ -209,8 +209,8 @@ def toy_recipe(repo: Path, **overrides) -> dict:
 
 
 def readme_exit_codes() -> dict[str, dict[str, int]]:
-    """The README's exit-code table (a row per code, a column per command) as {command: {ending: code}}."""
-    lines = (REPO_ROOT / "README.md").read_text().split("## Exit codes", 1)[1].splitlines()
+    """docs/exit-codes.md's table (a row per code, a column per command) as {command: {ending: code}}."""
+    lines = (REPO_ROOT / "docs" / "exit-codes.md").read_text().split("# Exit codes", 1)[1].splitlines()
     start = next(i for i, ln in enumerate(lines) if ln.startswith("| "))
     end = next(i for i in range(start, len(lines)) if not lines[i].startswith("|"))
     rows = [[c.strip() for c in ln.strip().strip("|").split("|")] for ln in lines[start:end] if ln.startswith("| ")]
@@ -232,7 +232,7 @@ def write_recipe(path: Path, recipe: dict) -> Path:
 
 # -- what a user shares ------------------------------------------------------------------------------------
 INVISIBLE = re.compile("[\u200b-\u200d\u2060\ufeff]")
-# A bisect's record for `--resume DIR`: it keeps this machine's paths by design (README, "state.json").
+# A bisect's record for `--resume DIR`: it keeps this machine's paths by design (docs/usage.md, "state.json").
 MACHINE_RECORD = "state.json"
 
 

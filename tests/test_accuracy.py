@@ -74,7 +74,7 @@ def test_not_sure_asks_the_next_items_of_the_sample(tmp_path, cache_dir, drift):
     """40 items at a time (no power plan): 30 wrong sums in 400 are about 3 in 40, not enough to tell; each
     further launch asks the next 40 of the seeded sample, never the same ones again."""
     repo, shas = drift
-    path = _recipe(tmp_path, repo, n=40, power=0, min_drop=0.05)
+    path = _recipe(tmp_path, repo, n=40, power=0, min_effect=0.05)
     data, _ = _run(tmp_path, cache_dir, path, shas[0], shas[-1])
     s = data["assessment"]
     assert s["launches"] >= 2, s

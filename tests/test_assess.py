@@ -75,8 +75,8 @@ def test_flaky_calls_are_read_from_the_enum_and_an_empty_sample_is_untestable():
 
 # --- perf: failed requests are evidence (issue 34 items 1 and 6) ----------------------------------------------
 
-PERF = {"metric": "output_throughput", "requests": 8, "warmup": 0, "max_concurrency": 2, "passes": 3,
-        "launches": 1, "max_passes": 6}
+PERF = {"metric": "output_throughput", "requests": 8, "warmup": 0, "concurrency": 2, "passes": 3,
+        "launches": 1, "max_launches": 2}
 
 
 def perf_trial(rec: Recipe, sha: str, n: int, errors: list[str | None], passes: int = 3, tokens_s: float = 100.0):

@@ -91,7 +91,7 @@ def test_an_accuracy_drop_is_found_asking_candidates_only_the_telling_items():
 
 @pytest.mark.parametrize("rate", [0.0, 0.03])
 def test_ends_that_do_not_differ_are_no_change(rate):
-    """Never failing, or failing under `repeats.min_difference` apart: nothing to bisect."""
+    """Never failing, or failing under `repeats.min_effect` apart: nothing to bisect."""
     world = seam.World("flaky", 12, 6, seed=1, rate=rate)
     run, _ = seam.bisect(world, seam.recipe_for("flaky"))
     assert run.mode is Mode.NO_CHANGE and run.result is None

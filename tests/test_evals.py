@@ -162,7 +162,7 @@ def test_arith_drift_flips_thirty_of_the_340_sums_and_the_paired_test_sees_it(to
     assert len(paired.lost) == ARITH_WRONG_UNDER_DRIFT and all(i.startswith("arith-") for i in paired.lost)
     wrong = b.by_id()[paired.lost[0]]
     assert wrong.correct is False and int(wrong.extracted or 0) == int(wrong.reference) + 1
-    cmp = compare_paired(paired.a, paired.b, min_change=section.min_drop)
+    cmp = compare_paired(paired.a, paired.b, min_change=section.min_effect)
     assert cmp.call is Call.DIFFERENT and cmp.lost == 30 and cmp.p < 1e-8
 
 
@@ -241,7 +241,7 @@ def test_an_under_powered_recipe_is_refused_before_anything_is_built(tmp_path, e
         line = proc.stderr.strip()
         assert len(line.splitlines()) == 1 and "Traceback" not in line
         assert "under-powered: 100 items find a drop of 3 points with 9 % power, under the 80 % asked" in line
-        assert "361 items would (eval.n; the set has 400)" in line and "raise eval.min_drop to 0.087" in line
+        assert "361 items would (eval.n; the set has 400)" in line and "raise eval.min_effect to 0.087" in line
     assert not (tmp_path / "out").exists() and not (tmp_path / "bis").exists()
     assert not cache.exists()  # refused before the cache was even opened: no checkout, no venv, no server
     check = abbisect("check", str(recipe), "healthy0", cwd=tmp_path, cache=cache)
@@ -249,7 +249,7 @@ def test_an_under_powered_recipe_is_refused_before_anything_is_built(tmp_path, e
     # The whole set (400 items) reaches 80 % at a 3-point drop; so does n: 100 for a drop of 9 points.
     ok = abbisect("run", str(_eval_recipe(tmp_path, engine_repo)), "--dry-run", cwd=tmp_path, cache=cache)
     assert ok.returncode == 0, ok.stderr
-    for section in ({"n": 100, "min_drop": 0.09}, {"n": 100, "power": 0}):
+    for section in ({"n": 100, "min_effect": 0.09}, {"n": 100, "power": 0}):
         assert load_recipe(_eval_recipe(tmp_path, engine_repo, **section))[0].eval is not None
 
 
@@ -264,7 +264,7 @@ def test_the_plan_line_names_n_power_and_the_detectable_drop(tmp_path, engine_re
     # What a dry run shows (trial/dryrun.py's render_plan is to print these lines).
     head = f"eval: builtin:arith_facts ({rec.eval.sha256[:12]}), 400 of 400 items (seed 0), chat API, max_tokens 48"
     assert plan_lines(rec.eval) == [f"{head}, 8 in flight", plan.describe()]
-    fewer = load_recipe(_eval_recipe(tmp_path, engine_repo, n=200, fewshot=3, min_drop=0.06))[0].eval
+    fewer = load_recipe(_eval_recipe(tmp_path, engine_repo, n=200, fewshot=3, min_effect=0.06))[0].eval
     assert fewer is not None and plan_lines(fewer)[0].endswith("200 of 400 items (seed 0), chat API, max_tokens 48, "
                                                                "8 in flight, 3-shot")
     assert plan_lines(fewer)[1].startswith("power plan: 200 items find a drop of 6 points with")

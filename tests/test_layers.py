@@ -1,5 +1,5 @@
 """The import graph of abbisect/, as CI checks it: no module imports another in a loop, and no module imports
-one of a higher layer. The layers (README "How it works" draws them) from the bottom:
+one of a higher layer. The layers (docs/architecture.md draws them) from the bottom:
 
 0. infra      the machinery every stage uses: errors, git, processes, the cache, locks, logs, masking
 1. inputs     the recipe and its schema (with the table of GPU device classes its probe names, and the

@@ -73,7 +73,7 @@ def test_a_vs_a_is_never_different_and_says_the_noise_floor(tmp_path, cache_dir)
     assert cmp["call"] in ("same", "unsure"), cmp
     if cmp["call"] == "unsure":
         passes = {s: sum(len(_passes(t)) for t in (data[s], *data[f"more_{s}"])) for s in "ab"}
-        assert passes == {"a": 30, "b": 30}, passes  # perf.max_passes of the demo, each side
+        assert passes == {"a": 30, "b": 30}, passes  # perf.max_launches × passes of the demo, each side
         assert "not sure" in (out / "report.md").read_text()
     assert {data["assessment"][s]["outcome"] for s in "ab"} == {"good"}
     md = (out / "report.md").read_text()
@@ -177,8 +177,9 @@ def test_the_demo_history_slows_at_its_documented_commit(tmp_path, cache_dir):
 
 # --- failed requests are evidence; abbisect's own client makes none (issue 34) ---------------------------
 
-SMALL_PERF = {"metric": "output_throughput", "requests": 8, "warmup": 1, "max_concurrency": 2, "input_words": 8,
-              "max_tokens": 8, "passes": 3, "launches": 1, "max_passes": 6}
+SMALL_PERF = {"metric": "output_throughput", "requests": 8, "warmup": 1, "concurrency": 2, "input_words": 8,
+              "passes": 3, "launches": 1, "max_launches": 2}
+SMALL_SAMPLING = {"temperature": 0, "max_tokens": 8, "seed": 0}  # the load's tokens a request too
 
 
 @pytest.fixture(scope="module")
@@ -188,7 +189,7 @@ def stream_history(planted):
 
 
 def _small(tmp_path, repo, **perf):
-    return write_recipe(tmp_path / "perf.yaml", toy_recipe(repo, perf={**SMALL_PERF, **perf}))
+    return write_recipe(tmp_path / "perf.yaml", toy_recipe(repo, perf={**SMALL_PERF, **perf}, sampling=SMALL_SAMPLING))
 
 
 @pytest.mark.e2e
@@ -247,7 +248,7 @@ def test_the_load_client_closes_its_connections_so_the_server_logs_no_reset(tmp_
     a ConnectionResetError traceback, `python_traceback` matched it and the side read "warned". A real pass
     on the toy engine (HTTP/1.1, kept alive, as vLLM's and SGLang's servers), 4 requests in flight."""
     repo, shas = stream_history
-    path = _small(tmp_path, repo, requests=32, max_concurrency=4, warmup=4, passes=3, max_passes=3)
+    path = _small(tmp_path, repo, requests=32, concurrency=4, warmup=4, passes=3, max_launches=1)
     out = tmp_path / "out"
     proc = abbisect("run", str(path), "--a", shas[0], "--b", shas[0], "-o", str(out), "--json", cwd=tmp_path,
                     cache=cache_dir)
@@ -278,7 +279,8 @@ def test_a_signal_during_a_perf_pass_ends_with_the_one_clean_line(tmp_path, cach
     repo, shas = stream_history
     # A client kept busy (an unpaced server, 4 streams of 64 tokens in flight): the signal lands while the
     # pass's own code runs, not while its loop waits.
-    recipe = toy_recipe(repo, perf={**SMALL_PERF, "requests": 300, "max_concurrency": 4, "max_tokens": 64})
+    recipe = toy_recipe(repo, perf={**SMALL_PERF, "requests": 300, "concurrency": 4},
+                        sampling={**SMALL_SAMPLING, "max_tokens": 64})
     path = write_recipe(tmp_path / "perf.yaml", recipe)
     proc = subprocess.Popen([sys.executable, "-m", "abbisect", "bisect", str(path), "--good", shas[0], "--bad",
                              shas[4], "-o", str(tmp_path / "bis")], cwd=tmp_path,

@@ -57,7 +57,7 @@ CHANGES = [
     ("hardware", {}, {"hardware": "one H200"}, True),
     ("query", {}, {"query": {"concurrency": 4}}, False),  # a batch can change the outputs
     ("repeats.passes", {}, {"repeats": {"passes": 2}}, False),  # what one launch sends
-    ("repeats", {}, {"repeats": {"launches": 5, "min_difference": 0.3}}, True),  # how many trials, compared how
+    ("repeats", {}, {"repeats": {"launches": 5, "min_effect": 0.3}}, True),  # how many trials, compared how
     ("verdict.same_failure", {}, {"verdict": {"same_failure": False}}, True),  # how a bisect reads a verdict
     ("perf", {}, {"perf": {}}, False),  # a load is measured: a new trial
     ("perf.requests", {"perf": {}}, {"perf": {"requests": 64}}, False),  # what a pass sends
@@ -70,8 +70,8 @@ CHANGES = [
      {"eval": {"set": "builtin:arith_facts", "concurrency": 4}}, False),
     ("eval.n", {"eval": {"set": "builtin:arith_facts"}}, {"eval": {"set": "builtin:arith_facts", "n": 399}}, False),
     # how finished trials are judged against each other, not what a trial produces
-    ("eval.min_drop", {"eval": {"set": "builtin:arith_facts"}},
-     {"eval": {"set": "builtin:arith_facts", "min_drop": 0.05, "alpha": 0.01, "flip_rate": 0.0}}, True),
+    ("eval.min_effect", {"eval": {"set": "builtin:arith_facts"}},
+     {"eval": {"set": "builtin:arith_facts", "min_effect": 0.05, "flip_rate": 0.0}, "verdict": {"alpha": 0.01}}, True),
 ]
 
 

@@ -82,7 +82,7 @@ def test_a_flaky_crash_is_found_from_failure_rates(tmp_path, cache_dir, flaky_hi
     in ten)."""
     repo, shas = flaky_history
     env = {"TOYENGINE_CRASH_COUNTER": str(tmp_path / "starts"), "TOYENGINE_CRASH_EVERY": "2"}
-    recipe = toy_recipe(repo, prompts=PROMPTS[:1], env=env, repeats={"launches": 6, "alpha": 0.05})
+    recipe = toy_recipe(repo, prompts=PROMPTS[:1], env=env, repeats={"launches": 6}, verdict={"alpha": 0.05})
     recipe["timeouts"]["ready"] = 10
     proc, data, md = _bisect(tmp_path, cache_dir, recipe, shas[0], shas[-1], "--no-cache")
     assert proc.returncode == 0, proc.stderr

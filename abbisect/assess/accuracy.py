@@ -64,7 +64,7 @@ class Accuracy:
         # the posterior search asks a candidate only the items that tell the ends apart, a launch at a time, so a
         # candidate may get more launches than the sample has parts (at least 4)
         self.search_cap = max(self.cap, 4)
-        self.least, self.alpha = self.section.min_drop, self.section.alpha
+        self.least, self.alpha = self.section.min_effect, self.section.alpha
 
     def model(self) -> Model:
         return Items()
@@ -108,7 +108,7 @@ class Accuracy:
         return Effect(float(d.mean()), float(lo), float(hi), 0.95, "accuracy", worse_up=False)
 
     def _compare(self, p: Pairing) -> PairedComparison:
-        return compare_paired(p.a, p.b, min_change=self.section.min_drop, alpha=self.section.alpha,
+        return compare_paired(p.a, p.b, min_change=self.section.min_effect, alpha=self.section.alpha,
                               baseline_flip_rate=self.section.flip_rate)
 
     def alone(self, sample: Sample) -> Assessment:
@@ -146,7 +146,7 @@ class Accuracy:
             return Assessment(Outcome.SKIP, f"{accuracy_text(mine)}: no item answered by it and both ends")
         mi = mine.by_id()
         found = classify_paired([bool(mi[i].correct) for i in ids], good=[bool(gi[i].correct) for i in ids],
-                                bad=[bool(bi[i].correct) for i in ids], min_change=self.section.min_drop,
+                                bad=[bool(bi[i].correct) for i in ids], min_change=self.section.min_effect,
                                 alpha=self.section.alpha, baseline_flip_rate=self.section.flip_rate)
         stats = {"items": len(ids), "side": str(found.side), "vs_good": dump(found.vs_good),
                  "vs_bad": dump(found.vs_bad)}

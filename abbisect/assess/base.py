@@ -113,8 +113,8 @@ class Assessor(Protocol):
 
     @property
     def least(self) -> float:
-        """The smallest effect that matters, on the scale of `effect` (perf.min_effect, repeats.min_difference,
-        eval.min_drop)."""
+        """The smallest effect that matters, on the scale of `effect` (perf.min_effect, repeats.min_effect,
+        eval.min_effect)."""
 
     @property
     def alpha(self) -> float:

@@ -58,11 +58,11 @@ class Flaky:
         r = recipe.repeats
         self.first, self.cap = r.launches, r.cap
         self.search_cap = self.cap
-        self.min_difference, self.alpha = r.min_difference, r.alpha
-        self.least = self.min_difference
+        self.min_effect, self.alpha = r.min_effect, r.alpha
+        self.least = self.min_effect
 
     def model(self) -> Model:
-        return Rates(self.min_difference)
+        return Rates(self.min_effect)
 
     def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
         assert isinstance(model, Rates)  # made by model()
@@ -93,7 +93,7 @@ class Flaky:
         return Effect(value, value - half, value + half, 0.95, f"share of {self.unit} failing")
 
     def _compare(self, a: tuple[int, int], b: tuple[int, int]) -> RateComparison:
-        return compare_rates(*a, *b, min_difference=self.min_difference, alpha=self.alpha)
+        return compare_rates(*a, *b, min_difference=self.min_effect, alpha=self.alpha)
 
     def alone(self, sample: Sample) -> Assessment:
         k, n = self.observed(sample)
@@ -127,7 +127,7 @@ class Flaky:
         if n == 0:
             return self.alone(sample)
         found = classify_rate(k, n, good=self.observed(good), bad=self.observed(bad),
-                              min_difference=self.min_difference, alpha=self.alpha)
+                              min_difference=self.min_effect, alpha=self.alpha)
         stats = {"failures": k, "observations": n, "side": str(found.side), "vs_good": dump(found.vs_good),
                  "vs_bad": dump(found.vs_bad)}
         return placed(found, rate_text(k, n), stats, more_launches(self.first, self.cap, len(sample)),

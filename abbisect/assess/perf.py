@@ -1,7 +1,7 @@
 """A performance verdict: each commit is measured in passes (abbisect/query/measure.py), one value of the recipe's
 `perf.metric` a pass, and its sample is compared with the other side's or the ends' as Chromium Pinpoint does
 (abbisect/stats/samples.py): p = min(Kolmogorov–Smirnov, Mann–Whitney U), a bootstrap interval of the change
-of medians and a minimum effect. Not sure → more launches, up to `perf.max_passes` → skipped with the reason.
+of medians and a minimum effect. Not sure → more launches, up to `perf.max_launches` → skipped with the reason.
 
 Which end is bad is observed: the slower one (lower throughput, higher latency). Failed requests are evidence,
 never a gap in the sample: a trial whose requests failed (a pass over `perf.error_threshold`, or the recipe's

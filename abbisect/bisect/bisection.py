@@ -159,7 +159,7 @@ class BisectRun:
     # bisect.changes: all — every change named in the range and what is left of the ends' difference (bisect/changes.py)
     changes: dict = field(default_factory=dict)
     order: tuple[str, ...] = ()  # the tested commits in the history's order, oldest first (for the report)
-    narrowing: NarrowRun | None = field(default=None, repr=False)  # bisect.narrow: abbisect narrow at the answer
+    narrowing: NarrowRun | None = field(default=None, repr=False)  # bisect.then_narrow: abbisect narrow at the answer
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).
     commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)
     links: dict[str, str] = field(default_factory=dict)  # commit, compare, PR (and its parent's) links of the answer

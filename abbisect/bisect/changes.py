@@ -6,7 +6,7 @@ After the search of the whole range (abbisect/bisect/noisy.py) names and confirm
 parent against it) is set beside the ends' (the old end against the new), on the verdict's additive scale with
 intervals (abbisect/stats/effects.py). What is left, the ends' effect minus the changes', is another change when
 its interval leaves 0 out and reaches the smallest effect that matters (`perf.min_effect`,
-`repeats.min_difference`, `eval.min_drop`); a change a part's search then confirms below that size is not named.
+`repeats.min_effect`, `eval.min_effect`); a change a part's search then confirms below that size is not named.
 Then the parts of the range between the tested commits that bound the changes
 found (the old end to X's parent, X to the new end) are searched, the part whose ends differ most first, each by
 a posterior search of its own with its confirmation (labelled `change<k> …`, so a resumed bisect replays the

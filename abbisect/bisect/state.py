@@ -163,7 +163,7 @@ def spent_of(out: Path, state: dict) -> Spent:
     return Spent(int(values[0]), int(values[1]), float(values[2]))
 
 
-_OPTION = {"revert": "--confirm-revert"}  # a bisect option whose flag is not its name
+_OPTION = {"revert": "--confirm-revert", "then_narrow": "--narrow"}  # a bisect option whose flag is not its name
 
 
 def _differs(out: Path, what: str, mine: Any, theirs: Any) -> None:

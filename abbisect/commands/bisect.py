@@ -11,6 +11,15 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from abbisect.commands.assembled import (
+    KEPT,
+    Asked,
+    RecipeSource,
+    WithServerFlags,
+    after_dashes,
+    checkout_options,
+    which_recipe,
+)
 from abbisect.commands.common import gpu_lines, interrupted_hint, open_cache, open_reporter
 from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
@@ -28,7 +37,6 @@ from abbisect.commands.options import (
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
-from abbisect.recipe.where import existing_recipe, recipe_path
 
 if TYPE_CHECKING:
     from abbisect.bisect.bisection import BisectRun, Spent
@@ -43,6 +51,7 @@ class BisectRequest:
     override the recipe's bisect section (`given`) and the judging flags a resumed run must keep (`flags`)."""
 
     recipe: str | None
+    source: RecipeSource | None  # the recipe of a bisect that starts (None: --resume)
     good: str | None
     bad: str | None
     resume: Path | None
@@ -63,10 +72,11 @@ def bisect_ending(run: BisectRun) -> str:
     return "found" if run.result and run.result.outcome == "found" else "ambiguous"
 
 
-@click.command(epilog=exit_help("bisect") + " 3: both ends got the same verdict; 4: an end (or the merge base) "
-               "could not be tested; 5: no single commit (only untestable commits are left, or the change is "
-               "outside PATHSPEC).")
+@click.command(cls=WithServerFlags, epilog=exit_help("bisect") + " 3: both ends got the same verdict; 4: an end "
+               "(or the merge base) could not be tested; 5: no single commit (only untestable commits are left, or the "
+               "change is outside PATHSPEC).")
 @recipe_argument
+@checkout_options
 @click.option("--good", "--old", "good", help="a ref or a date YYYY-MM-DD believed good (the old state)")
 @click.option("--bad", "--new", "bad", help="a ref or a date YYYY-MM-DD believed bad (the new state)")
 @click.option("--first-parent", is_flag=True, default=None, help="walk only the mainline (overrides the recipe)")
@@ -106,9 +116,9 @@ def bisect_ending(run: BisectRun) -> str:
 @post_option
 @click.argument("pathspec", nargs=-1)
 @verbosity_options
-def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interactive, resume, output, cache_dir,
-           as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert, narrow, follow, post_to,
-           pathspec) -> None:
+def bisect(recipe, model, engine, prompts, good, bad, first_parent, retries, no_cache, script, interactive, resume,
+           output, cache_dir, as_json, dry_run, slots, gpus, executor, ray_address, ends, confirm, confirm_revert,
+           narrow, follow, post_to, pathspec) -> None:
     """Find the commit between --good and --bad where the verdict changes (a regression or a fix).
 
     Both ends are tested first and the direction is observed, not assumed (--ends lazy: the search starts
@@ -116,13 +126,23 @@ def bisect(recipe, good, bad, first_parent, retries, no_cache, script, interacti
     last first-parent commit made on or before that day. PATHSPEC (after --) narrows the candidates to
     commits touching those paths. Interrupted, it prints the command that resumes it
     (`abbisect bisect --resume DIR`): finished trials are replayed from DIR/state.json, never run again.
+
+    In an SGLang or vLLM checkout without a recipe: `abbisect bisect --good REF --bad REF --model M -- FLAGS`
+    (the server's flags as you pass them to it; PATHSPEC then goes in a recipe: abbisect init writes one).
     """
     check_output_option(output)
+    source = None
+    if resume is None:
+        source = which_recipe(recipe, Asked(model, engine, prompts), flags_are_pathspec=True)
+        if source.path is not None:  # a recipe's PATHSPEC may follow --
+            pathspec = (*pathspec, *after_dashes())
+    elif after_dashes():
+        pathspec = (*pathspec, *after_dashes())
     request = BisectRequest(
-        recipe, good, bad, Path(resume) if resume else None, output, cache_dir, as_json, dry_run, gpus,
+        recipe, source, good, bad, Path(resume) if resume else None, output, cache_dir, as_json, dry_run, gpus,
         given={"first_parent": first_parent, "retries": retries, "pathspec": list(pathspec) or None, "slots": slots,
                "executor": executor, "ray_address": ray_address, "ends": ends, "confirm": confirm,
-               "revert": confirm_revert, "narrow": narrow, "follow": follow},
+               "revert": confirm_revert, "then_narrow": narrow, "follow": follow},
         flags={"no_cache": no_cache, "script": script, "interactive": interactive}, post=post_to)
     run = run_bisect(request)
     if run is not None and (ending := bisect_ending(run)) != "found":
@@ -141,7 +161,8 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
         if not (req.good and req.bad):
             raise UserError("give both ends: --good REF --bad REF (or --old/--new; a date YYYY-MM-DD also works), "
                             "or --resume DIR")
-        rec, opts = _started(req.recipe, req.given, req.flags, req.gpus)
+        assert req.source is not None
+        rec, opts = _started(req.source, req.given, req.flags, req.gpus)
     from abbisect.bisect.variables import variable_for
     from abbisect.gpu.preflight import preflight
 
@@ -169,20 +190,24 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
     if req.dry_run:
         from abbisect.bisect.follow import plan
 
-        click.echo(red.text("\n".join([variable.dry_run(good_rev, bad_rev),
+        assembled = [text] if req.source and (text := req.source.text()) else []
+        click.echo(red.text("\n".join([*assembled, variable.dry_run(good_rev, bad_rev),
                                        *plan(rec, variable, good_rev, bad_rev), *gpu_lines(gpu_check)])))
         return None
     # The input is valid: what runs and reports a bisect loads now (a usage error never pays for it).
     from abbisect.report.files import new_output_dir
 
     out = resumed.out if resumed else new_output_dir(rec.name, req.output)
+    if req.source is not None and req.source.doc is not None:  # assembled: kept where the reports name it
+        req.source.keep(out)
+        opts["recipe_path"] = str(out / KEPT)
     cmd = resumed.command if resumed else shlex.join(["abbisect", *sys.argv[1:]])
     resume_cmd = shlex.join(["abbisect", "bisect", "--resume", str(out)])
     progress(f"state: {out / 'state.json'} (if interrupted, resume with: {resume_cmd})")
     interrupted_hint(f"resume with: {resume_cmd}")
     run, trials = _search(rec, variable, good_rev, bad_rev, out, cmd, opts, resumed.replay if resumed else None,
                           cache, progress, red, before=resumed.spent if resumed else None)
-    if rec.bisect.narrow and run.result and run.result.first_new:
+    if rec.bisect.then_narrow and run.result and run.result.first_new:
         from abbisect.narrow.narrowing import masked
 
         run.narrowing = masked(_narrow_at_answer(run, cache, out, trials.fetch, progress), red)
@@ -307,13 +332,10 @@ def _write(run: BisectRun, opts: dict, cache, out: Path, say: Callable[[str], No
     say(Final(f"report: {out / 'bisect.md'}"))
 
 
-def _started(recipe: str | None, given: dict[str, Any], flags: dict[str, Any],
+def _started(source: RecipeSource, given: dict[str, Any], flags: dict[str, Any],
              gpus: str | None) -> tuple[Recipe, dict[str, Any]]:
     """The recipe with the command line's bisect options (and --gpus), and the options a resumed run keeps."""
-    path = existing_recipe(recipe_path(recipe))
-    from abbisect.recipe import load_recipe
-
-    rec, base = load_recipe(path)
+    rec, base = source.load()
     rec = rec.model_copy(update={"bisect": rec.bisect.model_copy(
         update={k: v for k, v in given.items() if v is not None})})
     if gpus:
@@ -322,5 +344,5 @@ def _started(recipe: str | None, given: dict[str, Any], flags: dict[str, Any],
         rec = rec.model_copy(update=parse_gpu_option(gpus).as_recipe())
     opts = {"no_cache": bool(flags["no_cache"]), "script": flags["script"] or rec.verdict.script,
             "script_dir": str(Path.cwd() if flags["script"] else base), "interactive": bool(flags["interactive"]),
-            "recipe_path": str(Path(path).resolve())}
+            "recipe_path": str(source.path.resolve()) if source.path else ""}
     return rec, opts

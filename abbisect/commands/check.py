@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from abbisect.commands.assembled import Asked, WithServerFlags, checkout_options, which_recipe
 from abbisect.commands.common import open_cache, open_reporter
 from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
@@ -22,13 +23,13 @@ from abbisect.commands.options import (
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
-from abbisect.recipe.where import existing_recipe, recipe_path
 
 
-@click.command(epilog=exit_help("check") + " 125 covers every fault on abbisect's side (download, disk, checkout,"
-               " port, lock timeout: git bisect skips the commit); 128 stops git bisect run.")
+@click.command(cls=WithServerFlags, epilog=exit_help("check") + " 125 covers every fault on abbisect's side (download, "
+               "disk, checkout, port, lock timeout: git bisect skips the commit); 128 stops git bisect run.")
 @recipe_argument
 @click.argument("ref", required=False)
+@checkout_options
 @click.option("--invert", is_flag=True, help="exit 0 for bad and 1 for good (when git's 'old' state is the bad one)")
 @output_option("the folder that gets the trial's folder, check-<sha> (default: the cache's checks/<recipe>/)")
 @cache_dir_option()
@@ -36,23 +37,28 @@ from abbisect.recipe.where import existing_recipe, recipe_path
 @json_option("print the trial result as JSON on stdout")
 @judge_options("the trial")
 @verbosity_options
-def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, interactive) -> None:
+def check(recipe, ref, model, engine, prompts, invert, output, cache_dir, no_cache, as_json, script,
+          interactive) -> None:
     """Judge one commit and exit like a `git bisect run` script: 0 good, 1 bad, 125 untestable.
 
     Without REF it judges what git is testing: under `git bisect run` (or while a bisect is under way in
     the recipe's repository) BISECT_HEAD when present (bare repositories, --no-checkout), else HEAD.
     Only a bad verdict exits 1; a fault on abbisect's side exits 125 with the reason on stderr, and usage
     errors exit 128, which makes `git bisect run` stop instead of calling the commit bad.
+
+    In an SGLang or vLLM checkout without a recipe: `abbisect check [REF] --model M -- FLAGS`.
     """
     import os
 
     check_output_option(output)
-    recipe_file = existing_recipe(recipe_path(recipe))
+    asked = Asked(model, engine, prompts)
+    if recipe and ref is None and asked.given() and not Path(recipe).is_file():
+        recipe, ref = None, recipe  # `abbisect check REF --model M`: no recipe, the one argument is the commit
+    source = which_recipe(recipe, asked)
     from abbisect import checkout
     from abbisect.bisect.gitlog import bisect_under_way, has_commit
     from abbisect.gpu.preflight import preflight
     from abbisect.infra.proc import is_git_var
-    from abbisect.recipe import load_recipe
     from abbisect.trial.judges import make_judge
 
     under = bisect_under_way(dict(os.environ), Path.cwd()) if ref is None else None
@@ -64,7 +70,7 @@ def check(recipe, ref, invert, output, cache_dir, no_cache, as_json, script, int
     from abbisect.infra.serial import dump
 
     # Errors from here on exit as abbisect.commands.endings.EXIT_CODES["check"] says (usage 128, infra 125).
-    rec, base = load_recipe(recipe_file)
+    rec, base = source.load()
     if rec.perf is not None or rec.eval is not None:
         what = "a performance" if rec.perf is not None else "an accuracy"
         raise UserError(f"check judges one commit alone, and {what} verdict compares two: use abbisect run "

@@ -1,6 +1,6 @@
 """How each command ends: the one table of exit codes, and a command's row of it for its --help.
 
-`EXIT_CODES` is the table README "Exit codes" and each command's --help repeat; the commands end on it, and the
+`EXIT_CODES` is the table docs/exit-codes.md and each command's --help repeat; the commands end on it, and the
 CLI group (`abbisect.cli`) maps the error tree of `abbisect.infra.errors` onto it. It sits below both, so a
 command never imports the group that finds it.
 """
@@ -32,7 +32,7 @@ EXIT_CODES: dict[str, dict[str, int]] = {
     # post: the rows of abbisect.infra.github.Failure from 4 on; "infra" is any other refusal by GitHub.
     "post": {"posted": 0, "declined": 1, "usage": 2, "infra": 2, "inconclusive": 3, "tokenless": 4, "denied": 5,
              "not-found": 6, "rate-limited": 7, "network": 8, "internal": 70, **SIGNALS},
-    **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema")},
+    **{name: _DEFAULT_CODES for name in ("env", "matrix", "cache", "schema", "init")},
 }
 
 

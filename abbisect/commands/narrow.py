@@ -4,10 +4,10 @@ the failure go away (abbisect/narrow/)."""
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
+from abbisect.commands.assembled import Asked, WithServerFlags, checkout_options, which_recipe
 from abbisect.commands.common import interrupted_hint, open_cache, open_reporter
 from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
@@ -22,11 +22,11 @@ from abbisect.commands.options import (
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
-from abbisect.recipe.where import existing_recipe, recipe_path
 
 
-@click.command(epilog=exit_help("narrow"))
+@click.command(cls=WithServerFlags, epilog=exit_help("narrow"))
 @recipe_argument
+@checkout_options
 @click.option("--ref", default="HEAD", show_default=True, help="the commit whose failing launch is narrowed")
 @click.option("--pin", "pins", multiple=True, help="a requirement installed after the engine in the failing "
               "launch (repeatable), e.g. deep-gemm==2.1.0")
@@ -39,7 +39,7 @@ from abbisect.recipe.where import existing_recipe, recipe_path
 @no_cache_option("run every probe even if the trial cache holds its launch", default=None)
 @json_option("print the result as JSON on stdout")
 @verbosity_options
-def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_json) -> None:
+def narrow(recipe, model, engine, prompts, ref, pins, switches, slots, output, cache_dir, no_cache, as_json) -> None:
     """Narrow a failing launch at one commit: which flags, variables or pins are to blame, and which feature
     switch makes the failure go away.
 
@@ -49,12 +49,13 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     recipe's own) is tried on the failing launch; the ones that pass are the workarounds, narrowest first.
     Every probe is a trial of the recipe's verdict; a finished probe comes from the trial cache when the same
     command runs again.
+
+    In an SGLang or vLLM checkout without a recipe: `abbisect narrow --ref REF --model M -- FLAGS` (the
+    failing launch's flags).
     """
     check_output_option(output)
-    path = existing_recipe(recipe_path(recipe))
-    from abbisect.recipe import load_recipe
-
-    rec, _ = load_recipe(path)
+    source = which_recipe(recipe, Asked(model, engine, prompts))
+    rec, _ = source.load()
     if slots:
         rec = rec.model_copy(update={"bisect": rec.bisect.model_copy(update={"slots": slots})})
     if rec.narrow.passing is None and not switches:
@@ -88,13 +89,14 @@ def narrow(recipe, ref, pins, switches, slots, output, cache_dir, no_cache, as_j
     interrupted_hint(f"{out} holds the probes run before the interruption; the same command again takes every "
                      "finished probe from the trial cache")
     progress(f"narrow {rec.name} at {rev.ref} ({rev.short}) → {out}")
+    source.keep(out)
     executor = from_recipe(rec, cache.root)
     trials = TrialCache(cache, executor.machine_key() if executor else machine_key(), enabled=not no_cache)
-    command = reproduce_command(sys.argv[1:], Path(path))
+    command = reproduce_command(sys.argv[1:], source.path)
     narrower = Narrower(rec, repo, rev, cache.root, out, trials.fetch, progress, executor, command)
     run = masked(narrower.narrow(use_switches=switches), red)  # what the reports show: secrets out first
     results = [(f"probe{p.n}", p.trials[0]) for p in run.probes if p.trials]
-    portable = portable_for(rec, cache, repo, Path(path), out)
+    portable = portable_for(rec, cache, repo, source.path, out)
     md = portable.render(lambda: render_narrow(run, command))
     data = narrow_json(run)
     write_results(out, md, data, results, portable, names=("narrow.md", "narrow.json"))

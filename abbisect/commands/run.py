@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from abbisect.builtin import DEFAULT_RECIPE
+from abbisect.commands.assembled import Asked, WithServerFlags, checkout_options, which_recipe
 from abbisect.commands.common import interrupted_hint
 from abbisect.commands.endings import exit_code, exit_help
 from abbisect.commands.options import (
@@ -27,7 +28,6 @@ from abbisect.commands.options import (
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Final
 from abbisect.infra.redact import Redactor
-from abbisect.recipe.where import existing_recipe, recipe_path
 
 if TYPE_CHECKING:
     from abbisect.recipe import Recipe
@@ -77,8 +77,10 @@ def gate_failures(outcomes: dict[str, str], expect: dict[str, str], fail_if: dic
     return failures
 
 
-@click.command("run", epilog=exit_help("run") + " 1 only with --expect/--fail-if, when the gate fails.")
+@click.command("run", cls=WithServerFlags,
+               epilog=exit_help("run") + " 1 only with --expect/--fail-if, when the gate fails.")
 @recipe_argument
+@checkout_options
 @click.option("--a", "ref_a", help="ref for side A (overrides sides.a)")
 @click.option("--b", "ref_b", help="ref for side B (overrides sides.b)")
 @click.option("--a-pin", "a_pins", multiple=True, help="a requirement installed into A's venv after the engine "
@@ -95,23 +97,28 @@ def gate_failures(outcomes: dict[str, str], expect: dict[str, str], fail_if: dic
 @click.option("--fail-if", metavar="SIDE=OUTCOME,...", help="CI gate: exit 1 if a side got this outcome, e.g. b=bad")
 @post_option
 @verbosity_options
-def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
+def run(recipe: str | None, model: str | None, engine: str | None, prompts: tuple[str, ...], ref_a: str | None,
+        ref_b: str | None, a_pins: tuple[str, ...], b_pins: tuple[str, ...],
         output: str | None, cache_dir: str | None, dry_run: bool, no_cache: bool, as_json: bool, script: str | None,
         interactive: bool, expect: str | None, fail_if: str | None, post_to: str | None) -> None:
-    """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv."""
+    """A/B: the recipe on two commits, same flags, temperature 0; writes report.md, results.json, outputs.csv.
+
+    In an SGLang or vLLM checkout without a recipe: `abbisect run --a REF --b REF --model M -- FLAGS` (the
+    server's flags as you pass them to it) assembles one; --dry-run prints it, and the result folder keeps it.
+    """
     gates = parse_gate(expect, "--expect"), parse_gate(fail_if, "--fail-if")
     for option, given in (("--a", ref_a), ("--b", ref_b)):
         if given is not None and not given.strip():  # never the recipe's side in its place, silently
             raise UserError(f"{option} {given!r}: an empty ref (give a branch, tag or sha, or leave {option} out "
                             "to use the recipe's side)")
     check_output_option(output)
-    recipe_file = existing_recipe(recipe_path(recipe, DEFAULT_RECIPE))
+    source = which_recipe(recipe, Asked(model, engine, prompts), DEFAULT_RECIPE)
+    recipe_file = source.path
     from abbisect.commands.common import gpu_lines, open_cache, open_reporter
     from abbisect.gpu.preflight import preflight
-    from abbisect.recipe import load_recipe
     from abbisect.trial.judges import make_judge
 
-    rec, base = load_recipe(recipe_file)
+    rec, base = source.load()
     if why := rec.perf_conflict():
         raise UserError(why)
     pins = _pins(rec, a_pins, b_pins)
@@ -131,7 +138,9 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
         from abbisect.infra.cache import cache_path  # a plan needs no cache, not even a writable one
         from abbisect.trial.dryrun import render_plan
 
-        click.echo(red.text("\n".join([render_plan(rec, refs, cache_path(cache_dir), pins), *gpu_lines(gpu_check)])))
+        assembled = [text] if (text := source.text()) else []
+        click.echo(red.text("\n".join([*assembled, render_plan(rec, refs, cache_path(cache_dir), pins),
+                                       *gpu_lines(gpu_check)])))
         return
     gpu_check.raise_if_unfit()
     # The input is valid: what runs and reports an A/B loads now (a usage error never pays for it).
@@ -149,6 +158,7 @@ def run(recipe: str | None, ref_a: str | None, ref_b: str | None, a_pins: tuple[
     cache = open_cache(cache_dir, progress)
     repo, revs = resolve_sides(rec, refs, cache, progress)
     out = new_output_dir(rec.name, output)
+    source.keep(out)
     interrupted_hint(f"{out} holds what ran before the interruption: logs, no report")
     progress(f"recipe {rec.name}: A={refs[0]} ({revs[0].short}) B={refs[1]} ({revs[1].short}) → {out}")
     from abbisect.trial.trial_cache import TrialCache, machine_key

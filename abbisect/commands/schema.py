@@ -15,5 +15,6 @@ def schema() -> None:
     import json
 
     from abbisect.recipe import Recipe
+    from abbisect.recipe.vocabulary import writable
 
-    click.echo(json.dumps(Recipe.model_json_schema(), indent=2))
+    click.echo(json.dumps(writable(Recipe.model_json_schema()), indent=2))

@@ -289,7 +289,7 @@ def ask_eval(base_url: str, model: str, section: Eval, part: int = 0, *, timeout
 
 def plan_lines(section: Eval) -> list[str]:
     """What a dry run says of a recipe's eval: the set and how it is asked, then the power plan (n, the power
-    at eval.min_drop, the smallest drop n detects)."""
+    at eval.min_effect, the smallest drop n detects)."""
     eval_set = EvalSet.of(section)
     size = len(eval_set.items)
     asked = section.items_asked(size)

@@ -62,7 +62,7 @@ def workload(perf: Perf, api: str, prompts: Sequence[str], k: int = 0) -> Worklo
     """The load of pass k."""
     synthetic = perf.input_words is not None
     return Workload(requests=perf.requests, prompts=() if synthetic else tuple(prompts),
-                    input_words=perf.input_words, max_concurrency=perf.max_concurrency,
+                    input_words=perf.input_words, max_concurrency=perf.concurrency,
                     request_rate=perf.request_rate, warmup=perf.warmup, max_tokens=perf.max_tokens,
                     ignore_eos=perf.ignore_eos, api=api, seed=perf.seed + k)  # type: ignore[arg-type]
 

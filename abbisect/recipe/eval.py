@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from abbisect.recipe.strict import derived
 from abbisect.score.answers import check_rule, reference
 
 if TYPE_CHECKING:  # the plan is built lazily (scipy), only for a recipe with an eval
@@ -170,15 +171,15 @@ class Eval(_Strict):
     sha256: str | None = Field(None, pattern=r"^[0-9a-f]{64}$", description="the set's content hash: filled in "
                                "when the recipe is loaded; given, the set must still match it")
     n: int | None = Field(None, ge=1, description="items sampled (seeded); default every item of the set")
-    seed: int = 0
+    seed: int = derived("sampling.seed", 0)  # which items are sampled, and each item's few-shot examples
     fewshot: int = Field(0, ge=0, le=64, description="examples prepended to each item, from the set but never "
                          "the item itself")
     api: Literal["chat", "completions"] | None = Field(None, description="default: the recipe's api")
-    max_tokens: int | None = Field(None, gt=0, description="default: sampling.max_tokens")
+    max_tokens: int = derived("sampling.max_tokens", 128, gt=0)
     concurrency: int = Field(CONCURRENCY, ge=1, le=1024, description="requests in flight")
-    min_drop: float = Field(MIN_DROP, gt=0, lt=1, description="the smallest accuracy drop that matters")
-    alpha: float = Field(0.05, gt=0, lt=1)
-    power: float = Field(0.8, ge=0, lt=1, description="the power the plan asks at min_drop; 0: no plan")
+    min_effect: float = Field(MIN_DROP, gt=0, lt=1, description="the smallest accuracy drop that matters")
+    alpha: float = derived("verdict.alpha", 0.05)
+    power: float = Field(0.8, ge=0, lt=1, description="the power the plan asks at min_effect; 0: no plan")
     expected_accuracy: float | None = Field(None, gt=0, le=1, description=f"for the power plan; default "
                                             f"{EXPECTED_ACCURACY}")
     flip_rate: float = Field(FLIP_RATE, ge=0, lt=1, description="items an A-vs-A flips, as a fraction")
@@ -200,18 +201,18 @@ class Eval(_Strict):
         from abbisect.stats.power import power_plan
 
         return power_plan(self.items_asked(size), accuracy or self.expected_accuracy or EXPECTED_ACCURACY,
-                          self.min_drop, flip_rate=self.flip_rate, alpha=self.alpha, power=self.power)
+                          self.min_effect, flip_rate=self.flip_rate, alpha=self.alpha, power=self.power)
 
     def check_plan(self, size: int) -> PowerPlan | None:
-        """The plan, or a ValueError (one line, naming the keys to change) when n cannot see min_drop."""
+        """The plan, or a ValueError (one line, naming the keys to change) when n cannot see min_effect."""
         if self.power == 0:
             return None
         try:
             plan = self.plan(size)
         except ValueError:
             raise ValueError(f"no eval has accuracy {self.expected_accuracy or EXPECTED_ACCURACY:g} and an "
-                             f"A-vs-A flip rate {self.flip_rate:g} with a drop of {self.min_drop:g} "
-                             "(eval.expected_accuracy, eval.flip_rate, eval.min_drop)") from None
+                             f"A-vs-A flip rate {self.flip_rate:g} with a drop of {self.min_effect:g} "
+                             "(eval.expected_accuracy, eval.flip_rate, eval.min_effect)") from None
         if plan.enough:
             return plan
         pct = plan.percent
@@ -222,9 +223,9 @@ class Eval(_Strict):
         else:
             more = f"{plan.needed_n:,} items would, more than the set's {size:,}"
         smallest = (f"the smallest drop {plan.n:,} items find with {pct(plan.target)} power is "
-                    f"{plan.detectable * 100:.1f} points (raise eval.min_drop to {plan.detectable:.3f})"
+                    f"{plan.detectable * 100:.1f} points (raise eval.min_effect to {plan.detectable:.3f})"
                     if plan.detectable is not None else f"{plan.n:,} items find no drop with {pct(plan.target)} power")
-        raise ValueError(f"under-powered: {plan.n:,} items find a drop of {self.min_drop * 100:g} points with "
+        raise ValueError(f"under-powered: {plan.n:,} items find a drop of {self.min_effect * 100:g} points with "
                          f"{pct(plan.power)} power, under the {pct(self.power)} asked (eval.power); {more}, or "
                          f"{smallest}; assumed {plan.assumptions()}")
 

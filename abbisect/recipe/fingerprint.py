@@ -14,14 +14,15 @@ from abbisect.recipe.schema import QueryOptions, Recipe
 
 # How finished perf trials are judged, not what a pass measures (perf trials are never replayed from the trial
 # cache, abbisect/trial/trial_cache.py, but their key is still what they measured).
-PERF_NOT_KEYED = {"metric", "launches", "max_passes", "min_effect", "alpha"}
-EVAL_NOT_KEYED = {"set", "min_drop", "alpha", "power", "expected_accuracy", "flip_rate"}
+PERF_NOT_KEYED = {"metric", "launches", "max_launches", "min_effect", "alpha"}
+EVAL_NOT_KEYED = {"set", "min_effect", "alpha", "power", "expected_accuracy", "flip_rate"}
 # What is left out of the key (the function's docstring says why, key by key); gpus, query and repeats.passes
 # come back in part below.
 NOT_KEYED: dict[str, Any] = {
     "sides": True, "description": True, "hardware": True, "bisect": True, "ab": True, "public_env": True,
-    "secret_env": True, "gpus": True, "gpu_slots": True, "gpu_share": True, "verdict": {"script", "same_failure"},
-    "timeouts": True, "query": True, "repeats": True, "narrow": True, "eval": EVAL_NOT_KEYED, "perf": PERF_NOT_KEYED}
+    "secret_env": True, "gpus": True, "gpu_slots": True, "gpu_share": True,
+    "verdict": {"script", "same_failure", "alpha"}, "timeouts": True, "query": True, "repeats": True, "narrow": True,
+    "eval": EVAL_NOT_KEYED, "perf": PERF_NOT_KEYED}
 
 
 def fingerprint(recipe: Recipe, key: bytes | None = None) -> str:
@@ -46,13 +47,14 @@ def fingerprint(recipe: Recipe, key: bytes | None = None) -> str:
     (`gpu_share`, placement too: the same commit answers the same prompts at temperature 0 whatever KV cache
     its budget buys; what too little memory can cause — a crash — is reused only from a run that gave the
     server at least as much, see `abbisect/trial/trial_cache.py`), `verdict.script` (it judges a finished
-    trial again and never changes what the trial produced), `verdict.same_failure` and the rest of `repeats`
+    trial again and never changes what the trial produced), `verdict.same_failure`, `verdict.alpha` (it judges
+    finished trials) and the rest of `repeats`
     (how many trials a commit gets and how they are compared, not what one of them produces). `perf` is in by
-    the load a pass sends (out: `metric`, `launches`, `max_passes`, `min_effect`, `alpha`, which judge
+    the load a pass sends (out: `metric`, `launches`, `max_launches`, `min_effect`, `alpha`, which judge
     finished passes). `eval` is in by its content (`eval.sha256`, the set's hash, filled in when the recipe is
     loaded) and by what is sent (`n`, `seed`, `fewshot`, `api`, `max_tokens`, `concurrency`) and
     `error_threshold` (it makes a side request_errors); out are `eval.set` (where the file lies) and the knobs
-    that only judge finished trials against each other (`min_drop`, `alpha`, `power`, `expected_accuracy`,
+    that only judge finished trials against each other (`min_effect`, `alpha`, `power`, `expected_accuracy`,
     `flip_rate`). `timeouts` are out: they bound how long abbisect waits, not what a commit does. The statuses
     that a timeout may have caused (`timeout` by `timeouts.ready`, `build_failed` by `timeouts.build`; see
     `Status.bounded_by`) are reused only from a run that waited at least as long; `request_errors`, from a

@@ -17,6 +17,7 @@ from abbisect.recipe.bounded import load_yaml, read_text_file
 from abbisect.recipe.eval import MAX_EVAL_FILE_BYTES, Eval, EvalItem, digest, parse_items, set_path
 from abbisect.recipe.install import OverlayInstall, PrecompiledInstall, WheelInstall
 from abbisect.recipe.schema import BUILTIN_PREFIX, MAX_PROMPTS, Prompt, Recipe
+from abbisect.recipe.vocabulary import renamed_key
 from abbisect.recipe.where import existing_recipe, recipe_path
 
 __all__ = ["eval_items", "load_recipe", "parse_recipe", "recipe_path"]
@@ -47,6 +48,8 @@ def _short(text: str, limit: int = 60) -> str:
 def parse_recipe(data: Any, source: str = "recipe") -> Recipe:
     if not isinstance(data, dict):
         raise UserError(f"{source}: expected a mapping of keys at the top level")
+    if renamed := renamed_key(data):
+        raise UserError(f"{source}: {renamed}")
     try:
         recipe = Recipe.model_validate(data)
     except UserError as exc:  # a validator that knows more than pydantic (e.g. the probe's device classes)
@@ -129,7 +132,7 @@ def eval_items(section: Eval, base: Path, source: str = "recipe") -> tuple[tuple
 
 def resolve_eval(section: Eval, base: Path, source: str) -> Eval:
     """The section with its set's path made absolute (builtin:NAME stays) and hash filled in, after the set
-    is read and checked, and the power plan run: an eval that cannot see its own eval.min_drop is refused
+    is read and checked, and the power plan run: an eval that cannot see its own eval.min_effect is refused
     here, when the recipe is loaded, so before any engine is built or started."""
     items, sha = eval_items(section, base, source)
     size = len(items)

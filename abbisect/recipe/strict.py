@@ -5,7 +5,15 @@ Each module declares its own `_Strict(BaseModel)` with this config (so ruff sees
 
 from __future__ import annotations
 
-from pydantic import ConfigDict
+from typing import Any
+
+from pydantic import ConfigDict, Field
 
 MAX_STRING_CHARS = 100_000  # a prompt, a flag, a path: any one string of a recipe
 STRICT = ConfigDict(extra="forbid", frozen=True, str_max_length=MAX_STRING_CHARS)
+
+
+def derived(key: str, default: Any, **checks: Any) -> Any:
+    """A field the recipe's models carry but a user never writes: `Recipe` fills it from the one key `key`, and
+    loading refuses it in a recipe file, naming that key (abbisect/recipe/vocabulary.py)."""
+    return Field(default, json_schema_extra={"derived_from": key}, **checks)

@@ -154,12 +154,12 @@ def ab_accuracy(section: Eval, a: EvalRun, b: EvalRun, same_commit: bool, level:
     p = pair(a, b)
     if not p.n:
         return f"{heading(level, title)}\n\nNo item was answered on both sides."
-    cmp = compare_paired(p.a, p.b, min_change=section.min_drop, alpha=section.alpha,
+    cmp = compare_paired(p.a, p.b, min_change=section.min_effect, alpha=section.alpha,
                          baseline_flip_rate=section.flip_rate)
     plan = None
     if section.power:  # the plan at A's observed accuracy (within what a flip rate allows: at 100 % none is lost)
         try:
-            plan = section.plan(a.size or p.n, accuracy=min(max(cmp.accuracy_a, section.min_drop + section.flip_rate),
+            plan = section.plan(a.size or p.n, accuracy=min(max(cmp.accuracy_a, section.min_effect + section.flip_rate),
                                                             1 - section.flip_rate / 2))
         except ValueError:
             plan = None

@@ -129,7 +129,7 @@ def noise_lines(perf: Perf, a: Trials, b: Trials) -> list[str]:
     found = detectable_change(floor, alpha=perf.alpha)
     at_cap = detectable_change(floor, alpha=perf.alpha, n=perf.max_passes)
     return [f"A-vs-A noise floor of {perf.metric}: {floor.describe()}.",
-            (f"Smallest change these settings find: {found.describe()}; at perf.max_passes ({perf.max_passes}): "
+            (f"Smallest change these settings find: {found.describe()}; at perf.max_launches ({perf.max_passes} passes): "
             f"{at_cap.describe()}. perf.min_effect is {perf.min_effect:.0%}.")]
 
 
@@ -171,7 +171,7 @@ def perf_section(perf: Perf, a: Trials, b: Trials, same_commit: bool, heading: s
     conds = conditions_table(a, b)
     if conds:
         lines += ["What the passes ran under:", "", conds, ""]
-    load = f"max_concurrency {perf.max_concurrency}" if perf.max_concurrency else ""
+    load = f"concurrency {perf.concurrency}" if perf.concurrency else ""
     rate = f"request_rate {perf.request_rate:g}/s (Poisson, seeded)" if perf.request_rate else ""
     prompts = f"{perf.input_words} words a prompt" if perf.input_words else "the recipe's prompts"
     lines += [(f"The load, the same on both sides: {perf.requests} requests a pass after {perf.warmup} warm-up, "

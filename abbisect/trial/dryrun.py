@@ -113,15 +113,15 @@ def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Cache | Path,
             lines += plan_lines(recipe.eval)
         if recipe.perf is not None:
             f = recipe.perf
-            load = ", ".join(x for x in (f"{f.max_concurrency} in flight" if f.max_concurrency else "",
+            load = ", ".join(x for x in (f"{f.concurrency} in flight" if f.concurrency else "",
                                          f"{f.request_rate:g} requests/s" if f.request_rate else "") if x)
             lines.append(f"perf: {f.metric}, {f.requests} requests a pass ({load}, {f.max_tokens} tokens each), "
-                         f"{f.passes} passes × {f.launches} launches a commit, up to {f.max_passes} passes; "
+                         f"{f.passes} passes × {f.launches} launches a commit, up to {f.max_launches} launches; "
                          f"different from {f.min_effect:.0%} at p ≤ {f.alpha:g}")
     if recipe.repeats.flaky:
         r = recipe.repeats
         lines.append(f"repeats: {r.launches} launch(es) × {r.passes} pass(es) a commit, up to {r.cap} launches; "
-                     f"judged by failure rate (Fisher, alpha {r.alpha:g}, a difference from {r.min_difference:g})")
+                     f"judged by failure rate (Fisher, alpha {r.alpha:g}, a difference from {r.min_effect:g})")
     v = recipe.verdict
     lines.append(f"bad if: {', '.join(v.bad_if)}; untestable if: {', '.join(v.skip_if)}")
     return "\n".join(lines)
