@@ -22,6 +22,7 @@ from abbisect.launch.jit import JitCache
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
 from abbisect.query.evals import EvalRun
+from abbisect.query.logprobs import NumericsRun
 from abbisect.query.measure import PerfPass, PerfRun
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
@@ -105,6 +106,7 @@ class Extras:
     gpu_during: dict | None = None
     eval: EvalRun | None = None  # the eval set's part this launch asked (query/evals.py)
     perf: PerfRun | None = None  # the performance passes (query/measure.py)
+    numerics: NumericsRun | None = None  # the texts' token log-probabilities (query/logprobs.py)
     gpu_after: dict | None = None
     pass_outcomes: tuple[Outcome, ...] | None = None  # each pass's outcome (repeats.passes > 1)
     placement: dict | None = None  # where and when it ran (trial/slots.py `placed`, an executor's node)

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import toyengine
 from toyengine.loader import load_model
-from toyengine.model import Checkpoint, collect
+from toyengine.model import Checkpoint, collect, output_logprobs, prompt_logprobs
 
 log = logging.getLogger("toyengine")
 STATE = {"model": None, "name": "toy-model", "served": 0, "in_flight": 0}
@@ -185,13 +185,25 @@ class Handler(BaseHTTPRequestHandler):
                       min_tokens)
         if body.get("stream"):
             return self._stream(steps, prompt, body.get("stream_options") or {})
-        text, n, finish = collect(steps)
+        text, n, finish = collect(steps) if max_tokens > 0 else ("", 0, "length")
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n,
                  "total_tokens": len(prompt.split()) + n}
         if self.path == "/v1/completions":
             choice = {"index": 0, "text": text, "finish_reason": finish}
+            if body.get("logprobs") is not None:
+                choice = completion_logprobs(model, prompt, choice, int(body["logprobs"]), bool(body.get("echo")))
+            if body.get("prompt_logprobs") is not None:
+                choice["prompt_logprobs"] = [None if lp is None else {
+                    str(model.vocab.index(t) if t in model.vocab else -1): {"logprob": lp, "rank": 1, "decoded_token": t}
+                } for t, lp, _ in prompt_logprobs(model, prompt, 0)]
         else:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+            if body.get("logprobs"):
+                k = int(body.get("top_logprobs") or 0)
+                choice["logprobs"] = {"content": [
+                    {"token": t, "logprob": lp, "bytes": list(t.encode()),
+                     "top_logprobs": [{"token": u, "logprob": v, "bytes": list(u.encode())} for u, v in tops]}
+                    for t, lp, tops in output_logprobs(model, prompt, text, k, finish == "stop")]}
         self._send(200, {"id": "cmpl-toy", "object": "completion", "model": STATE["name"],
                          "choices": [choice], "usage": usage})
 
@@ -237,6 +249,21 @@ class Handler(BaseHTTPRequestHandler):
 
     def _event(self, obj):
         self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+
+def completion_logprobs(model, prompt, choice, k, echo):
+    """A completion's OpenAI `logprobs` (tokens, token_logprobs, top_logprobs, text_offset): the generated tokens,
+    after the prompt's own when `echo` (the first of which has none), and the text with the prompt before it."""
+    rows = ((prompt_logprobs(model, prompt, k) if echo else [])
+            + output_logprobs(model, prompt, choice["text"], k, choice["finish_reason"] == "stop"))
+    offsets, at = [], 0
+    for t, _, _ in rows:
+        offsets.append(at)
+        at += len(t) + 1
+    return {**choice, "text": (prompt + choice["text"]) if echo else choice["text"],
+            "logprobs": {"tokens": [t for t, _, _ in rows], "token_logprobs": [lp for _, lp, _ in rows],
+                         "top_logprobs": [None if tops is None else dict(tops) for _, _, tops in rows],
+                         "text_offset": offsets}}
 
 
 def main(argv=None):
