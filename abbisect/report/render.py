@@ -49,4 +49,11 @@ def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_
                                + flipped).strip() + "\n"
     if recipe.perf is not None and (picture := svg(recipe.perf, ab.trials("a"), ab.trials("b"))):
         files["perf.svg"] = picture
+    if recipe.numerics is not None:
+        from abbisect.assess.numerics import Numerics as Assessor
+        from abbisect.report.numerics import svg as numerics_svg
+
+        alpha = Assessor(recipe).alpha
+        if picture := numerics_svg(recipe.numerics, alpha, ab.trials("a"), ab.trials("b")):
+            files["numerics.svg"] = picture
     return files
