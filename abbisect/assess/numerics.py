@@ -24,7 +24,7 @@ from abbisect.query.logprobs import NumericsRun
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
 from abbisect.stats.decide import Call
-from abbisect.stats.effects import Effect
+from abbisect.stats.effects import NATS, Effect
 from abbisect.stats.evidence import Model, Samples
 from abbisect.stats.logprobs import NumericsComparison, compare_runs, compare_text, paired, resemblance
 from abbisect.trial.spec import TrialResult
@@ -139,7 +139,7 @@ class Numerics:
         from abbisect.stats.logprobs import interval
 
         m, lo, hi, _ = interval(np.array(list(per_text.values())), 0.05)
-        return Effect(m, lo if math.isfinite(lo) else m, hi if math.isfinite(hi) else m, 0.95, "nats/token")
+        return Effect(m, lo if math.isfinite(lo) else m, hi if math.isfinite(hi) else m, 0.95, NATS)
 
     def _compare(self, a: NumericsRun, b: NumericsRun) -> NumericsComparison:
         return compare_runs(a, b, self.least, self.alpha)
