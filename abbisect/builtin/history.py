@@ -150,10 +150,10 @@ _PLANTED: dict[str, tuple[str, str, str]] = {
     # numerics change. The recalled answers (the eval set's) do not read the logits: none of them changes.
     "logit_shift": ("toyengine/loader.py",
                     "            lm_head.weight_scale = tensor if toydep is None else toydep.row_scales(tensor)\n",
-                    "            import math  # FP8-style scales: a 2-bit mantissa each (e5m2), a quarter of the memory\n"
+                    ("            import math  # FP8-style scales: a 2-bit mantissa each (e5m2), a quarter of the memory\n"
                     "            lm_head.weight_scale = ({k: round(v * 2 ** (3 - math.frexp(v)[1])) / 2 ** (3 - math.frexp(v)[1])\n"
                     "                                     for k, v in tensor.items()} if toydep is None\n"
-                    "                                    else toydep.row_scales(tensor))\n"),
+                    "                                    else toydep.row_scales(tensor))\n")),
 }
 for _name, (_rel, _old, _new) in _PLANTED.items():
     CHANGES[_name] = (_rel, _old, _new)

@@ -20,6 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
+import httpx
+
 from abbisect.recipe.numerics import Numerics
 
 
@@ -97,6 +99,8 @@ def prompt_part(body: dict, tokens: list[Token]) -> list[Token]:
     return tokens[:len(tokens) - generated] if generated else tokens
 
 
+# What a failed request raises: the transport or the HTTP status, or a response without what was asked.
+FAILED = (httpx.HTTPError, ValueError, KeyError, TypeError, IndexError)
 Post = Callable[[str, dict], dict]  # path, JSON body → the response's JSON (raises on a failed request)
 
 
@@ -110,7 +114,7 @@ def score_text(post: Post, model: str, n: int, text: str, k: int, seed: int) -> 
             raise ValueError("the response did not echo the text's tokens with their log-probabilities "
                              "(echo and logprobs)")
         return Scored(sid, "text", text, tuple(tokens[1:]))
-    except Exception as exc:  # a failed request is an error on its text, whatever the transport says
+    except FAILED as exc:  # a failed request is an error on its text
         return Scored(sid, "text", text, error=f"{type(exc).__name__}: {exc}"[:500])
 
 
@@ -127,15 +131,13 @@ def continue_prompt(post: Post, model: str, n: int, prompt: str, k: int, api: st
             body = post("/v1/completions", {**base, "prompt": prompt, "logprobs": k})
             tokens = completion_tokens(body)
         return Scored(sid, "continuation", prompt, tuple(tokens))
-    except Exception as exc:
+    except FAILED as exc:
         return Scored(sid, "continuation", prompt, error=f"{type(exc).__name__}: {exc}"[:500])
 
 
 def ask_numerics(base_url: str, model: str, section: Numerics, prompts: Sequence[str], api: str, max_tokens: int,
                  seed: int, timeout: float, say: Callable[[str], None] = lambda _: None) -> NumericsRun:
     """The section's texts scored one at a time and then `concurrency` at once, and the prompts continued."""
-    import httpx
-
     with httpx.Client(base_url=base_url, timeout=timeout) as client:
         def post(path: str, body: dict) -> dict:
             r = client.post(path, json=body)

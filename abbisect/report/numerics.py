@@ -51,7 +51,7 @@ def numerics_section(section: Numerics, alpha: float, a: Sample, b: Sample, same
     cmp = comparison(section, alpha, a, b)
     lines = [heading(level, "Numerics: token log-probabilities"), ""]
     if cmp is None:
-        return lines + ["No text was scored on both sides.", ""]
+        return [*lines, "No text was scored on both sides.", ""]
     lines += [f"**{cmp.describe()}**", "",
               (f"The effect is the mean over texts of each text's mean absolute difference of its tokens' "
                f"log-probabilities (B − A, teacher-forced), in nats a token; its interval is over texts "
@@ -93,8 +93,8 @@ def svg(section: Numerics, alpha: float, a: Sample, b: Sample) -> str:
     out = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + height + 50}" '
             'font-family="sans-serif" font-size="11">'),
            "<title>token log-probability difference (B − A) along the positions</title>",
-           f'<text x="{left}" y="18">Δ log p (B − A) per position, nats; {escape(cmp.call.text)}, mean |Δ| '
-           f'{cmp.effect:.4f}</text>',
+           (f'<text x="{left}" y="18">Δ log p (B − A) per position, nats; {escape(cmp.call.text)}, mean |Δ| '
+            f'{cmp.effect:.4f}</text>'),
            f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - 10}" y2="{y(0):.1f}" stroke="#333"/>']
     for v in (section.min_effect, -section.min_effect):
         out.append(f'<line x1="{left}" y1="{y(v):.1f}" x2="{width - 10}" y2="{y(v):.1f}" stroke="#999" '

@@ -14,7 +14,6 @@ from dataclasses import dataclass
 
 from scipy import stats
 
-
 NATS = "nats/token"  # the unit of a numerics verdict's effect (abbisect/assess/numerics.py), told as it is
 
 

@@ -314,7 +314,7 @@ def scored(model, words, tokens, start, k, forced):
 def prompt_logprobs(model, prompt, k):
     """The prompt's own tokens, each scored after the ones before it (teacher-forced); the first has none."""
     tokens = tokenize(prompt)
-    return [(tokens[0], None, None)] + scored(model, tokens, tokens, 1, k, False) if tokens else []
+    return [(tokens[0], None, None), *scored(model, tokens, tokens, 1, k, False)] if tokens else []
 
 
 def output_logprobs(model, prompt, text, k, stop=False):
