@@ -55,14 +55,14 @@ def main() -> None:
     print("|---|---:|---:|---|---|---:|")
     for k in (1, 2, 4, 8):
         path = recipe(work, repo, f"numerics{k}", numerics={"texts": list(TEXTS[:k])})
-        code, data, wall = abbisect(work, cache, "run", str(path), "--a", old, "--b", new)
+        _, data, wall = abbisect(work, cache, "run", str(path), "--a", old, "--b", new)
         s = data.get("assessment") or {}
         c = (s.get("comparison") or {}).get("comparison") or {}
         lo, hi = (c.get(k) if c.get(k) is not None else float("nan") for k in ("lo", "hi"))
         print(f"| numerics | {k} text(s) | {s.get('launches', '?')} | {c.get('call', data.get('error'))} | "
               f"{c.get('effect') or float('nan'):.4f} [{lo:.4f}, {hi:.4f}] nats/token | {wall:.1f} s |")
     path = recipe(work, repo, "accuracy", eval={"set": "builtin:arith_facts", "power": 0})
-    code, data, wall = abbisect(work, cache, "run", str(path), "--a", old, "--b", new)
+    _, data, wall = abbisect(work, cache, "run", str(path), "--a", old, "--b", new)
     s = data.get("assessment") or {}
     cmp = s.get("comparison") or {}
     c, flips = cmp.get("comparison") or {}, cmp.get("flips") or {}

@@ -14,8 +14,9 @@ from pydantic import ValidationError
 
 from abbisect.builtin import history
 from abbisect.builtin.evals import make_arith_facts
-from abbisect.query.logprobs import NumericsRun, Scored, Token, chat_tokens, completion_tokens, prompt_part
+from abbisect.query.logprobs import chat_tokens, completion_tokens, prompt_part
 from abbisect.recipe.numerics import TEXTS, Numerics
+from abbisect.score.logprobs import NumericsRun, Scored, Token
 from abbisect.stats.decide import Call, Resemblance
 from abbisect.stats.logprobs import compare_runs, compare_text, resemblance
 

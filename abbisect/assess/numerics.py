@@ -15,18 +15,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
 from abbisect.assess.base import Assessment, Sample, Term, ends_told, more_launches, placed
 from abbisect.infra.serial import dump
-from abbisect.query.logprobs import NumericsRun
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
+from abbisect.score.logprobs import NumericsRun, Scored, Token
 from abbisect.stats.decide import Call
 from abbisect.stats.effects import NATS, Effect
 from abbisect.stats.evidence import Model, Samples
-from abbisect.stats.logprobs import NumericsComparison, compare_runs, compare_text, paired, resemblance
+from abbisect.stats.logprobs import NumericsComparison, compare_runs, compare_text, interval, paired, resemblance
 from abbisect.trial.spec import TrialResult
 
 _NOTHING = {Status.BUILD_FAILED, Status.FLAG_REJECTED, Status.CRASHED_AT_STARTUP, Status.TIMEOUT,
@@ -48,10 +49,6 @@ def merged(sample: Sample) -> NumericsRun | None:
         return None
     if len(runs) == 1:
         return runs[0]
-    from dataclasses import replace
-
-    from abbisect.query.logprobs import Scored, Token
-
     def mean_of(parts: list[tuple[Scored, ...]]) -> tuple[Scored, ...]:
         out = []
         for first in parts[0]:
@@ -136,8 +133,6 @@ class Numerics:
                 per_text[x.id] = per_text.get(x.id, 0.0) + w * compare_text(x, y, self.least).mean_abs
         if not per_text:
             return None
-        from abbisect.stats.logprobs import interval
-
         m, lo, hi, _ = interval(np.array(list(per_text.values())), 0.05)
         return Effect(m, lo if math.isfinite(lo) else m, hi if math.isfinite(hi) else m, 0.95, NATS)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
-from abbisect.query.logprobs import NumericsRun, Scored, Token
+from abbisect.score.logprobs import NumericsRun, Scored, Token
 from abbisect.stats.decide import Call, Classification, Resemblance
 
 TOP_SHOWN = 5

@@ -22,11 +22,11 @@ from abbisect.launch.jit import JitCache
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
 from abbisect.query.evals import EvalRun
-from abbisect.query.logprobs import NumericsRun
 from abbisect.query.measure import PerfPass, PerfRun
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.score import AnswerCheck, OutputAnalysis, SignatureMatch
+from abbisect.score.logprobs import NumericsRun
 from abbisect.verdict.rules import Verdict
 
 Progress = Callable[[str], None]
