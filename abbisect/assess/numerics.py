@@ -27,7 +27,14 @@ from abbisect.score.logprobs import NumericsRun, Scored, Token
 from abbisect.stats.decide import Call
 from abbisect.stats.effects import NATS, Effect
 from abbisect.stats.evidence import Model, Samples
-from abbisect.stats.logprobs import NumericsComparison, compare_runs, compare_text, interval, paired, resemblance
+from abbisect.stats.logprobs import (
+    NumericsComparison,
+    compare_runs,
+    compare_text,
+    interval,
+    paired,
+    resemblance,
+)
 from abbisect.trial.spec import TrialResult
 
 _NOTHING = {Status.BUILD_FAILED, Status.FLAG_REJECTED, Status.CRASHED_AT_STARTUP, Status.TIMEOUT,
