@@ -77,4 +77,5 @@ def test_a_numerics_bisect_names_the_shift(tmp_path, cache_dir, shifted):
     assert data["first_new"] == shas[6], data.get("outcome")
     assert data["confirmation"]["level"] == "confirmed", data["confirmation"]
     md = (out / "bisect.md").read_text()
-    assert shas[6] in md and "nats/token" in md
+    assert shas[6] in md and "nats/token" in md and "### Numerics: parent (A) vs the found commit (B)" in md
+    assert (out / "numerics.svg").read_text().startswith("<svg")

@@ -9,7 +9,9 @@ from __future__ import annotations
 from html import escape
 
 from abbisect.assess.base import Sample
+from abbisect.assess.numerics import Numerics as Assessor
 from abbisect.assess.numerics import merged
+from abbisect.bisect.bisection import BisectRun
 from abbisect.recipe.numerics import Numerics
 from abbisect.report.text import cell, heading, table
 from abbisect.stats.logprobs import Divergence, NumericsComparison, TextComparison, compare_runs
@@ -112,3 +114,30 @@ def svg(section: Numerics, alpha: float, a: Sample, b: Sample) -> str:
     out.append(f'<text x="{left}" y="{top + height + 30}">position (token) →; solid: texts, dashed: '
                'continuations up to where they part; dotted: ± numerics.min_effect</text></svg>')
     return "\n".join(out) + "\n"
+
+
+def _parent_and_found(run: BisectRun) -> tuple[Sample, Sample] | None:
+    """The trials of the found commit's parent and of the found commit (None: no answer, or not both tested)."""
+    by_sha = {s.sha: s for s in run.steps}
+    found = run.result.first_new if run.result else None
+    if run.recipe.numerics is None or found not in by_sha or run.found_parent not in by_sha:
+        return None
+    return by_sha[run.found_parent].trials, by_sha[found].trials
+
+
+def numerics_block(run: BisectRun) -> list[str]:
+    """A numerics bisect: the found commit's log-probabilities against its parent's, as an A/B's section."""
+    pair = _parent_and_found(run)
+    if pair is None or run.recipe.numerics is None:
+        return []
+    lines = numerics_section(run.recipe.numerics, Assessor(run.recipe).alpha, pair[0], pair[1], False, 3)
+    lines[0] = "### Numerics: parent (A) vs the found commit (B)"
+    return lines
+
+
+def numerics_picture(run: BisectRun) -> str:
+    """numerics.svg of a bisect: the parent (A) against the found commit (B)."""
+    pair = _parent_and_found(run)
+    if pair is None or run.recipe.numerics is None:
+        return ""
+    return svg(run.recipe.numerics, Assessor(run.recipe).alpha, pair[0], pair[1])

@@ -53,7 +53,6 @@ def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_
         from abbisect.assess.numerics import Numerics as Assessor
         from abbisect.report.numerics import svg as numerics_svg
 
-        alpha = Assessor(recipe).alpha
-        if picture := numerics_svg(recipe.numerics, alpha, ab.trials("a"), ab.trials("b")):
-            files["numerics.svg"] = picture
+        if picture := numerics_svg(recipe.numerics, Assessor(recipe).alpha, ab.trials("a"), ab.trials("b")):
+            files["numerics.svg"] = portable.text(picture)
     return files
