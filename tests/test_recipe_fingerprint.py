@@ -64,7 +64,7 @@ CHANGES = [
     # which metric decides and how passes are compared judge finished trials
     ("perf.metric", {"perf": {}}, {"perf": {"metric": "tpot_median", "min_effect": 0.05, "launches": 3}}, True),
     ("numerics", {}, {"numerics": {}}, False),  # log-probabilities are asked: a new trial
-    ("numerics.texts", {"numerics": {}}, {"numerics": {"texts": ["one text", "another"], "top_k": 3}}, False),
+    ("numerics.texts", {"numerics": {}}, {"numerics": {"texts": ["one text", "another text"], "top_k": 3}}, False),
     ("numerics.min_effect", {"numerics": {}},
      {"numerics": {"min_effect": 0.05, "deterministic": False, "max_launches": 3}}, True),  # they judge
     ("eval", {}, {"eval": {"set": "builtin:arith_facts"}}, False),
