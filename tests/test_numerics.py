@@ -9,15 +9,18 @@ import sys
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 from pydantic import ValidationError
 
+from abbisect.assess.numerics import Distances
 from abbisect.builtin import history
 from abbisect.builtin.evals import make_arith_facts
 from abbisect.query.logprobs import chat_tokens, completion_tokens, prompt_part
 from abbisect.recipe.numerics import TEXTS, Numerics
 from abbisect.score.logprobs import NumericsRun, Scored, Token
 from abbisect.stats.decide import Call, Resemblance
+from abbisect.stats.evidence import AFTER, BEFORE
 from abbisect.stats.logprobs import compare_runs, compare_text, resemblance
 
 # A vLLM completions response to {"prompt": "The sea is", "max_tokens": 1, "echo": true, "logprobs": 2}: the
@@ -157,3 +160,16 @@ def test_the_planted_numerics_change_moves_every_text_and_no_eval_answer(trees):
     per_text = [sum(abs(x - y) for x, y in zip(a, b)) / len(a) for a, b in zip(sa, sb)]
     assert min(per_text) > 0.01  # every text moves by more than the default numerics.min_effect
     assert len(items) == 400 and sum(x != y for x, y in zip(aa, ab)) <= 4  # at most 1 in 100 answers
+
+
+def test_the_posterior_searchs_evidence_puts_a_candidate_with_the_end_it_scores_like():
+    """A noisy engine's bisect: each launch is its per-text distance to the first launch (an end's); a candidate
+    scoring like the old end makes "the change is after it" far likelier than "before it"."""
+    model = Distances(8)
+    for sha, shift, r in (("old", 0.0, 0), ("new", 0.01, 0), ("mid", 0.0, 1), ("old", 0.0005, 2),
+                          ("new", 0.0105, 2)):
+        model.add_run(sha, r, _run(shift=shift, batch_noise=0.001), 0.01)
+    assert model.commits() == ("old", "new", "mid")
+    z = np.array([[BEFORE, AFTER, BEFORE], [BEFORE, AFTER, AFTER]])
+    after_mid, before_mid = model.loglik(z)
+    assert after_mid - before_mid > 5  # e^5: the candidate is with the old end
