@@ -2,7 +2,10 @@
 
 HTTP/1.1 with kept-alive connections, as vLLM's and SGLang's servers speak it: a request with "stream": true
 gets server-sent events in a chunked body, one per generated token; the connection then waits for the client's
-next request (or its close). "ignore_eos" (or "min_tokens") keeps the model generating to max_tokens. An
+next request (or its close). "ignore_eos" (or "min_tokens") keeps the model generating to max_tokens.
+Log-probabilities as the engines serve them (not streamed): completions' "logprobs": k (with "echo": the
+prompt's own tokens first, the first without one; "max_tokens": 0 then scores the prompt alone) and vLLM's
+"prompt_logprobs"; chat's "logprobs": true with "top_logprobs": k. An
 exception in a request's handler is printed with its traceback (socketserver's own), as a real server logs one.
 Pacing, read from the environment at start (each
 0 by default, as fast as the machine goes): TOYENGINE_PREFILL_SECONDS before a request's first token,
