@@ -57,6 +57,15 @@ def test_the_numerics_ab_calls_the_shift_that_the_accuracy_verdict_cannot(tmp_pa
     assert svg.startswith("<svg") and svg.count("<polyline") >= 8
 
 
+def test_the_plan_names_the_numerics_stage(tmp_path, cache_dir, shifted):
+    repo, shas = shifted
+    proc = abbisect("run", str(_recipe(tmp_path, repo)), "--a", shas[0], "--b", shas[-1], "--dry-run", cwd=tmp_path,
+                    cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "numerics: 8 text(s) scored teacher-forced (completions, echo, top 5), one at a time and 8 at once" \
+        in proc.stdout
+
+
 def test_the_numerics_a_vs_a_is_same(tmp_path, cache_dir, shifted):
     repo, shas = shifted
     data, out = _run(tmp_path, cache_dir, _recipe(tmp_path, repo), shas[-1], shas[-1])
