@@ -88,3 +88,20 @@ def test_a_numerics_bisect_names_the_shift(tmp_path, cache_dir, shifted):
     md = (out / "bisect.md").read_text()
     assert shas[6] in md and "nats/token" in md and "### Numerics: parent (A) vs the found commit (B)" in md
     assert (out / "numerics.svg").read_text().startswith("<svg")
+
+
+def test_a_noisy_engines_floor_is_measured_and_its_a_vs_a_is_same_while_the_shift_is_different(
+        tmp_path, cache_dir, shifted):
+    """Log-probabilities that wobble on every request (TOYENGINE_LOGPROB_NOISE, σ 0.004 nats): each launch's two
+    passes (one at a time, batched) measure the floor; the A-vs-A's difference is that floor, same; the shift
+    stands above it, different."""
+    repo, shas = shifted
+    path = write_recipe(tmp_path / "noisy.yaml", toy_recipe(
+        repo, env={"TOYENGINE_LOGPROB_NOISE": "0.004"}, numerics={"deterministic": False, "max_launches": 3}))
+    data, _ = _run(tmp_path, cache_dir, path, shas[-1], shas[-1], "aa")
+    cmp = data["assessment"]["comparison"]["comparison"]
+    assert cmp["call"] == "same" and 0.002 < cmp["floor"] < 0.008, cmp
+    assert abs(cmp["effect"] - cmp["floor"]) < 0.002  # the A-vs-A's difference is the floor
+    data, _ = _run(tmp_path, cache_dir, path, shas[0], shas[-1], "ab")
+    cmp = data["assessment"]["comparison"]["comparison"]
+    assert cmp["call"] == "different" and cmp["lo"] > 0.01 and cmp["floor"] > 0.002, cmp
