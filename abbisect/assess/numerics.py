@@ -56,17 +56,20 @@ def merged(sample: Sample) -> NumericsRun | None:
         return None
     if len(runs) == 1:
         return runs[0]
+
     def mean_of(parts: list[tuple[Scored, ...]]) -> tuple[Scored, ...]:
+        """Each text of the first launch, averaged over the launches that scored it into the same tokens (the
+        first that scored it at all stands for it)."""
         out = []
         for first in parts[0]:
-            same = [s for p in parts for s in p if s.id == first.id and s.error is None
-                    and [t.text for t in s.tokens] == [t.text for t in first.tokens]]
-            if first.error is not None or not same:
+            ok = [s for p in parts for s in p if s.id == first.id and s.error is None]
+            if not ok:
                 out.append(first)
                 continue
+            same = [s for s in ok if [t.text for t in s.tokens] == [t.text for t in ok[0].tokens]]
             toks = tuple(Token(t.text, float(np.mean([s.tokens[i].logprob or 0.0 for s in same])), t.top)
-                         for i, t in enumerate(first.tokens))
-            out.append(replace(first, tokens=toks))
+                         for i, t in enumerate(ok[0].tokens))
+            out.append(replace(ok[0], tokens=toks))
         return tuple(out)
 
     return NumericsRun(mean_of([r.texts for r in runs]), mean_of([r.batched for r in runs]), runs[0].continuations)

@@ -41,6 +41,3 @@ class NumericsRun:
     @property
     def n_errors(self) -> int:
         return sum(s.error is not None for s in (*self.texts, *self.batched, *self.continuations))
-
-    def errors(self) -> list[Scored]:
-        return [s for s in (*self.texts, *self.batched, *self.continuations) if s.error is not None]

@@ -36,11 +36,6 @@ class Divergence:
     def gap(self) -> float:
         return self.logprob_b - self.logprob_a
 
-    def describe(self) -> str:
-        if self.token_a != self.token_b:
-            return f"position {self.position}: A picks {self.token_a!r}, B picks {self.token_b!r}"
-        return f"position {self.position} ({self.token_a!r}): {self.logprob_a:.4f} → {self.logprob_b:.4f}"
-
 
 @dataclass(frozen=True)
 class TextComparison:
