@@ -64,6 +64,11 @@ def numerics_section(section: Numerics, alpha: float, a: Sample, b: Sample, same
                + "The first divergence is the first position past the smallest difference that matters "
                f"({section.min_effect:g}) or where the tokens differ; `numerics.svg` beside this report draws "
                "the difference along the positions."), ""]
+    failed = [(side, r) for side, r in (("A", merged(a)), ("B", merged(b))) if r is not None and r.n_errors]
+    for side, r in failed:
+        first = next(s for s in (*r.texts, *r.batched, *r.continuations) if s.error is not None)
+        lines += [(f"{side}: {r.n_errors} failed request(s), their texts left out (the first: {first.id}, "
+                   f"{cell(first.error, 200)})."), ""]
     lines += ["| text | words | mean \\|Δ\\| | tokens | largest divergence | first divergence |",
               "|---|---|---|---|---|---|"]
     lines += ["| " + " | ".join(r) + " |" for r in map(_text_row, cmp.texts)]
