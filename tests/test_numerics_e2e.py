@@ -90,14 +90,18 @@ def test_a_numerics_bisect_names_the_shift(tmp_path, cache_dir, shifted):
     assert (out / "numerics.svg").read_text().startswith("<svg")
 
 
+def _noisy(tmp_path, repo):
+    return write_recipe(tmp_path / "noisy.yaml", toy_recipe(
+        repo, env={"TOYENGINE_LOGPROB_NOISE": "0.004"}, numerics={"deterministic": False, "max_launches": 3}))
+
+
 def test_a_noisy_engines_floor_is_measured_and_its_a_vs_a_is_same_while_the_shift_is_different(
         tmp_path, cache_dir, shifted):
     """Log-probabilities that wobble on every request (TOYENGINE_LOGPROB_NOISE, σ 0.004 nats): each launch's two
     passes (one at a time, batched) measure the floor; the A-vs-A's difference is that floor, same; the shift
     stands above it, different."""
     repo, shas = shifted
-    path = write_recipe(tmp_path / "noisy.yaml", toy_recipe(
-        repo, env={"TOYENGINE_LOGPROB_NOISE": "0.004"}, numerics={"deterministic": False, "max_launches": 3}))
+    path = _noisy(tmp_path, repo)
     data, _ = _run(tmp_path, cache_dir, path, shas[-1], shas[-1], "aa")
     cmp = data["assessment"]["comparison"]["comparison"]
     assert cmp["call"] == "same" and 0.002 < cmp["floor"] < 0.008, cmp
@@ -105,3 +109,14 @@ def test_a_noisy_engines_floor_is_measured_and_its_a_vs_a_is_same_while_the_shif
     data, _ = _run(tmp_path, cache_dir, path, shas[0], shas[-1], "ab")
     cmp = data["assessment"]["comparison"]["comparison"]
     assert cmp["call"] == "different" and cmp["lo"] > 0.01 and cmp["floor"] > 0.002, cmp
+
+
+def test_a_noisy_engines_numerics_bisect_names_the_shift_through_the_posterior_search(tmp_path, cache_dir, shifted):
+    repo, shas = shifted
+    out = tmp_path / "bisect"
+    proc = abbisect("bisect", str(_noisy(tmp_path, repo)), "--good", shas[0], "--bad", shas[-1], "-o", str(out),
+                    "--json", cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)["data"]
+    assert data["first_new"] == shas[6] and data["confirmation"]["level"] == "confirmed", data["confirmation"]
+    assert (out / "posterior.svg").is_file()
