@@ -5,8 +5,10 @@ of each prompt with its top-k, through the engine's OpenAI-compatible endpoints 
 Teacher-forced: `/v1/completions` with the text as the prompt, `echo: true`, `logprobs: k`, `max_tokens: 1` — the
 response's `logprobs` lists the prompt's own tokens first (the first with no log-probability: nothing precedes
 it), then the generated ones, which are dropped (`usage.completion_tokens` of them). vLLM and SGLang both answer
-it so (vLLM also has `prompt_logprobs`, SGLang `return_logprob` with `logprob_start_len` on its native
-`/generate`; echo is the one both OpenAI servers share). Continuations: the recipe's api — chat with `logprobs:
+it so: vLLM's prompt log-probabilities default to `logprobs` when `echo` is on (it also takes `prompt_logprobs`
+itself); SGLang's OpenAI server sets `logprob_start_len` 0 for echo with logprobs, logging that its native
+`/generate` (`return_logprob`, `logprob_start_len`, `top_logprobs_num`) is the intended way. Echo is the one
+request both OpenAI servers answer. Continuations: the recipe's api — chat with `logprobs:
 true, top_logprobs: k` (`choices[0].logprobs.content`), or completions with `logprobs: k`.
 
 A failed request is an error on its text, never a score. What a trial keeps is the `NumericsRun`
