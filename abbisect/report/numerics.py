@@ -91,7 +91,7 @@ def svg(section: Numerics, alpha: float, a: Sample, b: Sample) -> str:
     rows = [*cmp.texts, *cmp.continuations]
     longest = max((len(t.deltas) for t in rows), default=0)
     peak = max([abs(d) for t in rows for d in t.deltas] + [section.min_effect * 1.5])
-    width, left, top, height = max(360, 80 + 14 * longest), 60, 30, 200
+    width, left, top, height = min(max(640, 80 + 20 * longest), 2400), 60, 30, 200
     step = (width - left - 20) / max(longest - 1, 1)
 
     def y(v: float) -> float:
@@ -116,8 +116,10 @@ def svg(section: Numerics, alpha: float, a: Sample, b: Sample) -> str:
         dash = ' stroke-dasharray="5 3"' if t.kind == "continuation" else ""
         out.append(f'<polyline points="{pts}" fill="none" stroke="{colours[i % len(colours)]}"{dash}>'
                    f'<title>{escape(t.id)}: {escape(t.prompt[:80])} (mean |Δ| {t.mean_abs:.4f})</title></polyline>')
-    out.append(f'<text x="{left}" y="{top + height + 30}">position (token) →; solid: texts, dashed: '
-               'continuations up to where they part; dotted: ± numerics.min_effect</text></svg>')
+    for k in range(0, longest, max(1, longest // 10)):
+        out.append(f'<text x="{left + step * k:.1f}" y="{top + height + 14}" text-anchor="middle">{k}</text>')
+    out.append(f'<text x="{left}" y="{top + height + 32}">position (token) →; solid: texts, dashed: continuations up '
+               'to where they part; dotted: ± numerics.min_effect</text></svg>')
     return "\n".join(out) + "\n"
 
 
