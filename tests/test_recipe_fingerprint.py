@@ -63,6 +63,10 @@ CHANGES = [
     ("perf.requests", {"perf": {}}, {"perf": {"requests": 64}}, False),  # what a pass sends
     # which metric decides and how passes are compared judge finished trials
     ("perf.metric", {"perf": {}}, {"perf": {"metric": "tpot_median", "min_effect": 0.05, "launches": 3}}, True),
+    ("numerics", {}, {"numerics": {}}, False),  # log-probabilities are asked: a new trial
+    ("numerics.texts", {"numerics": {}}, {"numerics": {"texts": ["one text", "another text"], "top_k": 3}}, False),
+    ("numerics.min_effect", {"numerics": {}},
+     {"numerics": {"min_effect": 0.05, "deterministic": False, "max_launches": 3}}, True),  # they judge
     ("eval", {}, {"eval": {"set": "builtin:arith_facts"}}, False),
     # the same items from a file of the recipe's folder: keyed by the content (eval.sha256), not the place
     ("eval.set", {"eval": {"set": "builtin:arith_facts"}}, {"eval": {"set": "arith.jsonl"}}, True),

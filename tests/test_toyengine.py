@@ -159,6 +159,29 @@ def test_todays_outputs_are_unchanged(trees, healthy):
 
 
 @pytest.mark.e2e
+def test_log_probabilities_of_the_prompt_and_the_output_as_the_engines_serve_them(healthy):
+    """completions with echo: the prompt's tokens first (the first with none), then the generated; vLLM's
+    prompt_logprobs; chat's logprobs.content with top_logprobs, the greedy pick on top of each."""
+    body = {"model": "toy-model", "prompt": "the sea is wide", "max_tokens": 2, "temperature": 0, "logprobs": 3,
+            "echo": True}
+    res = httpx.post(healthy + "/v1/completions", json=body, timeout=30).json()
+    choice, usage = res["choices"][0], res["usage"]
+    lp = choice["logprobs"]
+    assert lp["tokens"][:4] == ["the", "sea", "is", "wide"] and choice["text"].startswith("the sea is wide")
+    assert lp["token_logprobs"][0] is None and lp["top_logprobs"][0] is None
+    assert all(v < 0 for v in lp["token_logprobs"][1:]) and len(lp["tokens"]) == 4 + usage["completion_tokens"]
+    assert all(len(t) == 3 for t in lp["top_logprobs"][1:])
+    body = {"model": "toy-model", "prompt": "the sea is wide", "max_tokens": 1, "temperature": 0,
+            "prompt_logprobs": 0}
+    prompt = httpx.post(healthy + "/v1/completions", json=body, timeout=30).json()["choices"][0]["prompt_logprobs"]
+    assert prompt[0] is None and [next(iter(p.values()))["logprob"] for p in prompt[1:]] == lp["token_logprobs"][1:4]
+    res = chat(healthy, "Explain what a hash table is.", logprobs=True, top_logprobs=2, max_tokens=8)
+    content = res["choices"][0]["logprobs"]["content"]
+    assert "".join(c["token"] for c in content).replace(" ", "") == _text(res).replace(" ", "")
+    assert all(c["top_logprobs"][0]["token"] == c["token"] and len(c["top_logprobs"]) == 2 for c in content)
+
+
+@pytest.mark.e2e
 @pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/completions"])
 def test_stream_arrives_token_by_token_and_reassembles(trees, healthy, path):
     chat_api = path == "/v1/chat/completions"

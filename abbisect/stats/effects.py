@@ -14,6 +14,8 @@ from dataclasses import dataclass
 
 from scipy import stats
 
+NATS = "nats/token"  # the unit of a numerics verdict's effect (abbisect/assess/numerics.py), told as it is
+
 
 @dataclass(frozen=True)
 class Effect:
@@ -43,6 +45,8 @@ class Effect:
         v = self.value if value is None else value
         if self.relative:
             return f"{math.expm1(v) * 100:+.1f} %"
+        if self.unit == NATS:
+            return f"{v:+.4f} nats/token"
         return f"{v * 100:+.1f} points"
 
     def describe(self) -> str:

@@ -111,6 +111,13 @@ def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Cache | Path,
             from abbisect.query.evals import plan_lines
 
             lines += plan_lines(recipe.eval)
+        if recipe.numerics is not None:
+            m = recipe.numerics
+            lines.append(f"numerics: {len(m.texts)} text(s) scored teacher-forced (completions, echo, top {m.top_k}), "
+                         f"one at a time and {m.concurrency} at once"
+                         + (f"; each prompt continued greedily with its top {m.top_k}" if m.continuations else "")
+                         + f"; different from {m.min_effect:g} nats/token"
+                         + ("" if m.deterministic else f", up to {m.max_launches} launches a commit"))
         if recipe.perf is not None:
             f = recipe.perf
             load = ", ".join(x for x in (f"{f.concurrency} in flight" if f.concurrency else "",

@@ -33,6 +33,7 @@ from abbisect.launch.engines import adapter
 from abbisect.launch.jit import JitMode, Start
 from abbisect.query.chat import Completion, label, ordered, query_all, tag
 from abbisect.query.evals import ask_eval
+from abbisect.query.logprobs import ask_numerics
 from abbisect.query.measure import measure
 from abbisect.recipe import Prompt, Recipe
 from abbisect.score import (
@@ -84,7 +85,8 @@ class TrialRecord:
             raise RuntimeError(f"trial {self.spec.sha[:10]} ended without a verdict")
         timings = dict(self.timings)
         timings["total"] = round(time.monotonic() - self.t0, 3)
-        spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "eval", "perf", "teardown", "probe"))
+        spent = sum(timings.get(k, 0.0) for k in ("build", "ready", "query", "eval", "numerics", "perf", "teardown",
+                                                    "probe"))
         timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
         extras = replace(self.extras, fingerprint=self.fingerprint, packages=self.packages)
         return TrialResult(self.spec, self.env, self.launch, self.outputs, self.analyses, self.answers,
@@ -293,6 +295,15 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
                 timings["eval"] = round(time.monotonic() - te, 3)
                 say(f"eval: {run.n_correct}/{run.n_graded} right" + (f", {run.n_errors} failed request(s)"
                                                                      if run.n_errors else ""))
+                if not server.alive():
+                    crash = _crashed(server)
+            if recipe.numerics is not None and not crash:  # token log-probabilities (query/logprobs.py)
+                tn = time.monotonic()
+                numerics = ask_numerics(server.base_url, model or recipe.name, recipe.numerics,
+                                        [p.prompt for _, p in prompts], recipe.api, recipe.sampling.max_tokens,
+                                        recipe.sampling.seed, recipe.timeouts.request, say)
+                rec.extras = replace(rec.extras, numerics=numerics)
+                timings["numerics"] = round(time.monotonic() - tn, 3)
                 if not server.alive():
                     crash = _crashed(server)
             if recipe.perf is not None and not crash:  # the pinned load, timed (abbisect/query/measure.py)

@@ -26,6 +26,7 @@ from abbisect.query.measure import PerfPass, PerfRun
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.score import AnswerCheck, OutputAnalysis, SignatureMatch
+from abbisect.score.logprobs import NumericsRun
 from abbisect.verdict.rules import Verdict
 
 Progress = Callable[[str], None]
@@ -105,6 +106,7 @@ class Extras:
     gpu_during: dict | None = None
     eval: EvalRun | None = None  # the eval set's part this launch asked (query/evals.py)
     perf: PerfRun | None = None  # the performance passes (query/measure.py)
+    numerics: NumericsRun | None = None  # the texts' token log-probabilities (query/logprobs.py)
     gpu_after: dict | None = None
     pass_outcomes: tuple[Outcome, ...] | None = None  # each pass's outcome (repeats.passes > 1)
     placement: dict | None = None  # where and when it ran (trial/slots.py `placed`, an executor's node)

@@ -10,6 +10,7 @@ TOYENGINE_ANSWER_FLIP (a probability, 0 by default) makes each sum come out one 
 every time: an engine whose batched path is not deterministic.
 """
 
+import math
 import os
 import random
 import re
@@ -277,3 +278,47 @@ class Model:
 
     def generate(self, prompt, max_tokens, temperature=0.0, seed=0, min_tokens=0):
         return collect(self.steps(prompt, max_tokens, temperature, seed, min_tokens))
+
+
+# Log-probabilities (the OpenAI `logprobs` of a request): the model's scores after a context, normalised. A token
+# the model took without reading the lm_head (a recalled answer, the opening of a best-matching sentence) is
+# given ten times the context's best score, so every token of an output has a log-probability and a top-k.
+FLOOR = 0.01  # the score of a word the vocabulary does not hold
+
+
+def distribution(model, ctx, words, taken=None):
+    """{token: log-probability} after the context `ctx` (its last two tokens) with the prompt's `words`
+    breaking ties, as Model.pieces scores them; `taken`: a token the model took without the lm_head."""
+    logits = model.lm_head.logits(ctx[-2], ctx[-1])
+    scores = {t: max(v + (0.5 if t in words else 0.0), 1e-9) for v, t in zip(logits, model.vocab)}
+    if taken is not None and max(scores, key=scores.__getitem__) != taken:
+        scores[taken] = 10.0 * max(scores.values())
+    total = sum(scores.values())
+    return {t: math.log(s / total) for t, s in scores.items()}, math.log(FLOOR / total)
+
+
+def top(dist, k):
+    return sorted(dist.items(), key=lambda kv: (-kv[1], kv[0]))[:k]
+
+
+def scored(model, words, tokens, start, k, forced):
+    """(token, log-probability, top-k) of tokens[start:], each after the ones before it; `forced`: tokens taken
+    without the lm_head (generated ones) get their boosted score; a prompt's own tokens never are."""
+    out = []
+    for i in range(start, len(tokens)):
+        dist, floor = distribution(model, ["<s>", "<s>", *tokens[:i]], words, tokens[i] if forced else None)
+        out.append((tokens[i], dist.get(tokens[i], floor), top(dist, k)))
+    return out
+
+
+def prompt_logprobs(model, prompt, k):
+    """The prompt's own tokens, each scored after the ones before it (teacher-forced); the first has none."""
+    tokens = tokenize(prompt)
+    return [(tokens[0], None, None), *scored(model, tokens, tokens, 1, k, False)] if tokens else []
+
+
+def output_logprobs(model, prompt, text, k, stop=False):
+    """The generated text's tokens (and its EOS when the model ended: `stop`), each scored after the prompt and
+    the tokens before it."""
+    words = tokenize(prompt)
+    return scored(model, words, [*words, *tokenize(text), *([EOS] if stop else [])], len(words), k, True)

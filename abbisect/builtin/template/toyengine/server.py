@@ -2,7 +2,12 @@
 
 HTTP/1.1 with kept-alive connections, as vLLM's and SGLang's servers speak it: a request with "stream": true
 gets server-sent events in a chunked body, one per generated token; the connection then waits for the client's
-next request (or its close). "ignore_eos" (or "min_tokens") keeps the model generating to max_tokens. An
+next request (or its close). "ignore_eos" (or "min_tokens") keeps the model generating to max_tokens.
+Log-probabilities as the engines serve them (not streamed): completions' "logprobs": k (with "echo": the
+prompt's own tokens first, the first without one; "max_tokens": 0 then scores the prompt alone) and vLLM's
+"prompt_logprobs"; chat's "logprobs": true with "top_logprobs": k. TOYENGINE_LOGPROB_NOISE (0 by default) adds
+N(0, that) to every log-probability returned, drawn afresh each time: an engine whose numerics are not
+deterministic. An
 exception in a request's handler is printed with its traceback (socketserver's own), as a real server logs one.
 Pacing, read from the environment at start (each
 0 by default, as fast as the machine goes): TOYENGINE_PREFILL_SECONDS before a request's first token,
@@ -24,13 +29,14 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import toyengine
 from toyengine.loader import load_model
-from toyengine.model import Checkpoint, collect
+from toyengine.model import Checkpoint, collect, output_logprobs, prompt_logprobs
 
 log = logging.getLogger("toyengine")
 STATE = {"model": None, "name": "toy-model", "served": 0, "in_flight": 0}
 LOCK = threading.Lock()
 TIMING = {"prefill": 0.0, "token": 0.0, "sigma": 0.0}
 NOISE = random.Random(0)
+DRAW = random.SystemRandom()  # TOYENGINE_LOGPROB_NOISE's draws
 DEFAULTS = {"host": "127.0.0.1", "port": 8000, "model": "toy-model", "seed": 0, "dtype": "auto", "max_model_len": 2048}
 
 
@@ -185,13 +191,25 @@ class Handler(BaseHTTPRequestHandler):
                       min_tokens)
         if body.get("stream"):
             return self._stream(steps, prompt, body.get("stream_options") or {})
-        text, n, finish = collect(steps)
+        text, n, finish = collect(steps) if max_tokens > 0 else ("", 0, "length")
         usage = {"prompt_tokens": len(prompt.split()), "completion_tokens": n,
                  "total_tokens": len(prompt.split()) + n}
         if self.path == "/v1/completions":
             choice = {"index": 0, "text": text, "finish_reason": finish}
+            if body.get("logprobs") is not None:
+                choice = completion_logprobs(model, prompt, choice, int(body["logprobs"]), bool(body.get("echo")))
+            if body.get("prompt_logprobs") is not None:
+                choice["prompt_logprobs"] = [None if lp is None else {
+                    str(model.vocab.index(t) if t in model.vocab else -1): {"logprob": lp, "rank": 1, "decoded_token": t}
+                } for t, lp, _ in noisy(prompt_logprobs(model, prompt, 0))]
         else:
             choice = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}
+            if body.get("logprobs"):
+                k = int(body.get("top_logprobs") or 0)
+                choice["logprobs"] = {"content": [
+                    {"token": t, "logprob": lp, "bytes": list(t.encode()),
+                     "top_logprobs": [{"token": u, "logprob": v, "bytes": list(u.encode())} for u, v in tops]}
+                    for t, lp, tops in noisy(output_logprobs(model, prompt, text, k, finish == "stop"))]}
         self._send(200, {"id": "cmpl-toy", "object": "completion", "model": STATE["name"],
                          "choices": [choice], "usage": usage})
 
@@ -237,6 +255,31 @@ class Handler(BaseHTTPRequestHandler):
 
     def _event(self, obj):
         self._chunk(b"data: " + json.dumps(obj).encode() + b"\n\n")
+
+
+def noisy(rows):
+    """(token, log-probability, top-k) rows with TOYENGINE_LOGPROB_NOISE's draw added to each log-probability."""
+    sigma = float(os.environ.get("TOYENGINE_LOGPROB_NOISE") or 0)
+    if not sigma:
+        return rows
+    with LOCK:
+        return [(t, None if lp is None else lp + DRAW.gauss(0.0, sigma), tops) for t, lp, tops in rows]
+
+
+
+def completion_logprobs(model, prompt, choice, k, echo):
+    """A completion's OpenAI `logprobs` (tokens, token_logprobs, top_logprobs, text_offset): the generated tokens,
+    after the prompt's own when `echo` (the first of which has none), and the text with the prompt before it."""
+    rows = noisy((prompt_logprobs(model, prompt, k) if echo else [])
+                 + output_logprobs(model, prompt, choice["text"], k, choice["finish_reason"] == "stop"))
+    offsets, at = [], 0
+    for t, _, _ in rows:
+        offsets.append(at)
+        at += len(t) + 1
+    return {**choice, "text": (prompt + choice["text"]) if echo else choice["text"],
+            "logprobs": {"tokens": [t for t, _, _ in rows], "token_logprobs": [lp for _, lp, _ in rows],
+                         "top_logprobs": [None if tops is None else dict(tops) for _, _, tops in rows],
+                         "text_offset": offsets}}
 
 
 def main(argv=None):
