@@ -111,7 +111,7 @@ class Numerics:
         self.section = recipe.numerics
         self.least = self.section.min_effect
         # the recipe's one significance level (verdict.alpha) where the recipe has it, else the default
-        self.alpha = getattr(recipe.verdict, "alpha", None) or ALPHA
+        self.alpha = recipe.verdict.alpha or ALPHA
         self.cap = 1 if self.section.deterministic else self.section.max_launches
         self.search_cap = 2 if self.section.deterministic else max(self.cap, 4)
 
