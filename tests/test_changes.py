@@ -7,7 +7,10 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -106,6 +109,35 @@ def test_what_is_left_is_measured_again_on_the_commits_bounding_it_while_not_sur
         assert launched and set(launched) <= bounds, (said[i], launched, bounds)
     # the launches of a part's search are labelled with its number, after the bounds were measured again
     assert all(p["phase"] >= 2 for p in run.changes["parts"])
+
+
+PATH_OF = """import sys
+sys.path.insert(0, sys.argv[1])
+import seam
+said = []
+seam.bisect(seam.World("perf", 48, 18, seed=1, changes=((18, 0.12), (38, -0.05))), seam.recipe_for("perf"),
+            say=said.append)
+print("\\n".join(said))
+"""
+
+
+@pytest.mark.skipif(platform.machine() != "x86_64", reason="OpenBLAS takes a kernel by name on x86-64 only")
+def test_the_search_takes_one_path_whichever_dot_product_kernel_the_cpu_gets(tmp_path):
+    """The search's plan weighs launches by information computed with a dot product that OpenBLAS runs with the
+    kernel the CPU gets (AVX-512 here, AVX2 on another host, SSE3 on an old one): mirror-image launches differ only
+    in the last bits, which once sent the same seeded bisect down another path on another machine."""
+    script = tmp_path / "path.py"
+    script.write_text(PATH_OF)
+    paths = {}
+    for core in ("", "Haswell", "Prescott"):  # this CPU's own, AVX2's, the generic one
+        env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"} | (
+            {"OPENBLAS_CORETYPE": core} if core else {})
+        proc = subprocess.run([sys.executable, str(script), str(REPO_ROOT / "benchmarks")], env=env,
+                              capture_output=True, text=True, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        paths[core or "this CPU"] = proc.stdout.splitlines()
+    assert paths["Haswell"] == paths["this CPU"] == paths["Prescott"]
+    assert any("search 2" in m for m in paths["this CPU"])
 
 
 def test_one_change_stays_one_and_nothing_is_searched_again():
