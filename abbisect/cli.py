@@ -81,8 +81,10 @@ class Main(click.Group):
         """The commands' list from COMMANDS, as click would print it from each command's docstring."""
         names = self.list_commands(ctx)
         limit = formatter.width - 6 - max(len(name) for name in names)
-        rows = [(name, click.utils.make_default_short_help(COMMANDS[name], limit) if name in COMMANDS
-                 else self.commands[name].get_short_help_str(limit)) for name in names]
+        # a command not yet imported is shortened as click shortens a loaded one's (its public call; the helper
+        # behind it is private from click 8.5 on)
+        rows = [(name, (self.commands.get(name) or click.Command(name, help=COMMANDS[name])).get_short_help_str(limit))
+                for name in names]
         with formatter.section("Commands"):
             formatter.write_dl(rows)
 

@@ -22,6 +22,14 @@ from abbisect.builtin.history import Commit, build_history, planted_history
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
+# The tests see nobody's git configuration or identity, and git guesses none from the host name: a commit made
+# by abbisect or a test names its own (abbisect/infra/git.py IDENTITY, the toy history's), as it must on a fresh
+# machine or a Ray node without one. Else a test that leaned on the developer's would pass only on their machine.
+os.environ.update({"GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_COUNT": "1",
+                   "GIT_CONFIG_KEY_0": "user.useConfigOnly", "GIT_CONFIG_VALUE_0": "true"})
+for _name in ("GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL", "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL", "EMAIL"):
+    os.environ.pop(_name, None)
+
 # Started from a non-interactive shell in the background, this process (and so every abbisect a test starts)
 # would ignore SIGINT, and the tests of what Ctrl-C does would fail: children inherit an ignored signal.
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:

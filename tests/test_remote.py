@@ -16,7 +16,7 @@ from abbisect.builtin.history import Commit, build_history
 from abbisect.environment import EnvResult
 from abbisect.infra.cache import Cache
 from abbisect.infra.errors import InfraError
-from abbisect.infra.git import git
+from abbisect.infra.git import IDENTITY, git
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import parse_recipe
 from abbisect.recipe.status import Outcome
@@ -60,7 +60,8 @@ def test_a_node_gets_the_commit_from_a_bundle_once(tmp_path, repo):
     store = Store()
     parcels = Parcels(store.put)
     # A commit on no branch (a revert abbisect made, a sha someone pasted): bundled too.
-    loose = git(path, "commit-tree", "-p", shas[-1], "-m", "on no branch", f"{shas[-1]}^{{tree}}").strip()
+    loose = git(path, "commit-tree", "-p", shas[-1], "-m", "on no branch", f"{shas[-1]}^{{tree}}",
+                env=IDENTITY).strip()
     first = parcels.of(_spec(path, shas[0], tmp_path / "t0"))
     assert parcels.of(_spec(path, shas[2], tmp_path / "t1"))["repo"] is first["repo"]  # on a branch: one bundle
     again = parcels.of(_spec(path, loose, tmp_path / "t2"))

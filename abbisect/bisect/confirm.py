@@ -20,9 +20,6 @@ from abbisect.infra import git
 from abbisect.recipe.status import Outcome
 from abbisect.trial.spec import TrialResult
 
-_IDENTITY = {"GIT_AUTHOR_NAME": "abbisect", "GIT_AUTHOR_EMAIL": "abbisect@localhost",
-             "GIT_COMMITTER_NAME": "abbisect", "GIT_COMMITTER_EMAIL": "abbisect@localhost"}
-
 
 def wanted(run: BisectRun, statistical: bool) -> bool:
     """Whether the answer is run again: bisect.confirm always, never, or auto (when one look is not enough)."""
@@ -109,7 +106,7 @@ def revert_commit(repo: Path, onto: str, culprit: str, parents: tuple[str, ...])
         if added.returncode != 0:
             return {"why": f"no worktree of {onto[:10]}: {added.stderr.strip()[:200]}", "conflicts": []}
         mainline = ["-m", "1"] if len(parents) > 1 else []
-        done = git.call(["revert", "--no-edit", *mainline, culprit], tree, env=_IDENTITY)
+        done = git.call(["revert", "--no-edit", *mainline, culprit], tree, env=git.IDENTITY)
         if done.returncode != 0:
             conflicts = git.call(["diff", "--name-only", "--diff-filter=U"], tree).stdout.split()
             git.call(["revert", "--abort"], tree)

@@ -23,6 +23,16 @@ import numpy as np
 from abbisect.bisect.search import Graph
 from abbisect.stats.evidence import AFTER, NONE, Array, Model, logsumexp
 
+# Two computed amounts of information this close (relative) are equal. Launches placed symmetrically in the
+# range carry the same information in exact arithmetic; computed, they differ in the last bits, and which way
+# depends on the machine (OpenBLAS picks its dot-product kernel by CPU: the `weight @ …` of `information` rounds
+# differently on an AVX-512 host than on an AVX2 one). Ties go to the cheaper launch, then the older commit.
+SAME = 1e-9
+
+
+def _same(a: float, b: float) -> bool:
+    return abs(a - b) <= SAME * max(abs(a), abs(b))
+
 
 @dataclass(frozen=True)
 class Space:
@@ -189,8 +199,10 @@ class Posterior:
         launches, the end first. () when no launch is expected to tell anything."""
         options = [o for o in options if o.left > 0]
         alone = {o.sha: self.information([o.sha]) / o.cost for o in options}
-        pool = sorted(options, key=lambda o: -alone[o.sha])[:shortlist]
+        cut = sorted(alone.values(), reverse=True)[min(shortlist, len(options)) - 1] if options else 0.0
+        pool = [o for o in options if alone[o.sha] >= cut or _same(alone[o.sha], cut)]  # ties at the cut: all
         cost = {o.sha: o.cost for o in options}
+        order = {o.sha: i for i, o in enumerate(options)}
 
         def greedy(choices: Sequence[Option], size: int, start: list[str], ref: bool) -> tuple[list[str], float]:
             chosen, info = list(start), self.information(start, ref)
@@ -199,7 +211,8 @@ class Posterior:
                           if chosen.count(o.sha) < o.left]
                 if not scored:
                     break
-                score, best = max(scored, key=lambda x: (x[0], -x[1].cost))
+                top = max(x[0] for x in scored)
+                score, best = min((x for x in scored if _same(x[0], top)), key=lambda x: (x[1].cost, order[x[1].sha]))
                 if score <= 1e-6:
                     break
                 chosen.append(best.sha)
@@ -214,8 +227,9 @@ class Posterior:
         if self.model.drifts and ends and self.columns:
             end = min(ends, key=lambda o: (o.cost, o.left * -1, o.sha))
             with_end, ref_info = greedy([o for o in pool if not o.end], max(slots - 1, 1), [end.sha], True)
-            if len(with_end) > 1 and ref_info / sum(cost[s] for s in with_end) > rate:
-                best, rate = with_end, ref_info / sum(cost[s] for s in with_end)
+            ref_rate = ref_info / sum(cost[s] for s in with_end)
+            if len(with_end) > 1 and ref_rate > rate and not _same(ref_rate, rate):
+                best, rate = with_end, ref_rate
         if not best and plain:  # no candidate to measure beside an end (a part whose only commit is its end)
             best, rate = plain, info / max(sum(cost[s] for s in plain), 1e-9)
         return tuple(best) if rate > 1e-6 else ()

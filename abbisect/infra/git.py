@@ -18,6 +18,12 @@ from abbisect.infra.proc import scrubbed_env
 PathLike = str | Path
 
 
+# The author and committer of every commit abbisect makes (a revert it tests) and of the tests' own: never the
+# user's, which a Ray node, a container or a fresh machine often lacks (git then refuses to commit).
+IDENTITY = {"GIT_AUTHOR_NAME": "abbisect", "GIT_AUTHOR_EMAIL": "abbisect@localhost",
+            "GIT_COMMITTER_NAME": "abbisect", "GIT_COMMITTER_EMAIL": "abbisect@localhost"}
+
+
 class GitError(RuntimeError):
     """A git command failed; the message is git's last line of stderr, `stderr` all of it."""
 
