@@ -329,7 +329,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         raise InfraError(f"the server could not bind its port ({port} or one it opens itself): another process "
                          f"took it (see {log_path}); run again")
     rec.signatures, rec.first_exception = tuple(scanner.matches), scanner.first_exception
-    shown_env = Redactor.from_recipe(recipe).env({**plan.env, **recipe.env})  # a result never holds a secret
+    shown_env = Redactor.from_recipe(recipe).env({**plan.env, **plan.shown, **recipe.env})  # a result never holds a secret
     rec.launch = LaunchInfo(plan.argv, shown_env, ready.status, ready.seconds, ready.returncode,
                             str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
                             mod.facts(log_text), **crash, client_gone=scanner.client_gone, jit=caches)
