@@ -8,6 +8,7 @@ only entry point of older trees); its --help lists the same server options less 
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -50,11 +51,17 @@ def help_argv(recipe: Recipe, python: str) -> list[tuple[str, ...]]:
 
 
 def facts(log_text: str) -> dict[str, object]:
-    """SGLang logs `server_args=ServerArgs(...)` at start; its version only in some releases ("sglang
-    version 0.4.6", "SGLang v0.5.2"), else the report takes it from the venv's fingerprint."""
+    """SGLang logs its arguments at start: `server_args=ServerArgs(...)` in older releases, a dict
+    (`server_args={'model_path': …}`) in 0.5.23; its version only in some releases ("sglang version 0.4.6",
+    "SGLang v0.5.2"; 0.5.23 logs none), else the report takes it from the venv's fingerprint."""
     facts: dict[str, object] = {}
     if m := re.search(r"server_args=ServerArgs\((.*?)\)\s*$", log_text, re.MULTILINE):
         facts["server_args"] = m.group(1)
+    elif m := re.search(r"server_args=(\{.*\})\s*$", log_text, re.MULTILINE):
+        try:
+            facts["server_args"] = ast.literal_eval(m.group(1))
+        except (ValueError, SyntaxError):
+            facts["server_args"] = m.group(1)
     if m := re.search(r"(?i)\bsglang(?:[ _]version)?[ =:]+v?(\d+\.\d+\.\d+[^\s,;)]*)", log_text):
         facts["version"] = m.group(1)
     if sglang_cpu.STANDIN_MARK in log_text:
