@@ -13,6 +13,8 @@ import yaml
 from abbisect.builtin import sglang_cpu
 from abbisect.launch.engines import sglang
 from abbisect.recipe import parse_recipe
+from abbisect.score.signatures import scan_text
+from abbisect.trial import pipeline
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "sglang-cpu-smollm2.yaml"
 CPU_FLAGS = ["--device", "cpu", "--sleep-on-idle"]
@@ -68,6 +70,19 @@ def test_no_other_launch_gets_it(no_cuda_driver: None, recipe) -> None:
 def test_not_on_a_machine_with_a_cuda_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sglang_cpu, "cuda_driver", lambda: True)
     assert sglang.plan(_recipe(), "py", "m", "127.0.0.1", 8000).env == {}
+
+
+def test_an_sglang_log_is_read_for_sglangs_signatures_not_vllms() -> None:
+    """The real 0.5.23 server logs uvicorn's "Application startup complete.", vLLM's ready line: an SGLang
+    launch's log is scanned without vLLM's signatures (and the `command` engine's with every engine's)."""
+    log = ("[2026-12-05 03:11:03] Parameter lm_head.weight_scale not found in params_dict\n"
+           "[2026-12-05 03:11:13] INFO:     Application startup complete.\n"
+           "[2026-12-05 03:11:19] The server is fired up and ready to roll!\n")
+    found = [m.id for m in scan_text(log, pipeline._catalogue(_recipe()))]
+    assert found == ["param_not_found", "sglang_ready"]
+    command = parse_recipe({"name": "x", "engine": {"kind": "command", "repo": "."},
+                            "launch": {"command": ["{python}", "s.py"]}, "prompts": ["p"]})
+    assert "vllm_ready" in [m.id for m in scan_text(log, pipeline._catalogue(command))]
 
 
 def test_the_log_says_which_sgl_kernel_served() -> None:

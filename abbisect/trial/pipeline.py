@@ -227,8 +227,12 @@ def _describe(rec: TrialRecord, python: str, recipe: Recipe) -> None:
 
 
 def _catalogue(recipe: Recipe) -> list[Signature]:
-    """The packaged log signatures plus the recipe's own."""
-    return load_catalogue([s.model_dump() for s in recipe.scoring.signatures] or None)
+    """The packaged log signatures plus the recipe's own, less those of the other engine: SGLang's server logs
+    uvicorn's "Application startup complete." too, which is vLLM's ready line, not SGLang's (the `command`
+    engine, any server, is scanned for every engine's)."""
+    kind = recipe.engine.kind
+    return [s for s in load_catalogue([s.model_dump() for s in recipe.scoring.signatures] or None)
+            if kind == "command" or s.engine in ("any", kind) or s.engine not in ("vllm", "sglang")]
 
 
 def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: list[tuple[str, Prompt]],
