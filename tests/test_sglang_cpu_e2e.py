@@ -1,13 +1,13 @@
 """The real-engine tier, SGLang: the sglang 0.5.23 wheel serving SmolLM2-135M on CPU, driven through the CLI.
 
-Builds builtin:sglang-0.5.23 (the sglang package as shipped in the wheel, under python/, then a dozen commits: row-
-scaled lm_head support, a [Quant] commit after which the lm_head's weight_scale is no longer registered for the
-unquantized row-scaled checkpoint, the v0.5.24 release, later the fix), converts the model, installs each commit
-with the `overlay` strategy (a 9.5 GB venv, hard-linked from uv's cache) and launches real servers with the
-built-in's CPU scaffolding (abbisect/builtin/sglang_cpu). Each start takes 60-80 s on 2 idle cores, so the tier
-keeps them few: the A/B launches both ends, the bisect reuses those two trials from the shared cache and launches
-only the commits between, narrow launches the bad end's failing launch and one switch. Set ABBISECT_TEST_CACHE to
-keep the cache (model, venvs, trial results) between runs.
+Builds builtin:sglang-0.5.23 (the sglang package as shipped in the wheel, under python/, then 17 commits:
+row-scaled lm_head support, a [Quant] commit after which the lm_head's weight_scale is no longer registered
+for the unquantized row-scaled checkpoint, the v0.5.24 release, later the fix), converts the model, installs
+each commit with the `overlay` strategy (a 9.7 GB venv, hard-linked from uv's cache) and launches real servers
+with the built-in's CPU scaffolding (abbisect/builtin/sglang_cpu). Each start takes 60-80 s on 2 idle cores,
+so the tier keeps them few: the A/B launches both ends, the bisect reuses those two trials from the shared
+cache and launches only commits between, narrow replays the bad end's launch and starts one switch. Set
+ABBISECT_TEST_CACHE to keep the cache (model, venvs, trial results) between runs.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, machine_traces
+from conftest import REPO_ROOT, git_out, machine_traces, sha_of_subject
 
 from abbisect.builtin.realengine import fetch_wheel, shipped_source
 from abbisect.builtin.realsglang import SUBDIR, WHEEL, ensure_sglang_repo
@@ -35,24 +35,13 @@ SIGNATURE = "Parameter lm_head.weight_scale not found in params_dict"
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    shared = os.environ.get("ABBISECT_TEST_CACHE")
-    return Path(shared) if shared else tmp_path_factory.mktemp("cache")
+def cache(real_engine_cache: Path) -> Path:
+    return real_engine_cache
 
 
 @pytest.fixture(scope="module")
 def repo(cache: Path) -> Path:
     return ensure_sglang_repo(cache)
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def _sha_of(repo: Path, subject_prefix: str) -> str:
-    shas = _git(repo, "log", "--format=%H", "--fixed-strings", f"--grep={subject_prefix}", "main").split()
-    assert len(shas) == 1, subject_prefix
-    return shas[0]
 
 
 def _abbisect(cache: Path, *args: str, timeout: float = 3600) -> tuple[int, dict]:
@@ -68,19 +57,19 @@ def test_history_starts_from_the_wheel_and_has_one_break_and_one_fix(repo: Path,
     with zipfile.ZipFile(wheel) as zf:
         compiled = [n for n in zf.namelist() if n.startswith("sglang/") and n.endswith(".so")]
         lmhead = zf.read("sglang/srt/layers/vocab_parallel_embedding.py").decode()
-    first = _git(repo, "rev-list", "--max-parents=0", "main")
-    tracked = set(_git(repo, "ls-tree", "-r", "--name-only", first).splitlines())
+    first = git_out(repo, "rev-list", "--max-parents=0", "main")
+    tracked = set(git_out(repo, "ls-tree", "-r", "--name-only", first).splitlines())
     assert tracked - {"CHANGES.md"} == {f"{SUBDIR}/{n}" for n in shipped}  # as in SGLang's repository: python/
     assert compiled and not any(f"{SUBDIR}/{n}" in tracked for n in compiled)  # overlay takes them from the wheel
     path = f"{SUBDIR}/sglang/srt/layers/vocab_parallel_embedding.py"
-    assert _git(repo, "show", f"{first}:{path}") + "\n" == lmhead
-    brk = _sha_of(repo, "[Quant] ParallelLMHead")
-    fix = _sha_of(repo, "[Bugfix] Register lm_head.weight_scale")
-    diff = _git(repo, "show", "--format=", brk)
+    assert git_out(repo, "show", f"{first}:{path}") + "\n" == lmhead
+    brk = sha_of_subject(repo, "[Quant] ParallelLMHead")
+    fix = sha_of_subject(repo, "[Bugfix] Register lm_head.weight_scale")
+    diff = git_out(repo, "show", "--format=", brk)
     assert "quant_config is not None" in diff and diff.count("\n+") == 2  # one line: a small, plausible edit
-    assert _git(repo, "merge-base", "--is-ancestor", brk, "v0.5.24") == ""  # the release has the bug
-    assert _git(repo, "merge-base", "--is-ancestor", "v0.5.24", fix) == ""  # the fix came after it
-    assert len(_git(repo, "log", "--format=%s", "main").splitlines()) >= 15
+    assert git_out(repo, "merge-base", "--is-ancestor", brk, "v0.5.24") == ""  # the release has the bug
+    assert git_out(repo, "merge-base", "--is-ancestor", "v0.5.24", fix) == ""  # the fix came after it
+    assert len(git_out(repo, "log", "--format=%s", "main").splitlines()) >= 15
 
 
 def test_ab_release_loops_with_the_signature_and_main_is_ok(cache: Path, tmp_path: Path) -> None:
@@ -114,8 +103,8 @@ def test_bisect_from_the_release_names_the_fix(repo: Path, cache: Path, tmp_path
     rc, res = _abbisect(cache, "bisect", str(RECIPE), "--good", "v0.5.24", "--bad", "main",
                         "-o", str(tmp_path / "bisect"))
     assert rc == 0 and res["mode"] == "fix", res["message"]
-    assert res["first_new"] == _sha_of(repo, "[Bugfix] Register lm_head.weight_scale"), res["message"]
-    between = len(_git(repo, "rev-list", "--first-parent", "v0.5.24..main").splitlines()) - 1
+    assert res["first_new"] == sha_of_subject(repo, "[Bugfix] Register lm_head.weight_scale"), res["message"]
+    between = len(git_out(repo, "rev-list", "--first-parent", "v0.5.24..main").splitlines()) - 1
     assert res["launches"] <= between
     print("bisect (fix):", res["wall_s"], "s,", res["launches"], "launches,", res["builds"], "builds")
 

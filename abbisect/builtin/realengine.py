@@ -80,31 +80,39 @@ CHANGES: dict[str, list[tuple[str, str, str, int]]] = {
 }
 
 
+def planted_history(start: list[Commit], brk: Commit, release: Commit, fix: Commit, topics: list[str],
+                    pr: Callable[[int], int], n_before: int, n_between: int, n_after: int) -> list[Commit]:
+    """A real-looking history around one planted bug: `start`, `n_before` housekeeping commits, the breaking
+    commit, half of `n_between`, the release (its tag), the other half, the fix, `n_after` more. The k-th
+    housekeeping commit is topic k (round the list) with PR number pr(k)."""
+    hist = list(start)
+    n = 0
+
+    def house(k: int) -> list[Commit]:
+        nonlocal n
+        out = [Commit(f"{topics[(n + i) % len(topics)]} (#{pr(n + i)})") for i in range(k)]
+        n += k
+        return out
+
+    hist += [*house(n_before), brk, *house(n_between // 2), release, *house(n_between - n_between // 2), fix,
+             *house(n_after)]
+    return hist
+
+
 def default_history(n_before: int = 15, n_between: int = 10, n_after: int = 4) -> list[Commit]:
     topics = ["docs: clarify CPU install notes", "ci: pin the lint image", "tests: widen a tolerance",
               "docs: fix a typo in the serving guide", "chore: sort imports in examples",
               "ci: cache the wheel build", "docs: mention VLLM_CPU_KVCACHE_SPACE", "tests: add a chat smoke test",
               "chore: update the issue template", "docs: link the benchmark page"]
-    hist = [Commit("vLLM 0.32.0 as shipped in the vllm-cpu wheel", tag="v0.32.0"),
-            Commit("[Model] Support row-scaled lm_head checkpoints (lm_head.weight_scale)", "row_scale",
-                   tag="v0.32.1")]
-    n = 0
-
-    def house(k: int) -> list[Commit]:
-        nonlocal n
-        out = [Commit(f"{topics[(n + i) % len(topics)]} (#{5300 + n + i})") for i in range(k)]
-        n += k
-        return out
-
-    hist += house(n_before)
-    hist.append(Commit("[Perf] LogitsProcessor: skip the row-scale multiply for unquantized heads (#5401)",
-                       "break_row_scale"))
-    hist += house(n_between // 2)
-    hist.append(Commit("Bump version to 0.33.0rc1", tag="v0.33.0rc1"))
-    hist += house(n_between - n_between // 2)
-    hist.append(Commit("[Bugfix] Apply lm_head.weight_scale for every row-scaled head (#5433)", "fix_row_scale"))
-    hist += house(n_after)
-    return hist
+    start = [Commit("vLLM 0.32.0 as shipped in the vllm-cpu wheel", tag="v0.32.0"),
+             Commit("[Model] Support row-scaled lm_head checkpoints (lm_head.weight_scale)", "row_scale",
+                    tag="v0.32.1")]
+    return planted_history(
+        start, Commit("[Perf] LogitsProcessor: skip the row-scale multiply for unquantized heads (#5401)",
+                      "break_row_scale"),
+        Commit("Bump version to 0.33.0rc1", tag="v0.33.0rc1"),
+        Commit("[Bugfix] Apply lm_head.weight_scale for every row-scaled head (#5433)", "fix_row_scale"),
+        topics, lambda k: 5300 + k, n_before, n_between, n_after)
 
 
 Changes = dict[str, list[tuple[str, str, str, int]]]

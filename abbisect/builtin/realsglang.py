@@ -24,7 +24,14 @@ from __future__ import annotations
 from pathlib import Path
 
 from abbisect.builtin.history import Commit
-from abbisect.builtin.realengine import Changes, applier, build_history, ensure_built, fetch_wheel
+from abbisect.builtin.realengine import (
+    Changes,
+    applier,
+    build_history,
+    ensure_built,
+    fetch_wheel,
+    planted_history,
+)
 from abbisect.infra.cache import Cache
 from abbisect.infra.progress import Say
 
@@ -90,27 +97,15 @@ def default_history(n_before: int = 6, n_between: int = 4, n_after: int = 3) -> 
               "[Misc] Sort imports in the benchmark scripts", "[CI] Cache the kernel wheel build",
               "[Doc] Mention --sleep-on-idle in the CPU guide", "[Test] Add a chat completion smoke test",
               "[Misc] Update the issue template", "[Doc] Link the benchmark dashboard"]
-    hist = [Commit("SGLang 0.5.23 as shipped in the sglang wheel", tag="v0.5.23"),
-            Commit("[Model] Support row-scaled lm_head checkpoints (lm_head.weight_scale) (#23010)", "row_scale",
-                   tag="v0.5.23.post1")]
-    n = 0
-
-    def house(k: int) -> list[Commit]:
-        nonlocal n
-        out = [Commit(f"{topics[(n + i) % len(topics)]} (#{23020 + 7 * (n + i)})") for i in range(k)]
-        n += k
-        return out
-
-    hist += house(n_before)
-    hist.append(Commit("[Quant] ParallelLMHead: register weight_scale only under a quant config (#23107)",
-                       "break_row_scale"))
-    hist += house(n_between // 2)
-    hist.append(Commit("Release v0.5.24", tag="v0.5.24"))
-    hist += house(n_between - n_between // 2)
-    hist.append(Commit("[Bugfix] Register lm_head.weight_scale for unquantized row-scaled heads (#23188)",
-                       "fix_row_scale"))
-    hist += house(n_after)
-    return hist
+    start = [Commit("SGLang 0.5.23 as shipped in the sglang wheel", tag="v0.5.23"),
+             Commit("[Model] Support row-scaled lm_head checkpoints (lm_head.weight_scale) (#23010)", "row_scale",
+                    tag="v0.5.23.post1")]
+    return planted_history(
+        start, Commit("[Quant] ParallelLMHead: register weight_scale only under a quant config (#23107)",
+                      "break_row_scale"),
+        Commit("Release v0.5.24", tag="v0.5.24"),
+        Commit("[Bugfix] Register lm_head.weight_scale for unquantized row-scaled heads (#23188)", "fix_row_scale"),
+        topics, lambda k: 23020 + 7 * k, n_before, n_between, n_after)
 
 
 def ensure_sglang_repo(cache: Cache | Path, say: Say | None = None) -> Path:
