@@ -5,6 +5,8 @@ driver, and its two CPU ops doing what SGLang's CPU engine asks of them."""
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -130,3 +132,35 @@ def test_standin_names_what_it_lacks_when_called(standin) -> None:
     from_import = k.fused_add_rmsnorm  # a module-level import of an unrelated path passes
     with pytest.raises(NotImplementedError, match="fused_add_rmsnorm"):
         from_import()
+
+
+# A server shaped as SGLang's: a main process whose SIGTERM handler ends its own child (SGLang's kill_process_tree)
+# and a child that reports a SIGTERM from anyone else (SGLang's main process takes a child dying first for a crash).
+_CHILD = ("import signal, sys, time\n"
+          "def term(*_):\n    print('child: SIGTERM from outside', flush=True); sys.exit(0)\n"
+          "signal.signal(signal.SIGTERM, term); print('child up', flush=True)\n"
+          "while True: time.sleep(0.05)\n")
+_MAIN = ("import signal, subprocess, sys, time\n"
+         f"child = subprocess.Popen([sys.executable, '-c', {_CHILD!r}])\n"
+         "def term(*_):\n    print('main: SIGTERM', flush=True); child.kill(); child.wait(); sys.exit(0)\n"
+         "signal.signal(signal.SIGTERM, term)\n"
+         "while True: time.sleep(0.05)\n")
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("main_first", [True, False])
+def test_sglangs_teardown_signals_the_main_process_first(tmp_path: Path, main_first: bool) -> None:
+    from abbisect.launch import server as launch
+    from abbisect.launch.engines.base import LaunchPlan
+    from abbisect.score.scanner import LineScanner
+
+    assert sglang.plan(_recipe(), "py", "m", "127.0.0.1", 8000).stop_main_first
+    plan = LaunchPlan((sys.executable, "-c", _MAIN), {}, None, "child up")
+    server = launch.start(plan, dict(os.environ), tmp_path / "server.log", tmp_path, "http://127.0.0.1:9",
+                          cache=tmp_path / "cache", scanner=LineScanner(ready="child up"))
+    assert launch.wait_ready(server, plan, 60).status == "ready"
+    teardown = launch.stop(server, 10.0, main_first)
+    log = (tmp_path / "server.log").read_text()
+    assert "main: SIGTERM" in log and teardown.signal == "SIGTERM" and teardown.leftover_pids == ()
+    # main first: the child is ended by its parent, never by us; all at once: it is signalled too
+    assert ("child: SIGTERM from outside" in log) is not main_first

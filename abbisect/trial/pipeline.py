@@ -318,7 +318,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
         scanner.freeze()
         try:
-            teardown = launch.stop(server, grace)
+            teardown = launch.stop(server, grace, plan.stop_main_first)
         finally:
             jit.done(caches)
         server_times["stopped"] = round(time.time(), 3)

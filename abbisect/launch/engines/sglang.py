@@ -40,7 +40,7 @@ def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -
     return LaunchPlan(argv, sglang_cpu.launch_env() if scaffold else {},
                       ready.http if ready and ready.http else "/health",
                       ready.log if ready and ready.log else READY_LINE,
-                      shown=sglang_cpu.shown_env() if scaffold else {})
+                      shown=sglang_cpu.shown_env() if scaffold else {}, stop_main_first=True)
 
 
 def help_argv(recipe: Recipe, python: str) -> list[tuple[str, ...]]:
