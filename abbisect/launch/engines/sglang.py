@@ -4,6 +4,8 @@ Checked on the real sglang 0.5.23 (docs/real-engines.md): `/v1/models` answers b
 run, and "Uvicorn running on" is logged before it too; the ready line comes after it. `sglang serve
 --model-path M` (launch.entrypoint cli) serves as `python -m sglang.launch_server` does (module, the default: the
 only entry point of older trees); its --help lists the same server options less three of the gRPC servicer's.
+Teardown signals the main process first: it ends its children itself, where a child signalled with it may die
+first and be taken for a crash (a SIGQUIT and a 5 s wait).
 """
 
 from __future__ import annotations
