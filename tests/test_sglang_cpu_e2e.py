@@ -129,8 +129,8 @@ def test_narrow_at_the_release_reads_the_real_help(cache: Path, tmp_path: Path) 
     assert res["not_accepted"] == ["sglang.flashinfer-off-2024"]  # never launched: the real --help lacks it
     tried = {p["switch"]: p["outcome"] for p in res["probes"] if p["kind"] == "switch"}
     assert tried == {"sglang.radix-off": "bad"} and res["workarounds"] == []
-    # the failing launch itself is the A/B's bad side (narrow is not in the trial's key): one engine start
-    assert res["launches"] == 1, res["probes"]
+    # the failing launch itself is the A/B's bad side (narrow is not in the trial's key): one engine start at most
+    assert res["launches"] <= 1 and res["probes"][0]["cached"], res["probes"]
     md = (tmp_path / "narrow" / "narrow.md").read_text()
-    assert "sglang.flashinfer-off-2024" in md and "sglang.radix-off" in md
+    assert "`sglang.radix-off`" in md and "not declared by this commit's `sglang serve --help`" in md
     print("narrow:", res["launches"], "launch(es)")
