@@ -40,7 +40,7 @@ def plan(recipe: Recipe, python: str, model: str | None, host: str, port: int) -
     # builtin:sglang-0.5.23 on a machine without a GPU: its CPU scaffolding (abbisect/builtin/sglang_cpu).
     scaffold = sglang_cpu.applies(recipe.engine.repo, recipe.launch.flags)
     return LaunchPlan(argv, sglang_cpu.launch_env() if scaffold else {},
-                      ready.http if ready and ready.http else "/health",
+                      ready.http if ready else "/health",
                       ready.log if ready and ready.log else READY_LINE,
                       shown=sglang_cpu.shown_env() if scaffold else {}, stop_main_first=True)
 
