@@ -200,6 +200,25 @@ def cache_dir(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("cache")
 
 
+@pytest.fixture(scope="module")
+def real_engine_cache(tmp_path_factory) -> Path:
+    """The real-engine tier's cache: ABBISECT_TEST_CACHE when set (the model, the venvs and the trials kept
+    between runs, and shared by the tier's modules), else a fresh one for the module."""
+    shared = os.environ.get("ABBISECT_TEST_CACHE")
+    return Path(shared) if shared else tmp_path_factory.mktemp("cache")
+
+
+def git_out(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def sha_of_subject(repo: Path, subject_prefix: str) -> str:
+    """The one commit on main whose message holds `subject_prefix`."""
+    shas = git_out(repo, "log", "--format=%H", "--fixed-strings", f"--grep={subject_prefix}", "main").split()
+    assert len(shas) == 1, subject_prefix
+    return shas[0]
+
+
 def toy_recipe(repo: Path, **overrides) -> dict:
     recipe = {
         "name": "toy",

@@ -40,3 +40,14 @@ def test_sglang_server_args_and_version():
     facts = sglang.facts(log)
     assert facts["server_args"].startswith("model_path='/m'") and facts["version"] == "0.5.23"
     assert "version" not in sglang.facts("[2026-11-30] server_args=ServerArgs(model_path='/m')\n")
+
+
+def test_sglang_0_5_23_logs_its_arguments_as_a_dict():
+    """As the real sglang 0.5.23 logs them (docs/real-engines.md): a dict, and no version line."""
+    log = ("[2026-12-05 03:09:59] server_args={'model_path': '/m', 'dtype': 'float32', 'device': 'cpu', "
+           "'random_seed': 0, 'attention_backend': 'torch_native', 'disable_cuda_graph': False}\n"
+           "[2026-12-05 03:11:19] The server is fired up and ready to roll!\n")
+    facts = sglang.facts(log)
+    assert facts["server_args"] == {"model_path": "/m", "dtype": "float32", "device": "cpu", "random_seed": 0,
+                                    "attention_backend": "torch_native", "disable_cuda_graph": False}
+    assert "version" not in facts

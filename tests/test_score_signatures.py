@@ -33,6 +33,11 @@ ENGINE_FACTS_LINES = {
     "Parameter lm_head.weight_scale not found in params_dict": "param_not_found",
     "The server is fired up and ready to roll!": "sglang_ready",
     "Received sigquit from a child process. It usually means the child failed.": "sglang_child_failed",
+    # sglang 0.5.23's words for the same (the real server, 2026-12-05)
+    "[2026-12-05 03:16:39] SIGQUIT received. signum=None, frame=None. It usually means one child failed.": (
+        "sglang_child_failed"),
+    "[2026-12-05 03:16:39] Subprocess detokenizer (pid=26986) crashed with exit code -15. Triggering SIGQUIT for "
+    "cleanup...": "sglang_subprocess_crashed",
     "Scheduler hit an exception: Traceback (most recent call last):": "sglang_scheduler_exception",
     "RuntimeError: Not enough memory. Please try to increase --mem-fraction-static.": "sglang_kv_pool_oom",
     "Initialization failed. warmup error: Traceback": "sglang_warmup_failed",

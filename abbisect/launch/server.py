@@ -12,6 +12,7 @@ Teardown reports honestly what survived.
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
@@ -137,10 +138,17 @@ def _http_ok(client: httpx.Client, url: str) -> bool:
         return False
 
 
-def stop(server: Server, grace: float = 10.0) -> Teardown:
-    """SIGTERM the server's whole family, SIGKILL what is left after `grace`; report anything that survived."""
+def stop(server: Server, grace: float = 10.0, main_first: bool = False) -> Teardown:
+    """SIGTERM the server's whole family, SIGKILL what is left after `grace`; report anything that survived.
+    `main_first` (the plan's stop_main_first): the main process gets SIGTERM alone first and up to `grace` to end
+    its family itself; whatever is left then goes the same way."""
     t0 = time.monotonic()
-    ended = server.proc.stop(grace)
+    told = main_first and server.proc.signal_main(signal.SIGTERM)
+    while told and server.alive() and time.monotonic() - t0 < grace:
+        time.sleep(0.05)
+    ended = server.proc.stop(max(grace - (time.monotonic() - t0), 1.0))
+    if told and ended.how == "exited":  # our SIGTERM to the main process ended the family
+        ended = supervisor.Ended("SIGTERM", ended.leftover)
     if server.reader is not None:
         server.reader.join(timeout=2.0)  # the pipe closes once the last writer is gone
     server.log.close()

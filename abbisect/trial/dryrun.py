@@ -93,7 +93,7 @@ def render_plan(recipe: Recipe, refs: tuple[str, str], cache: Cache | Path,
         lines.append("check: kernel probe (no server): " + ", ".join(f"{k}={v}" for k, v in probe.items()))
     else:
         plan = adapter(recipe.engine.kind).plan(recipe, "$VENV/bin/python", str(model), "127.0.0.1", 0)
-        env = " ".join(f"{k}={v}" for k, v in {**plan.env, **recipe.env}.items())
+        env = " ".join(f"{k}={v}" for k, v in {**plan.env, **plan.shown, **recipe.env}.items())
         gpus = "" if recipe.gpus is None else f"CUDA_VISIBLE_DEVICES={','.join(map(str, recipe.gpus))} "
         lines.append(f"launch (both sides, port chosen at run time): {gpus}{env} {' '.join(plan.argv)}".replace("  ", " "))
         ready = " and ".join(x for x in (f"GET {plan.ready_http} = 200" if plan.ready_http else "",

@@ -229,8 +229,12 @@ def _describe(rec: TrialRecord, python: str, recipe: Recipe) -> None:
 
 
 def _catalogue(recipe: Recipe) -> list[Signature]:
-    """The packaged log signatures plus the recipe's own."""
-    return load_catalogue([s.model_dump() for s in recipe.scoring.signatures] or None)
+    """The packaged log signatures plus the recipe's own, less those of the other engine: SGLang's server logs
+    uvicorn's "Application startup complete." too, which is vLLM's ready line, not SGLang's (the `command`
+    engine, any server, is scanned for every engine's)."""
+    kind = recipe.engine.kind
+    return [s for s in load_catalogue([s.model_dump() for s in recipe.scoring.signatures] or None)
+            if kind == "command" or s.engine in ("any", kind) or s.engine not in ("vllm", "sglang")]
 
 
 def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: list[tuple[str, Prompt]],
@@ -325,7 +329,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
         scanner.freeze()
         try:
-            teardown = launch.stop(server, grace)
+            teardown = launch.stop(server, grace, plan.stop_main_first)
         finally:
             jit.done(caches)
         server_times["stopped"] = round(time.time(), 3)
@@ -340,7 +344,7 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         raise InfraError(f"the server could not bind its port ({port} or one it opens itself): another process "
                          f"took it (see {log_path}); run again")
     rec.signatures, rec.first_exception = tuple(scanner.matches), scanner.first_exception
-    shown_env = Redactor.from_recipe(recipe).env({**plan.env, **recipe.env})  # a result never holds a secret
+    shown_env = Redactor.from_recipe(recipe).env({**plan.env, **plan.shown, **recipe.env})  # a result never holds a secret
     rec.launch = LaunchInfo(plan.argv, shown_env, ready.status, ready.seconds, ready.returncode,
                             str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
                             mod.facts(log_text), **crash, client_gone=scanner.client_gone, jit=caches)

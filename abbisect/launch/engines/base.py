@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from abbisect.recipe import Recipe
@@ -16,6 +16,11 @@ class LaunchPlan:
     env: dict[str, str]
     ready_http: str | None  # a path that must answer 200
     ready_log: str | None  # a regex that must appear in the log
+    # How reports show some of `env`'s values (a folder of this machine's abbisect, by a name fit to share).
+    shown: dict[str, str] = field(default_factory=dict)
+    # Teardown: SIGTERM to the main process alone first, which ends its children itself (SGLang: SIGTERM to every
+    # process at once lets a child die first, and the main process takes that for a crash and waits 5 s).
+    stop_main_first: bool = False
 
 
 class Adapter(Protocol):
