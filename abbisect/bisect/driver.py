@@ -41,6 +41,9 @@ class Driver:
     def run(self, run: BisectRun, replay: dict[str, dict] | None = None) -> BisectRun:
         self.t0 = time.monotonic()
         self.oracle.recorded = replay or {}
+        # Before the ends are tested, with a resumed run's recorded steps kept: an interrupt or a crash at any
+        # moment leaves a folder that resumes without running a recorded launch again.
+        self.save(run)
         run.ends_asked = EndsMode(self.recipe.bisect.ends)
         if run.ends_asked is EndsMode.LAZY:
             run.ends_fallback = ends_first_because(self.recipe, self.judge, run.merge_bases, self.variable.kind,
@@ -79,9 +82,10 @@ class Driver:
         self.save(run)
 
     def save(self, run: BisectRun, state: SearchState | None = None) -> None:
-        """state.json: everything `--resume DIR` needs (recipe, ends, options, every finished trial)."""
+        """state.json: everything `--resume DIR` needs (recipe, ends, options, every finished trial — those an
+        interrupted run recorded and this one has not replayed yet included)."""
         with self.save_lock:  # slots finish at the same time: one writer at a time
-            write_state(self.oracle.out, run, state, self.redact)
+            write_state(self.oracle.out, run, state, self.redact, self.oracle.recorded)
 
     def conclude(self, run: BisectRun, result: SearchResult, graph: Graph) -> BisectRun:
         """The answer, its parent (for the decisive A/B) and what the report says about them, gathered now so

@@ -191,9 +191,8 @@ def run_bisect(req: BisectRequest) -> BisectRun | None:
                     prefetch=0 if (executor and (len(executor.slots) > 1 or executor.remote)) or rec.perf
                     else rec.bisect.prefetch)
     driver = Driver(oracle, progress, judge, red.data)
-    driver.save(run)  # before the ends are tested: an interrupt at any moment leaves a resumable folder
     try:
-        run = driver.run(run, resumed.replay if resumed else None)
+        run = driver.run(run, resumed.replay if resumed else None)  # state.json saved first, then after each step
     except (KeyboardInterrupt, SystemExit):
         oracle.shutdown(wait=False)
         raise
