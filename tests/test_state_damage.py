@@ -82,7 +82,7 @@ def test_a_damaged_state_is_one_line_naming_what_is_wrong(tmp_path, state, chang
 
 
 def test_a_state_copied_from_another_bisect_is_refused_naming_both(tmp_path, state):
-    folder, go = _resume_damaged(tmp_path, state, lambda st: None, name="20260202-120000")
+    _, go = _resume_damaged(tmp_path, state, lambda st: None, name="20260202-120000")
     with pytest.raises(UserError) as caught:
         go()
     line = str(caught.value)
