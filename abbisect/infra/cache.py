@@ -471,10 +471,16 @@ def cache_path(override: str | Path | None = None) -> Path:
     return root.expanduser().resolve()
 
 
+# The cache this process opened (None before `create`): a machine fault's hint names the option of the folder it
+# happened in (abbisect.infra.errors.describe_os_error).
+OPENED: list[Path] = []
+
+
 def create(override: str | Path | None = None) -> Cache:
     """The cache folder, created and checked writable: an unusable cache is an `InfraError` up front, not a
     traceback halfway through a trial. Marked for backup tools with CACHEDIR.TAG (the convention nox follows)."""
     root = cache_path(override)
+    OPENED[:] = [root]
     if root.exists() and not root.is_dir():
         raise InfraError(f"cache folder {root} is a file (point --cache-dir / ABBISECT_CACHE_DIR at a folder)")
     try:
