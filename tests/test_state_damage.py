@@ -90,32 +90,47 @@ def test_a_state_copied_from_another_bisect_is_refused_naming_both(tmp_path, sta
     assert "20260101-000000" in line and "20260202-120000" in line, line
 
 
-def test_every_write_of_a_resumed_state_keeps_the_recorded_steps(tmp_path, state):
-    """Resumed and interrupted (Ctrl-C) or crashed before its first new launch ends, the statistical search's
-    state still holds every launch recorded; resumed once more, none of them runs again."""
+def _launches(folder: Path) -> set[tuple[str, str, int]]:
+    """Every launch state.json records: (commit, label, attempt)."""
+    steps = json.loads((folder / STATE_FILE).read_text())["steps"]
+    return {(s["sha"], t["spec"]["side"], t["spec"]["attempt"]) for s in steps
+            for t in [s["result"], *(s.get("more") or ())]}
+
+
+KINDS = [  # (the world, the recipe, the label of the launches the bisect is cut at, after how many of them)
+    pytest.param(lambda: seam.World("flaky", 16, 9, seed=2), lambda: seam.recipe_for("flaky"), "candidate", 4,
+                 id="search"),
+    pytest.param(lambda: seam.World("flaky", 16, 9, seed=2), lambda: seam.recipe_for("flaky"), "confirm", 3,
+                 id="confirmation"),
+    pytest.param(lambda: seam.World("perf", 24, 8, seed=1, changes=((8, 0.12), (18, 0.12))),
+                 lambda: seam.recipe_for("perf"), "change2", 2, id="changes-part"),
+]
+
+
+@pytest.mark.parametrize(("world", "recipe", "label", "after"), KINDS)
+def test_a_resume_cut_or_crashed_before_its_first_launch_keeps_every_recorded_launch(tmp_path, world, recipe, label,
+                                                                                      after):
+    """Cut (Ctrl-C) at each kind of launch — the search, the confirmation, the search of a part for another
+    change —, then resumed and cut again, or crashed, before its first new launch ends: every write of the state
+    still holds every launch recorded, and the last resume runs none of them again."""
     folder = tmp_path / "20260101-000000"
-    folder.mkdir()
-    (folder / STATE_FILE).write_text(json.dumps(state))
-    recipe = seam.recipe_for("flaky")
-
-    def launches(folder: Path) -> set[tuple[str, int]]:
-        steps = json.loads((folder / STATE_FILE).read_text())["steps"]
-        return {(s["sha"], t["spec"]["attempt"]) for s in steps for t in [s["result"], *(s.get("more") or ())]}
-
-    recorded = launches(folder)
-    assert len(recorded) == 10
+    rec = recipe()
+    with pytest.raises(KeyboardInterrupt):
+        seam.bisect(seam.cut(world(), after, label), rec, out=folder)
+    recorded = _launches(folder)
+    assert sum(1 for _, side, _ in recorded if side.startswith(label)) == after
 
     def crash(spec):
         raise RuntimeError("a bug in the middle of a launch")
 
-    for stop in (seam.cut(seam.World("flaky", 16, 9, seed=2), 0),
-                 seam._before_each(seam.World("flaky", 16, 9, seed=2), crash)):
+    for stop in (seam.cut(world(), 0), seam._before_each(world(), crash)):
         with pytest.raises((KeyboardInterrupt, RuntimeError)):
-            seam.bisect(stop, recipe, out=folder, replay=resume(folder, None, {}, {}, None).replay)
-        assert launches(folder) == recorded
-    world = seam.World("flaky", 16, 9, seed=2)
-    asked = seam.asked(world)
-    run, _ = seam.bisect(world, recipe, out=folder, replay=resume(folder, None, {}, {}, None).replay)
-    assert run.result is not None and run.result.first_new == "c009"
-    assert asked and not recorded & {(spec.sha, spec.attempt) for spec in asked}, "a recorded launch ran again"
-    assert recorded <= launches(folder)
+            seam.bisect(stop, rec, out=folder, replay=resume(folder, None, {}, {}, None).replay)
+        assert _launches(folder) == recorded
+    again = world()
+    asked = seam.asked(again)
+    run, _ = seam.bisect(again, rec, out=folder, replay=resume(folder, None, {}, {}, None).replay)
+    assert run.result is not None and run.result.first_new is not None
+    assert asked and not {(s, a) for s, _, a in recorded} & {(spec.sha, spec.attempt) for spec in asked}, \
+        "a recorded launch ran again"
+    assert recorded <= _launches(folder)
