@@ -69,6 +69,8 @@ def one_line(stderr: str, command: str, ending: str, rc: int) -> str:
     assert rc == CODES[command][ending], (rc, stderr[-3000:])
     said = [ln for ln in stderr.splitlines() if ln.startswith("abbisect:")]
     assert len(said) == 1, stderr[-3000:]
+    prefix = {"infra": "abbisect: infrastructure error: ", "usage": "abbisect: error: "}.get(ending, "abbisect: ")
+    assert said[0].startswith(prefix), said[0]
     assert "Traceback" not in stderr, stderr[-3000:]
     return said[0]
 
@@ -232,7 +234,7 @@ def test_a_full_result_folder_at_the_report_is_one_infra_line_naming_output(tmp_
     results = tmpfs("results", 1 << 20)
     out = results / "out"
     filler = fill(results, leave=0)
-    proc = abbisect("bisect", str(toy), "--good", "v1", "--bad", "broken", "-o", str(out), cwd=tmp_path,
+    proc = abbisect("bisect", str(toy), "--good", "healthy0", "--bad", "broken", "-o", str(out), cwd=tmp_path,
                     cache=cache_dir)
     line = one_line(proc.stderr, "bisect", "infra", proc.returncode)
     assert "No space left on device" in line and "--output" in line and "--cache-dir" not in line, line
@@ -241,7 +243,7 @@ def test_a_full_result_folder_at_the_report_is_one_infra_line_naming_output(tmp_
 
 def test_a_full_disk_while_the_builtin_history_is_written_is_one_infra_line(tmp_path, tmpfs):
     cache = tmpfs("cache", 8 << 20)
-    fill(cache, leave=0)
+    fill(cache, leave=32 << 10)  # room for the cache's own files, not for the history
     demo = Path(__file__).resolve().parent.parent / "recipes" / "demo.yaml"
     proc = abbisect("run", str(demo), "-o", str(tmp_path / "out"), cwd=tmp_path, cache=cache)
     line = one_line(proc.stderr, "run", "infra", proc.returncode)
@@ -251,7 +253,7 @@ def test_a_full_disk_while_the_builtin_history_is_written_is_one_infra_line(tmp_
 def test_a_read_only_result_folder_names_output(tmp_path, tmpfs, toy, cache_dir):
     results = tmpfs("results", 1 << 20)
     subprocess.run(["mount", "-o", "remount,ro", str(results)], check=True)
-    proc = abbisect("bisect", str(toy), "--good", "v1", "--bad", "broken", "-o", str(results / "out"),
+    proc = abbisect("bisect", str(toy), "--good", "healthy0", "--bad", "broken", "-o", str(results / "out"),
                     cwd=tmp_path, cache=cache_dir)
     line = one_line(proc.stderr, "bisect", "infra", proc.returncode)
     assert "--output" in line and "--cache-dir" not in line, line
