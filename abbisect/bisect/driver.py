@@ -61,12 +61,14 @@ class Driver:
     def step(self, run: BisectRun, sha: str, role: Role, ends: Mapping[str, Sample] | None = None) -> Step:
         step = self.oracle.step(run, sha, role, ends)
         self.save(run)
+        self.oracle.announce(step)
         return step
 
     def slot_step(self, slot: Slot, run: BisectRun, sha: str, role: Role,
                   ends: Mapping[str, Sample] | None) -> Step:
         step = self.oracle.slot_step(slot, run, sha, role, ends)
         self.save(run)
+        self.oracle.announce(step)
         return step
 
     def steps_at_once(self, run: BisectRun, items: list[tuple[str, Role]]) -> None:

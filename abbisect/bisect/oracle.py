@@ -182,7 +182,8 @@ class Oracle:
         return replace(step, round=None, slot=None, start_s=None, needed=True)
 
     def step(self, run: BisectRun, sha: str, role: Role, ends: Mapping[str, Sample] | None = None) -> Step:
-        """Test `sha` (or replay the verdict an interrupted run recorded for it) and record the step."""
+        """Test `sha` (or replay the verdict an interrupted run recorded for it) and record the step (`announce`
+        says it, once saved)."""
         t = time.monotonic()
         step = self.replayed(run, sha, role)
         if step is None:
@@ -191,9 +192,12 @@ class Oracle:
             step = Step(len(run.steps), sha, role, outcome, result.verdict.status, evidence,
                         round(time.monotonic() - t, 2), result.cached, result, stats=stats)
         run.steps.append(step)
-        self.say(f"{role} {sha[:10]}: {step.outcome} ({step.status}) {step.evidence[:100]}"
-                 + (" (recorded before the interruption)" if step.replayed else ""))
         return step
+
+    def announce(self, step: Step) -> None:
+        """A step's verdict, said once it is saved: what an interrupt after the line finds in state.json."""
+        self.say(f"{step.role} {step.sha[:10]}: {step.outcome} ({step.status}) {step.evidence[:100]}"
+                 + (" (recorded before the interruption)" if step.replayed else ""))
 
     def _same_failure(self, role: Role, trials: list[TrialResult], outcome: Outcome, evidence: str,
                       stats: dict) -> tuple[Outcome, str, dict]:
