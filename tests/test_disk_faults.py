@@ -74,3 +74,6 @@ def test_a_machine_faults_hint_names_the_folders_option(tmp_path):
     assert "--output" in describe_os_error(results, cache) and "--cache-dir" not in describe_os_error(results, cache)
     assert "--cache-dir" in describe_os_error(inside, cache)
     assert "point --output at a larger disk" in describe_os_error(full, cache)
+    copied = OSError(errno.ENOSPC, "No space left on device")  # shutil's copy: the source first, what it wrote second
+    copied.filename, copied.filename2 = str(cache / "trials" / "k" / "server.log"), str(tmp_path / "out" / "server.log")
+    assert "point --output" in describe_os_error(copied, cache) and str(tmp_path / "out") in describe_os_error(copied, cache)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -239,6 +240,41 @@ def test_a_full_result_folder_at_the_report_is_one_infra_line_naming_output(tmp_
     line = one_line(proc.stderr, "bisect", "infra", proc.returncode)
     assert "No space left on device" in line and "--output" in line and "--cache-dir" not in line, line
     filler.unlink()
+
+
+def test_a_result_folder_that_fills_at_any_stage_resumes_to_the_same_answer(tmp_path, tmpfs, toy, cache_dir):
+    """The result folder has room for only part of what a bisect writes (its trials' logs, state.json, the
+    report): wherever it fills, the bisect ends on one infra line naming --output, and once there is room the
+    printed resume finishes with the answer of a bisect that never failed."""
+    args = ["--good", "healthy0", "--bad", "broken"]
+    proc = abbisect("bisect", str(toy), *args, "-o", str(tmp_path / "reference"), "--json", cwd=tmp_path,
+                    cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    reference = json.loads(proc.stdout)["data"]
+    # about the pages the whole folder takes (and its temporary copies): the right room fails at the report, far
+    # less at the trials
+    used = sum(-(-f.stat().st_size // 4096) for f in (tmp_path / "reference").rglob("*") if f.is_file())
+    results = tmpfs("results", (used + 96) * 4096)
+    failed_at_report = False
+    for pages in (2, used // 2, *range(used, used + 10)):
+        out = results / f"out{pages}"
+        filler = fill(results, leave=pages * 4096)
+        proc = abbisect("bisect", str(toy), *args, "-o", str(out), "--json", cwd=tmp_path, cache=cache_dir)
+        filler.unlink()
+        if proc.returncode == 0:
+            assert json.loads(proc.stdout)["data"]["first_new"] == reference["first_new"]
+            shutil.rmtree(out)
+            continue
+        line = one_line(proc.stderr, "bisect", "infra", proc.returncode)
+        assert "No space left on device" in line and "--output" in line, line
+        if (out / "state.json").is_file():
+            steps = json.loads((out / "state.json").read_text())["steps"]
+            failed_at_report |= len(steps) == len(reference["steps"])
+            proc = abbisect("bisect", "--resume", str(out), "--json", cwd=tmp_path, cache=cache_dir)
+            assert proc.returncode == 0, (pages, proc.stderr[-3000:])
+            assert json.loads(proc.stdout)["data"]["first_new"] == reference["first_new"]
+        shutil.rmtree(out)  # room for the next one
+    assert failed_at_report, "no amount of room failed the bisect at its report: the stage was not exercised"
 
 
 def test_a_full_disk_while_the_builtin_history_is_written_is_one_infra_line(tmp_path, tmpfs):

@@ -42,9 +42,11 @@ def kind_of(exc: BaseException) -> str:
 def describe_os_error(exc: OSError, cache: Path | None = None) -> str:
     """One line for a machine fault: what failed, where, and what to do about it — the option that moves the
     folder it failed in: the cache's (`cache`: its root, None when unknown) or the results' (--output)."""
-    where = f" ({exc.filename})" if exc.filename else ""
     code = exc.errno or 0
-    in_cache = cache is None or (exc.filename is not None and _inside(Path(os.fsdecode(exc.filename)), cache))
+    # A copy names its source first and the file it wrote second (shutil): a full or read-only disk is the latter's.
+    written = exc.filename2 if exc.filename2 is not None and code in _WRITING else exc.filename
+    where = f" ({written})" if written else ""
+    in_cache = cache is None or (written is not None and _inside(Path(os.fsdecode(written)), cache))
     folder = "--cache-dir / ABBISECT_CACHE_DIR" if in_cache else "--output"
     hint = {errno.ENOSPC: f"free some space or point {folder} at a larger disk",
             errno.EDQUOT: f"free some space or point {folder} at a larger disk",
@@ -52,6 +54,9 @@ def describe_os_error(exc: OSError, cache: Path | None = None) -> str:
             errno.EACCES: f"check the folder's permissions or point {folder} at a writable folder",
             errno.EPERM: f"check the folder's permissions or point {folder} at a writable folder"}.get(code, "")
     return f"{exc.strerror or exc}{where}" + (f": {hint}" if hint else "")
+
+
+_WRITING = {errno.ENOSPC, errno.EDQUOT, errno.EROFS}
 
 
 def _inside(path: Path, folder: Path) -> bool:
