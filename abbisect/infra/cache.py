@@ -471,7 +471,7 @@ def cache_path(override: str | Path | None = None) -> Path:
     return root.expanduser().resolve()
 
 
-# The cache this process opened (None before `create`): a machine fault's hint names the option of the folder it
+# The cache this process opened (empty before `create`): a machine fault's hint names the option of the folder it
 # happened in (abbisect.infra.errors.describe_os_error).
 OPENED: list[Path] = []
 
