@@ -57,9 +57,9 @@ def call(args: Sequence[str], repo: PathLike | None = None, env: Mapping[str, st
     proc = subprocess.run(argv, capture_output=True, check=False,
                           input=input.encode() if isinstance(input, str) else input,
                           stdin=subprocess.DEVNULL if input is None else None, env=scrubbed_env(env, base))
-    if text:
-        proc.stdout, proc.stderr = decode(proc.stdout), decode(proc.stderr)
-    return proc
+    if not text:
+        return proc
+    return subprocess.CompletedProcess(proc.args, proc.returncode, decode(proc.stdout), decode(proc.stderr))
 
 
 def git(repo: PathLike, *args: str, env: Mapping[str, str] | None = None) -> str:
