@@ -117,7 +117,10 @@ class Main(click.Group):
             if ending == "usage":
                 click.echo(f"abbisect: error: {exc}", err=True)
             elif ending == "infra":
-                msg = describe_os_error(exc) if isinstance(exc, OSError) else str(exc)
+                from abbisect.infra.cache import OPENED, cache_path
+
+                msg = describe_os_error(exc, OPENED[0] if OPENED else cache_path()) if isinstance(exc, OSError) \
+                    else str(exc)
                 note = " (untestable: exit 125, git bisect skips this commit)" if command == "check" else ""
                 click.echo(f"abbisect: infrastructure error: {msg}{note}", err=True)
             elif ending == "interrupted":

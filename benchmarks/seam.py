@@ -251,6 +251,10 @@ def bisect(world: World, recipe: Recipe, slots: int = 1, out: Path | None = None
                     runner=world.run, prefetch=0, slots=[Slot(i, None) for i in range(slots)])
     good, bad = variable.resolve_ends(*(ends or (shas[0], shas[-1])))
     old, new, bases = variable.order_ends(good, bad)
-    run = BisectRun(recipe, variable.repo, good, bad, old, new, variable, merge_bases=bases,
+    run = BisectRun(recipe, variable.repo, good, bad, old, new, variable, merge_bases=bases, options=OPTIONS,
                     before=before or Spent())
     return Driver(oracle, say or (lambda m: None)).run(run, replay), oracle
+
+
+# The options a bisect started from the command line keeps (state.json), so that its state resumes as the CLI's.
+OPTIONS = {"no_cache": True, "script": None, "script_dir": ".", "interactive": False, "recipe_path": "recipe.yaml"}

@@ -62,7 +62,8 @@ def test_the_server_may_write_its_bytecode_into_the_commits_venv(monkeypatch):
 
 @pytest.mark.e2e
 def test_a_launch_leaves_the_engines_bytecode_in_the_cache(tmp_path, engine_repo):
-    """A real launch under PYTHONDONTWRITEBYTECODE=1: the toy engine's modules are compiled once, into the cache."""
+    """A real launch under PYTHONDONTWRITEBYTECODE=1: the toy engine's modules are compiled once, into the cache
+    (its environment's bytecode folder, abbisect/launch/bytecode.py), none beside the worktree's sources."""
     from conftest import abbisect, write_recipe
 
     cache = tmp_path / "cache"
@@ -70,4 +71,5 @@ def test_a_launch_leaves_the_engines_bytecode_in_the_cache(tmp_path, engine_repo
     proc = abbisect("check", str(recipe), "fixed", "--json", cwd=tmp_path, cache=cache,
                     env={"PYTHONDONTWRITEBYTECODE": "1"})
     assert proc.returncode == 0, proc.stderr
-    assert [p for p in cache.rglob("toyengine/__pycache__/*.pyc")], "no bytecode of the engine in the cache"
+    assert [p for p in cache.glob("envs/*/bytecode/**/toyengine/*.pyc")], "no bytecode of the engine in the cache"
+    assert not [p for p in cache.rglob("toyengine/__pycache__/*.pyc")], "bytecode beside the engine's sources"

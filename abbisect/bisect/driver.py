@@ -43,6 +43,9 @@ class Driver:
     def run(self, run: BisectRun, replay: dict[str, dict] | None = None) -> BisectRun:
         self.t0 = time.monotonic()
         self.oracle.recorded = replay or {}
+        # Before the ends are tested, with a resumed run's recorded steps kept: an interrupt or a crash at any
+        # moment leaves a folder that resumes without running a recorded launch again.
+        self.save(run)
         run.ends_asked = EndsMode(self.recipe.bisect.ends)
         if run.ends_asked is EndsMode.LAZY:
             run.ends_fallback = ends_first_because(self.recipe, self.judge, run.merge_bases, self.variable.kind,
@@ -60,12 +63,14 @@ class Driver:
     def step(self, run: BisectRun, sha: str, role: Role, ends: Mapping[str, Sample] | None = None) -> Step:
         step = self.oracle.step(run, sha, role, ends)
         self.save(run)
+        self.oracle.announce(step)
         return step
 
     def slot_step(self, slot: Slot, run: BisectRun, sha: str, role: Role,
                   ends: Mapping[str, Sample] | None) -> Step:
         step = self.oracle.slot_step(slot, run, sha, role, ends)
         self.save(run)
+        self.oracle.announce(step)
         return step
 
     def steps_at_once(self, run: BisectRun, items: list[tuple[str, Role]]) -> None:
@@ -81,10 +86,11 @@ class Driver:
         self.save(run)
 
     def save(self, run: BisectRun, state: SearchState | None = None) -> None:
-        """state.json: everything `--resume DIR` needs (recipe, ends, options, every finished trial, the cost)."""
+        """state.json: everything `--resume DIR` needs (recipe, ends, options, the cost, every finished trial — those
+        an interrupted run recorded and this one has not replayed yet included)."""
         with self.save_lock:  # slots finish at the same time: one writer at a time
             self.spent(run)
-            write_state(self.oracle.out, run, state, self.redact)
+            write_state(self.oracle.out, run, state, self.redact, self.oracle.recorded)
 
     def spent(self, run: BisectRun) -> None:
         """The whole bisect's cost so far: the runs before this one (a resumed bisect's) and this one's."""

@@ -325,7 +325,7 @@ def _patch_ids(repo_path: PathLike, shas: list[str], first_parent_diff: bool = F
     opts = ["--first-parent", "-m"] if first_parent_diff else []
     diff = git.call(["log", "--no-walk=unsorted", "-p", "--format=commit %H", *opts, *shas], repo_path,
                     text=False).stdout
-    out = git.call(["patch-id", "--stable"], repo_path, input=diff, text=False).stdout.decode()
+    out = git.call(["patch-id", "--stable"], repo_path, input=diff).stdout
     return {sha: pid for pid, sha in (line.split() for line in out.splitlines() if line.strip())}
 
 

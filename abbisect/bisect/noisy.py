@@ -320,8 +320,8 @@ class NoisySearch:
             step.trial_rounds = (*step.trial_rounds, number)
             step.seconds = round(step.seconds + seconds, 2)
             step.cached = step.cached and result.cached
+        self.save(self.run)  # before the line: a launch said to be done is in state.json
         self.say(f"{self.label(sha)} {sha[:10]}: launch {len(step.trials)}: {result.verdict.status}")
-        self.save(self.run)
 
     def requests_fail(self) -> BisectRun:
         """An end whose requests failed (a performance verdict): whether a commit's requests fail is no chance,

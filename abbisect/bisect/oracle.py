@@ -20,10 +20,10 @@ from abbisect.assess import assessor_for
 from abbisect.assess.base import Assessor
 from abbisect.assess.failure import sample_fingerprint
 from abbisect.bisect.bisection import BisectRun, Role, Step
+from abbisect.bisect.state import recorded_step
 from abbisect.bisect.variables import Variable
 from abbisect.environment import EnvResult
 from abbisect.environment.store import background
-from abbisect.infra.serial import load
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.score import resemblance
@@ -176,15 +176,14 @@ class Oracle:
         r = self.recorded.get(sha)
         if r is None or not r.get("result"):
             return None
-        result = load(TrialResult, r["result"])
-        more = tuple(load(TrialResult, m) for m in r.get("more") or ())
-        self.results[sha] = result
-        return Step(len(run.steps), sha, role, Outcome(r["outcome"]), r["status"], r["evidence"], r["seconds"],
-                    r["cached"], result, remaining=r.get("remaining"), replayed=True, more=more,
-                    stats=r.get("stats") or {}, trial_rounds=tuple(r.get("trial_rounds") or ()))
+        step = recorded_step(r, len(run.steps), role)  # checked when the state was read
+        assert step.result is not None
+        self.results[sha] = step.result
+        return replace(step, round=None, slot=None, start_s=None, needed=True)
 
     def step(self, run: BisectRun, sha: str, role: Role, ends: Mapping[str, Sample] | None = None) -> Step:
-        """Test `sha` (or replay the verdict an interrupted run recorded for it) and record the step."""
+        """Test `sha` (or replay the verdict an interrupted run recorded for it) and record the step (`announce`
+        says it, once saved)."""
         t = time.monotonic()
         step = self.replayed(run, sha, role)
         if step is None:
@@ -193,9 +192,12 @@ class Oracle:
             step = Step(len(run.steps), sha, role, outcome, result.verdict.status, evidence,
                         round(time.monotonic() - t, 2), result.cached, result, stats=stats)
         run.steps.append(step)
-        self.say(f"{role} {sha[:10]}: {step.outcome} ({step.status}) {step.evidence[:100]}"
-                 + (" (recorded before the interruption)" if step.replayed else ""))
         return step
+
+    def announce(self, step: Step) -> None:
+        """A step's verdict, said once it is saved: what an interrupt after the line finds in state.json."""
+        self.say(f"{step.role} {step.sha[:10]}: {step.outcome} ({step.status}) {step.evidence[:100]}"
+                 + (" (recorded before the interruption)" if step.replayed else ""))
 
     def _same_failure(self, role: Role, trials: list[TrialResult], outcome: Outcome, evidence: str,
                       stats: dict) -> tuple[Outcome, str, dict]:

@@ -8,18 +8,20 @@ checked, so a damaged or foreign file is one clear line, not a traceback.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
-from abbisect.bisect.bisection import BisectRun, Spent
+from pydantic import BaseModel, ValidationError
+
+from abbisect.bisect.bisection import BisectRun, Role, Spent, Step
 from abbisect.bisect.search import SearchState
 from abbisect.bisect.variables import Variable
 from abbisect.checkout import Revision
 from abbisect.infra.errors import UserError
 from abbisect.infra.locks import atomic_write
-from abbisect.infra.serial import dump
+from abbisect.infra.serial import dump, load
 from abbisect.recipe import Recipe, load_recipe, recipe_path
 from abbisect.recipe.fingerprint import fingerprint
 
@@ -27,15 +29,18 @@ STATE_VERSION = 1
 STATE_FILE = "state.json"
 
 
-def save_state(run: BisectRun, state: SearchState | None = None, redact: Callable[[Any], Any] | None = None) -> dict:
+def save_state(run: BisectRun, state: SearchState | None = None, redact: Callable[[Any], Any] | None = None,
+               recorded: Mapping[str, dict] | None = None) -> dict:
     """The record a resumed run starts from. With secrets in the recipe, they are masked here (never
-    written), and `masked` tells a resumed run to read the recipe file again (its fingerprint checked)."""
+    written), and `masked` tells a resumed run to read the recipe file again (its fingerprint checked).
+    `recorded`: the steps an interrupted run recorded (sha → step as state.json holds it); those this run has
+    not replayed yet are kept as they were, so that no write loses a launch already paid for."""
     data = {"version": STATE_VERSION, "command": run.command, "recipe": run.recipe.model_dump(mode="json"),
             "fingerprint": fingerprint(run.recipe), "masked": False,
             "good": {"ref": run.good.ref, "sha": run.good.sha}, "bad": {"ref": run.bad.ref, "sha": run.bad.sha},
             "options": run.options,
             "spent": {"launches": run.launches, "builds": run.builds, "wall_s": run.wall_s},
-            "steps": [dump(s) for s in run.steps],
+            "steps": [*(dump(s) for s in run.steps), *not_replayed(run, recorded or {})],
             "remaining": state.remaining() if state else None}
     if redact is None:
         return data
@@ -43,10 +48,18 @@ def save_state(run: BisectRun, state: SearchState | None = None, redact: Callabl
     return {**masked, "masked": masked["recipe"] != data["recipe"]}
 
 
+def not_replayed(run: BisectRun, recorded: Mapping[str, dict]) -> list[dict]:
+    """The recorded steps of commits this run holds no step of (yet), in their recorded order."""
+    held = {s.sha for s in run.steps}
+    return [step for sha, step in recorded.items() if sha not in held]
+
+
 def write_state(out: Path, run: BisectRun, state: SearchState | None = None,
-                redact: Callable[[Any], Any] | None = None) -> None:
+                redact: Callable[[Any], Any] | None = None, recorded: Mapping[str, dict] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    atomic_write(out / STATE_FILE, json.dumps(save_state(run, state, redact), indent=1, default=str))
+    # `folder`: where the bisect writes, so that its state copied into another bisect's folder is told apart
+    data = {**save_state(run, state, redact, recorded), "folder": str(out)}
+    atomic_write(out / STATE_FILE, json.dumps(data, indent=1, default=str))
 
 
 def load_state(out: Path) -> dict:
@@ -57,8 +70,14 @@ def load_state(out: Path) -> dict:
         state = json.loads(path.read_text())
     except ValueError as exc:
         raise UserError(f"--resume {out}: {STATE_FILE} is not readable JSON ({exc})") from None
-    if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-        found = state.get("version") if isinstance(state, dict) else None
+    if not isinstance(state, dict):
+        raise UserError(f"--resume {out}: {STATE_FILE} holds {type(state).__name__}, not a bisect's state (damaged, "
+                        "or not written by abbisect bisect); start the bisect again")
+    found = state.get("version")
+    if type(found) is not int:  # "1" or true is damage, not another version
+        raise UserError(f"--resume {out}: {STATE_FILE}'s version is {json.dumps(found)}, not a format number "
+                        f"(damaged, or not written by abbisect bisect); start the bisect again")
+    if found != STATE_VERSION:
         raise UserError(f"--resume {out}: {STATE_FILE} was written by another abbisect version "
                         f"(format {found}, this one reads {STATE_VERSION}); start the bisect again")
     return state
@@ -68,6 +87,45 @@ def load_state(out: Path) -> dict:
 _KEYS = {"command": str, "recipe": dict, "fingerprint": str, "good": dict, "bad": dict, "options": dict,
          "steps": list}
 _OPTIONS = ("no_cache", "script", "script_dir", "interactive", "recipe_path")
+_WRITTEN = {"version", "masked", "remaining", "folder", "spent", *_KEYS}  # every key write_state writes
+_STEP_KEYS = {f.name for f in fields(Step)}
+
+
+def _own(out: Path, state: dict) -> None:
+    """A state written in another bisect's folder (copied here) is refused, naming both: resumed here it would
+    mix two bisects' records. A folder moved or renamed as a whole keeps its stamp (its name) and resumes."""
+    folder = state.get("folder", str(out))
+    if not isinstance(folder, str):
+        raise UserError(f"--resume {out}: {STATE_FILE} has no valid 'folder' (damaged); start the bisect again")
+    if Path(folder).name != out.name:
+        ends = f"{state['good']['ref']}..{state['bad']['ref']}"
+        raise UserError(f"--resume {out}: its {STATE_FILE} is the record of another bisect, {ends} in {folder}, "
+                        f"copied into this bisect's folder {out.name}; resume that one with --resume {folder}, "
+                        "or start this one again")
+
+
+def recorded_step(data: dict, n: int, role: Role) -> Step:
+    """A step as state.json recorded it, every field checked (ValueError naming the first bad one), as step `n`
+    of a resumed run in `role`."""
+    if extra := sorted(set(data) - _STEP_KEYS):
+        raise ValueError(f"'{extra[0]}' is not a field of a step")
+    try:
+        step = load(Step, data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"][:4])
+        raise ValueError(f"'{where}': {first['msg']}") from None
+    return replace(step, n=n, role=role, replayed=True)
+
+
+def _problem(model: type[BaseModel], data: Any) -> str | None:
+    """The first thing `model` refuses in `data` ('where': why), or None."""
+    try:
+        model.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        return f"'{'.'.join(str(p) for p in first['loc'][:4])}': {first['msg']}"
+    return None
 
 
 def _checked(out: Path, state: dict) -> dict:
@@ -82,8 +140,20 @@ def _checked(out: Path, state: dict) -> dict:
     missing = [k for k in _OPTIONS if k not in state["options"]]
     if missing:
         raise UserError(f"--resume {out}: {STATE_FILE}'s options lack {', '.join(missing)}; start the bisect again")
+    if extra := sorted(set(state) - _WRITTEN):
+        raise UserError(f"--resume {out}: {STATE_FILE} has '{extra[0]}', a key abbisect does not write (damaged, or "
+                        "not written by abbisect bisect); start the bisect again")
+    _own(out, state)
     if not all(isinstance(s, dict) and isinstance(s.get("sha"), str) for s in state["steps"]):
         raise UserError(f"--resume {out}: {STATE_FILE} has a step without a sha; start the bisect again")
+    for k, step in enumerate(state["steps"]):
+        try:
+            recorded_step(step, k, Role.CANDIDATE)
+        except ValueError as exc:
+            raise UserError(f"--resume {out}: {STATE_FILE}'s step {k} ({step['sha'][:10]}) is damaged: {exc}; "
+                            "start the bisect again") from None
+    if why := _problem(Recipe, state["recipe"]):
+        raise UserError(f"--resume {out}: {STATE_FILE}'s recipe is damaged: {why}; start the bisect again")
     return state
 
 

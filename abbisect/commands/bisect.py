@@ -278,9 +278,8 @@ def _search(rec: Recipe, variable: Variable, good_rev: Revision, bad_rev: Revisi
                     prefetch=0 if (executor and (len(executor.slots) > 1 or executor.remote)) or rec.perf
                     else rec.bisect.prefetch)
     driver = Driver(oracle, progress, judge, red.data)
-    driver.save(run)  # before the ends are tested: an interrupt at any moment leaves a resumable folder
     try:
-        run = driver.run(run, replay)
+        run = driver.run(run, replay)  # state.json saved first, then after each step
     except (KeyboardInterrupt, SystemExit):
         oracle.shutdown(wait=False)
         raise

@@ -129,6 +129,22 @@ class Cache:
 
     # -- entries: the layout ---------------------------------------------------------------------------
 
+    def own(self, path: Path) -> Path:
+        """`path` (inside the cache), refused with one line when it or a folder between it and the root is a link:
+        abbisect writes and removes only inside its cache, and never follows a link out of it (a linked
+        `jit/<key>` would also make two entries share one folder)."""
+        try:
+            parts = path.relative_to(self.root).parts
+        except ValueError:
+            return path
+        at = self.root
+        for part in parts:
+            at = at / part
+            if at.is_symlink():
+                raise InfraError(f"{at} is a link (to {os.readlink(at)}), not a folder of abbisect's own: abbisect "
+                                 f"never follows a link out of its cache; remove the link (rm {at}) and run again")
+        return path
+
     def owns(self, path: Path) -> bool:
         """Whether `path` (a repository) lies inside the cache: a clone or a built-in history."""
         return Path(path).resolve().is_relative_to(self.root.resolve())
@@ -141,18 +157,18 @@ class Cache:
         """Where the checkout of `sha` lies: `worktrees/<repo-key>/<sha>`, or `<sha>@<sparse-key>` for a
         sparse one (only of a repository the cache owns; a user's checkout always gets a full one)."""
         lean = bool(sparse) and self.owns(repo)
-        return self.worktrees_of(repo) / (f"{sha}@{short_key(' '.join(sorted(sparse)))}" if lean else sha)
+        return self.own(self.worktrees_of(repo) / (f"{sha}@{short_key(' '.join(sorted(sparse)))}" if lean else sha))
 
     def env(self, key: str) -> Path:
         """The store entry of one venv: `envs/<key>` (its `venv/`, `build.log` and `complete.json`)."""
-        return self.root / ENVS / key
+        return self.own(self.root / ENVS / key)
 
     def venv(self, key: str) -> Path:
         return self.env(key) / "venv"
 
     def jit(self, name: str) -> Path:
         """The JIT and compile caches of one environment (`jit/<venv key>`) or of one launch (launch/jit.py)."""
-        return self.root / JIT / name
+        return self.own(self.root / JIT / name)
 
     def model(self, name: str) -> Path:
         """A converted checkpoint: `models/<name>`."""
@@ -169,11 +185,11 @@ class Cache:
 
     def trial(self, key: str) -> Path:
         """A cached trial result: `trials/<key>.json`."""
-        return self.trials / f"{key}.json"
+        return self.own(self.trials / f"{key}.json")
 
     def trial_logs(self, key: str) -> Path:
         """The logs kept with a cached trial result: `trials/<key>/`."""
-        return self.trials / key
+        return self.own(self.trials / key)
 
     def trial_unconfirmed(self, key: str) -> Path:
         """A result that must be seen twice before it is kept (see `Status.confirm_first` and trial/trial_cache.py)."""
@@ -312,14 +328,18 @@ def remove_if_unused(entry: Path) -> bool:
 # -- listing -----------------------------------------------------------------------------------------
 
 def _entries(root: Path, kind: str) -> Iterator[Path]:
-    for base, depth in Cache.at(root).kind_folders(kind):
+    """The entries of one kind; a link where the layout has a folder of abbisect's own is refused (InfraError):
+    nothing is listed, so nothing is removed, through it. An entry that is itself a link is listed (its removal
+    removes the link, never what it points at)."""
+    cache = Cache.at(root)
+    for base, depth in cache.kind_folders(kind):
         if depth == 0:
-            if base.exists():
+            if base.exists() or base.is_symlink():
                 yield base
             continue
-        if not base.is_dir():
+        if not cache.own(base).is_dir():
             continue
-        parents = [base] if depth == 1 else [p for p in base.iterdir() if p.is_dir()]
+        parents = [base] if depth == 1 else [cache.own(p) for p in base.iterdir() if p.is_dir() or p.is_symlink()]
         for parent in parents:
             for p in parent.iterdir():
                 if p.name.startswith(".") or p.name.endswith(_SIDECARS):
@@ -451,10 +471,16 @@ def cache_path(override: str | Path | None = None) -> Path:
     return root.expanduser().resolve()
 
 
+# The cache this process opened (empty before `create`): a machine fault's hint names the option of the folder it
+# happened in (abbisect.infra.errors.describe_os_error).
+OPENED: list[Path] = []
+
+
 def create(override: str | Path | None = None) -> Cache:
     """The cache folder, created and checked writable: an unusable cache is an `InfraError` up front, not a
     traceback halfway through a trial. Marked for backup tools with CACHEDIR.TAG (the convention nox follows)."""
     root = cache_path(override)
+    OPENED[:] = [root]
     if root.exists() and not root.is_dir():
         raise InfraError(f"cache folder {root} is a file (point --cache-dir / ABBISECT_CACHE_DIR at a folder)")
     try:

@@ -29,6 +29,7 @@ from abbisect.infra.redact import Redactor, expand_env
 from abbisect.infra.serial import dump, load
 from abbisect.launch import jit
 from abbisect.launch import server as launch
+from abbisect.launch.bytecode import bytecode_folder, disk_fault
 from abbisect.launch.engines import adapter
 from abbisect.launch.jit import JitMode, Start
 from abbisect.query.chat import Completion, label, ordered, query_all, tag
@@ -95,13 +96,13 @@ class TrialRecord:
 
 def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | None = None,
                jit_env: dict[str, str] | None = None) -> dict[str, str]:
-    """The server's environment: abbisect's own, scrubbed, in the commit's venv. The venv is abbisect's (in its
-    cache, never the user's checkout), so the server writes its bytecode there even where the caller's
-    environment says PYTHONDONTWRITEBYTECODE: vLLM's other processes and the commit's next launch then read it
-    instead of compiling every module again (vLLM's API server imports in 8 s instead of 23 s on 2 cores; a
-    start imports it in three processes). `jit_env` points the JIT and compile caches at the launch's folder
-    (abbisect/launch/jit.py), over what the caller's environment says. A recipe's `env` can still set any of
-    them."""
+    """The server's environment: abbisect's own, scrubbed, in the commit's venv. The server writes its bytecode
+    into abbisect's cache even where the caller's environment says PYTHONDONTWRITEBYTECODE: vLLM's other
+    processes and the commit's next launch then read it instead of compiling every module again (vLLM's API
+    server imports in 8 s instead of 23 s on 2 cores; a start imports it in three processes) — into the
+    environment's own bytecode folder, checked before each launch (abbisect/launch/bytecode.py), which `jit_env`
+    names with the JIT and compile caches of the launch (abbisect/launch/jit.py), over what the caller's
+    environment says. A recipe's `env` can still set any of them."""
     env = scrubbed_env()
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     env.update({"VIRTUAL_ENV": venv, "PATH": os.pathsep.join([*bin_dirs(venv, base), env.get("PATH", "")]),
@@ -207,6 +208,9 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> Env
                      say=say)
     rec.env = env
     rec.timings["build"] = env.seconds
+    if not env.ok and (line := disk_fault(_tail(Path(env.log)) + (env.error or ""))):
+        raise InfraError(f"the disk filled while the environment was built ({line}; see {env.log}): free some space "
+                         "and run again (nothing is recorded about the commit)")
     if not env.ok:
         # Signatures are shown whatever status wins: a build log names its compiler error too.
         build_scan = _scan_file(Path(env.log), _catalogue(recipe))
@@ -221,6 +225,16 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> Env
     if recipe.probe is not None or recipe.gpus is not None or recipe.perf is not None:  # nothing else running
         rec.wait_described()
     return env
+
+
+def _tail(log: Path, size: int = 65536) -> str:
+    """The end of a log (empty when there is none)."""
+    try:
+        with log.open("rb") as fh:
+            fh.seek(max(fh.seek(0, 2) - size, 0))
+            return fh.read().decode(errors="replace")
+    except OSError:
+        return ""
 
 
 def _describe(rec: TrialRecord, python: str, recipe: Recipe) -> None:
@@ -271,7 +285,9 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
         if caches.machine_temporary:
             say("JIT caches: the server keeps the machine's temporary folder (in the cache's path an engine's "
                 "socket names would not fit)")
-        server = launch.start(plan, server_env(recipe, plan.env, env.path, env.base, jit_env), log_path, source,
+        bytecode = {"PYTHONPYCACHEPREFIX": str(bytecode_folder(cache, env.key, env.python))}
+        served = server_env(recipe, plan.env, env.path, env.base, {**jit_env, **bytecode})
+        server = launch.start(plan, served, log_path, source,
                               f"http://{host}:{port}", cache=cache, scanner=scanner,
                               mask=Redactor.from_recipe(recipe).stream())
     except BaseException:
@@ -338,6 +354,9 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
             rec.extras = replace(rec.extras, gpu_after=gpu.after())
 
     log_text = log_path.read_bytes().decode(errors="replace")  # capped on disk (abbisect.infra.logstream)
+    if line := disk_fault(log_text):  # the disk's fault, not the commit's: no verdict, nothing cached
+        raise InfraError(f"the disk filled while the server ran ({line}; see {log_path}): free some space and run "
+                         "again (nothing is recorded about the commit)")
     if ready.status == "exited" and _PORT_TAKEN.search(log_text):
         # Another process took the port between our probe and the server's bind: the machine's fault, not
         # the commit's (a crash at startup would call it bad).

@@ -150,7 +150,8 @@ class TrialCache:
         # With repeats every launch is one observation of a rate, kept as it came: waiting for a failure to
         # happen twice would run each failed launch again until it passed, and bias the rate toward passing.
         confirm = status.confirm_first and not spec.recipe.repeats.flaky
-        if confirm and (seen.read_text().strip() if seen.is_file() else "") != status:
+        # a damaged mark (not UTF-8, cut short) is a status seen by nobody: read, never trusted
+        if confirm and (seen.read_bytes().decode(errors="replace").strip() if seen.is_file() else "") != status:
             atomic_write(seen, status)  # not kept yet: the next attempt runs again, and if it agrees, it is
             return
         seen.unlink(missing_ok=True)
