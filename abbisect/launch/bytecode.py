@@ -71,7 +71,7 @@ def bytecode_folder(cache: Cache, env_key: str, python: str) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     try:
         done = subprocess.run([python, "-I", "-S", "-c", _CHECK, str(folder)], capture_output=True, text=True,
-                              timeout=CHECK_TIMEOUT_S, check=False, env=scrubbed_env())
+                              timeout=CHECK_TIMEOUT_S, check=False, env=scrubbed_env(), start_new_session=True)
         checked = done.returncode == 0
     except (OSError, subprocess.SubprocessError):
         checked = False
