@@ -142,7 +142,7 @@ def test_a_resumed_statistical_bisect_interrupted_before_its_first_launch_ends_l
     (tmp_path / "wrap.py").write_text(WRAPPER)
     env = {"TOYENGINE_CRASH_COUNTER": str(tmp_path / "crashes"), "TOYENGINE_CRASH_EVERY": "2",
            "ABBISECT_TEST_STARTS": str(starts)}
-    recipe = toy_recipe(repo, prompts=["What is two plus two?"], env=env, repeats={"launches": 6, "alpha": 0.05})
+    recipe = toy_recipe(repo, prompts=["What is two plus two?"], env=env, repeats={"launches": 6}, verdict={"alpha": 0.05})
     recipe["launch"]["command"] = ["{python}", str(tmp_path / "wrap.py"), "--host", "{host}", "--port", "{port}"]
     recipe["timeouts"]["ready"] = 10
     path = write_recipe(tmp_path / "r.yaml", recipe)

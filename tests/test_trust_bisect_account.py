@@ -77,19 +77,26 @@ def test_a_finished_bisect_rendered_again_says_what_the_original_said(tmp_path):
 
 
 def test_with_two_changes_the_answer_is_the_one_with_the_larger_effect():
-    """Two changes of one size (+6 % each): the whole range's search meets either first, run to run (here the
-    later, c038, whose effect measures the smaller). The answer — the found commit, its kind, the headline —
-    is the change with the larger effect, and bisect.md says why."""
-    world = seam.World("perf", 48, 18, seed=5, changes=((18, 0.06), (38, 0.06)))
-    run, _ = seam.bisect(world, seam.recipe_for("perf"))
-    rows = run.changes["changes"]
-    assert [r["sha"] for r in rows] == ["c018", "c038"]
-    first = next(r for r in rows if r["phase"] == 1)
-    larger = max(rows, key=lambda r: abs(r["effect"]["value"]))
-    assert first["sha"] == "c038" and larger["sha"] == "c018"  # the case: met first is not the larger
-    assert run.result.first_new == "c018" and run.mode is Mode.REGRESSION
-    assert run.confirmation["found"]["sha"] == "c018"  # How sure speaks of the answer, not of c038
-    assert headline(run) == "The commit that broke it: `c018` (the largest effect of the 2 changes named)"
-    md = render_bisect(run, [])
-    assert "The found commit below, whose kind the exit code tells, is `c018`: of the changes named, the one " \
-           "with the largest effect." in md
+    """Two changes of one size (+6 % each): the whole range's search meets either first, from seed to seed. The
+    answer — the found commit, its kind, How sure, the headline — is the change with the larger effect (the
+    oldest of equal ones), and bisect.md says why. Seeds are tried until one history meets the change with the
+    smaller effect first (the case this is about; which seed that is depends on the search's path, not asserted)."""
+    case = None
+    for seed in range(12):
+        world = seam.World("perf", 48, 18, seed=seed, changes=((18, 0.06), (38, 0.06)))
+        run, _ = seam.bisect(world, seam.recipe_for("perf"))
+        rows = run.changes["changes"]
+        if [r["sha"] for r in rows] != ["c018", "c038"]:
+            continue
+        larger = max(rows, key=lambda r: (abs(r["effect"]["value"]), -int(r["sha"][1:])))
+        assert run.result.first_new == larger["sha"] and run.mode is Mode.REGRESSION
+        assert run.confirmation["found"]["sha"] == larger["sha"]  # How sure speaks of the answer
+        assert headline(run) == f"The commit that broke it: `{larger['sha']}` (the largest effect of the 2 changes named)"
+        md = render_bisect(run, [])
+        assert f"The found commit below, whose kind the exit code tells, is `{larger['sha']}`: of the changes " \
+               "named, the one with the largest effect." in md
+        first = min(rows, key=lambda r: r["phase"])  # the change the search met first
+        if first["sha"] != larger["sha"]:
+            case = seed
+            break
+    assert case is not None, "no seed met the smaller change first: the case is not exercised"
