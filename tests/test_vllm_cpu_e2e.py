@@ -83,14 +83,6 @@ def test_ab_broken_vs_fixed_gives_the_right_verdicts_with_evidence(cache: Path, 
     print("A/B timings:", json.dumps({"a": a["timings"], "b": b["timings"]}))
 
 
-def test_bisect_names_the_breaking_commit(repo: Path, cache: Path, tmp_path: Path) -> None:
-    res = _abbisect(cache, "bisect", str(RECIPE), "--good", "v0.32.1", "--bad", "v0.33.0rc1",
-                    "-o", str(tmp_path / "bisect"))
-    assert res["mode"] == "regression"
-    assert res["first_new"] == sha_of_subject(repo, "[Perf] LogitsProcessor"), res["message"]
-    print("bisect (regression):", res["wall_s"], "s,", res["launches"], "launches,", res["builds"], "builds")
-
-
 def _files(root: Path) -> dict[str, int]:
     """{path: mtime in ns} of every file under `root` (none: {})."""
     return {str(f): f.stat().st_mtime_ns for f in root.rglob("*") if f.is_file()} if root.is_dir() else {}
