@@ -56,10 +56,10 @@ def planted_effect(world: seam.World, run, k: int) -> float:
     return -(1 - world.flip) * hit / len(both)
 
 
-def one(name: str, seed: int, changes: str, commits: int) -> dict:
+def one(name: str, seed: int, changes: str, commits: int, noise: str = "sim") -> dict:
     kind, sizes = SCENARIOS[name]
     at = positions(name, seed, len(sizes), commits)
-    world = seam.World(kind, commits, at[0], seed=seed, changes=tuple(zip(at, sizes)))
+    world = seam.World(kind, commits, at[0], seed=seed, changes=tuple(zip(at, sizes)), **seam.NOISE[noise])
     recipe = seam.recipe_for(kind, bisect={"changes": changes})
     run, _ = seam.bisect(world, recipe)
     planted = {f"c{a:03d}": k for k, a in enumerate(at)}
@@ -82,6 +82,10 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=20)
     ap.add_argument("--commits", type=int, default=60)
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
+    ap.add_argument("--modes", default="all,one", help="`bisect.changes` values to run (all,one)")
+    ap.add_argument("--noise", default="sim", choices=sorted(seam.NOISE),
+                    help="the launch and pass noise model (benchmarks/seam.py NOISE): sim (the old 0.5 %% launch "
+                         "offset) or a measured one")
     ap.add_argument("--json", help="also write every row here")
     args = ap.parse_args()
     print("`" + shlex.join(["python", "benchmarks/changes_sim.py", *sys.argv[1:]]) + "`\n")
@@ -91,8 +95,8 @@ def main() -> None:
     everything = {}
     for name in args.scenarios.split(","):
         t0 = time.monotonic()
-        for changes in ("all", "one"):
-            rows = [one(name, seed, changes, args.commits) for seed in range(args.seeds)]
+        for changes in args.modes.split(","):
+            rows = [one(name, seed, changes, args.commits, args.noise) for seed in range(args.seeds)]
             everything[f"{name}/{changes}"] = rows
             for seed, r in enumerate(rows):
                 print(f"<!-- {name} {changes} seed {seed}: {json.dumps(r)} -->", file=sys.stderr, flush=True)

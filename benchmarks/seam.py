@@ -8,7 +8,8 @@ replaced by seeded outcomes of a history with one planted change. What is simula
   in a share of them drawn from `batch_share` (quiet host: 4–6 of 8; busy: about 3), judged by abbisect's own
   rules (50 % `degenerate_fraction`), before it every output is healthy;
 - `perf`: 5 passes a launch, each the median TPOT of 24 requests with log-normal noise `sigma` a request, +10 %
-  from the planted commit on, a launch offset of 0.5 %, and optionally a drift: `drift` relative slowdown while
+  from the planted commit on, a launch offset (`launch_sd`, 0.5 % by default) and a pass's own offset (`pass_sd`, 0
+  by default; NOISE holds the models measured on the toy engine, benchmarks/noise.py), and optionally a drift: `drift` relative slowdown while
   the host is busy, busy and quiet alternating every `drift_period` launches (a busy loop switching on and off);
 - `busy_confirm` (flaky and perf): the host turns busy once the search is over, for the confirmation's launches
   (those labelled `confirm…`): a flaky launch then also crashes with that probability before the change, a
@@ -54,6 +55,16 @@ from abbisect.trial.executors import Slot
 from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Evidence, Verdict, judge
 
+# The performance kind's noise models, each a launch's offset and a pass's own offset (standard deviations on the
+# log scale) beside the requests' `sigma`: `sim`, the simulation's first guess; the others measured on the toy
+# engine (benchmarks/RESULTS.md, "every change, on a real server": benchmarks/noise.py's figures)
+NOISE: dict[str, dict[str, float]] = {
+    "sim": {"launch_sd": 0.005, "pass_sd": 0.0},
+    # measured 2026-12-05 on the 2-core machine beside other work (load average 11.4–14.3): 24 launches of one
+    # toy-engine commit, 120 passes; pass to pass 0.068 (less the requests' 0.013), launch to launch 0.028
+    "busy-toy": {"launch_sd": 0.0282, "pass_sd": 0.0671},
+}
+
 CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
 
 
@@ -88,6 +99,8 @@ class World:
     good_rate: float = 0.0
     batch_share: tuple[float, float] = (0.5, 0.75)
     sigma: float = 0.05
+    launch_sd: float = 0.005  # a launch's offset (log scale): its start, its placement, the host of its moment
+    pass_sd: float = 0.0  # a pass's own offset within its launch (log scale), beside the requests' noise
     drift: float = 0.0
     drift_period: int = 3
     busy_confirm: float = 0.0
@@ -174,12 +187,13 @@ class World:
         for size in self.sizes(spec.sha):
             level *= 1 + size
         base = 2.0 * level * (1 + self.drift if self.busy(clock) else 1.0) * (1 + self.busy_now(spec))
-        offset = rng.gauss(0, 0.005)
+        offset = rng.gauss(0, self.launch_sd)
         perf = spec.recipe.perf
         assert perf is not None
         passes = []
         for _ in range(5):
-            values = sorted(base * pow(2.718281828, offset + rng.gauss(0, self.sigma)) for _ in range(24))
+            moment = offset + rng.gauss(0, self.pass_sd)
+            values = sorted(base * pow(2.718281828, moment + rng.gauss(0, self.sigma)) for _ in range(24))
             passes.append(PerfPass({"tpot_median": (values[11] + values[12]) / 2}, completed=24, errors=0))
         run = PerfRun(workload(perf, spec.recipe.api, [p.prompt for p in spec.recipe.prompts]), perf.metric,
                       tuple(passes))

@@ -4,9 +4,14 @@ difference.
 
 After the search of the whole range (abbisect/bisect/noisy.py) names and confirms a commit X, its effect (its
 parent against it) is set beside the ends' (the old end against the new), on the verdict's additive scale with
-intervals (abbisect/stats/effects.py). What is left, the ends' effect minus the changes', is another change when
-its interval leaves 0 out and reaches the smallest effect that matters (`perf.min_effect`,
-`repeats.min_effect`, `eval.min_effect`); a change a part's search then confirms below that size is not named.
+intervals (abbisect/stats/effects.py). A change's effect is told on launches that did not choose it: its and its
+parent's fresh ones (the confirmation's, and more launched after it until each has `FRESH`), as the search's
+launches chose the pair that differed the most and tell its effect too large. What is left, the ends' effect minus
+the changes', is judged on one interval, at 1 − alpha, the one the report tells: another change when it leaves 0
+out and reaches the smallest effect that matters (`perf.min_effect`, `repeats.min_effect`, `eval.min_effect`),
+surely small when it lies within ± that effect; a change a part's search then confirms below that size (on its
+fresh launches) is not named. While what is left is not surely small, a part whose own ends the searches measured
+as different (judged the same way) is searched even when the sum cannot say.
 Then the parts of the range between the tested commits that bound the changes
 found (the old end to X's parent, X to the new end) are searched, the part whose ends differ most first, each by
 a posterior search of its own with its confirmation (labelled `change<k> …`, so a resumed bisect replays the
@@ -25,11 +30,13 @@ from dataclasses import dataclass
 from scipy import stats
 
 from abbisect.assess.accuracy import eval_run
-from abbisect.bisect.launches import phase_of
+from abbisect.bisect.launches import CONFIRM, fresh, phase_of
 from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.posterior import Posterior
 from abbisect.stats.effects import Effect, Residual, residual
 from abbisect.trial.spec import TrialResult
+
+FRESH = 3  # launches of a change named and of its parent that did not choose it, at least, to tell its effect
 
 
 @dataclass(frozen=True)
@@ -67,14 +74,46 @@ class Changes:
         step = self.run.step_of(sha)
         return [t for t in step.trials if upto is None or phase_of(t) <= upto] if step is not None else []
 
-    def effect(self, pairs: list[tuple[float, str, str]], upto: int | None = None) -> Effect | None:
+    def fresh_trials(self, sha: str, upto: int | None = None) -> list[TrialResult]:
+        """`sha`'s launches that no search chose it by (a confirmation's, or those measuring a change named), of the
+        searches up to `upto`, that are evidence."""
+        return [t for t in self.trials(sha, upto) if fresh(t) and self.main.evidence.observes(t)]
+
+    def effect(self, pairs: list[tuple[float, str, str]], upto: int | None = None,
+               unchosen: frozenset[str] = frozenset()) -> Effect | None:
         """Σ weight × (after − before) over (weight, before, after) commits, on the scale every effect of the range
-        shares (an accuracy over the ends' items)."""
+        shares (an accuracy over the ends' items); the commits in `unchosen` on their fresh launches only."""
         basis = (self.trials(self.old, upto), self.trials(self.new, upto))
-        return self.a.effect([(w, self.trials(b, upto), self.trials(a, upto)) for w, b, a in pairs], basis)
+
+        def of(sha: str) -> list[TrialResult]:
+            return self.fresh_trials(sha, upto) if sha in unchosen else self.trials(sha, upto)
+
+        return self.a.effect([(w, of(b), of(a)) for w, b, a in pairs], basis)
+
+    def named(self, sha: str, parent: str, upto: int | None = None) -> Effect | None:
+        """A change's effect, its parent against it, on the launches that did not choose it: the search named the
+        pair whose launches differed the most, so those launches tell a change larger than it is (a winner's curse);
+        the fresh ones, launched after it was named, do not."""
+        return self.effect([(1.0, parent, sha)], upto, frozenset((sha, parent)))
+
+    def measure(self, sha: str, parent: str, phase: int) -> None:
+        """A change just named measured on launches that did not choose it: its parent and it launched fresh, a pair
+        a round, in the `phase`-th search's name, until each has `FRESH` such launches (the recipe's first launches,
+        if more): its confirmation's fresh launches count."""
+        want = max(FRESH, self.a.first)
+        need = {s: want - len(self.fresh_trials(s)) for s in (parent, sha)}
+        if max(need.values()) <= 0:
+            return
+        meter = self.main.part(self.old, self.new, phase)
+        meter.labels, meter.fresh = {parent: f"{CONFIRM}-measure-parent", sha: f"{CONFIRM}-measure-found"}, True
+        self.main.say(f"measuring {sha[:10]} against its parent on fresh launches (the search's launches chose it, "
+                      f"so they tell its effect too large): {max(need.values())} more of each at most")
+        for k in range(max(need.values())):
+            meter.launch_round([s for s in (parent, sha) if need[s] > k])
 
     def left(self, upto: int | None = None) -> tuple[Effect | None, Residual | None]:
-        """The ends' effect, and what the changes named leave of it: the ends' effect minus theirs, as one sum."""
+        """The ends' effect, and what the changes named leave of it: the ends' effect minus theirs, as one sum (every
+        launch of each: what is left is not chosen, and the sum keeps the commits' launches paired)."""
         ends = self.effect([(1.0, self.old, self.new)], upto)
         left = self.effect([(1.0, self.old, self.new), *((-1.0, c["parent"], sha) for sha, c in self.found.items())],
                            upto)
@@ -117,10 +156,17 @@ class Changes:
         """`sha`'s launches that are evidence, of the searches up to `upto`."""
         return sum(1 for t in self.trials(sha, upto) if self.main.evidence.observes(t))
 
+    def differs(self, part: Part, upto: int) -> bool:
+        """Whether the searches measured `part`'s ends as different by a change that matters (their effect judged as
+        what is left is: its interval at 1 − alpha leaves 0 out and reaches the smallest effect)."""
+        e = self.effect([(1.0, part.old, part.new)], upto)
+        return e is not None and residual(e, e, self.a.least, self.a.alpha).another
+
     def matters(self, confirmation: dict) -> bool:
-        """Whether a change a part's search confirmed is at least the smallest effect that matters (a part is
-        searched for what is left of the ends' difference, not for noise the posterior can still pin on a commit)."""
-        e = self.effect([(1.0, confirmation["parent"]["sha"], confirmation["found"]["sha"])])
+        """Whether a change a part's search confirmed is at least the smallest effect that matters on its fresh
+        launches (a part is searched for what is left of the ends' difference, not for noise the posterior can
+        still pin on a commit)."""
+        e = self.named(confirmation["found"]["sha"], confirmation["parent"]["sha"])
         return e is not None and abs(e.value) >= self.a.least
 
     def telling(self) -> tuple[str, ...] | None:
@@ -193,6 +239,7 @@ class Changes:
     # -- the search -----------------------------------------------------------------------------------------
     def add(self, said: dict, phase: int, post: Posterior | None, search: NoisySearch) -> str:
         sha, parent = said["found"]["sha"], said["parent"]["sha"]
+        self.measure(sha, parent, phase)
         decision = post.decide(search.threshold) if post is not None else None
         self.found[sha] = {"parent": parent, "phase": phase, "confirmation": said,
                            "posterior": search.report(post, decision, sha) if post is not None and phase > 1 else None}
@@ -214,16 +261,22 @@ class Changes:
         while len(self.found) < self.cap and len(self.searched) < 3 * self.cap:
             self.fill(phase)
             ends, left = self.settle(phase)
-            if left is None or not left.another:
+            if left is None or left.small:
                 break
             done = {s["part"] for s in self.searched}
             open_parts = [p for p in self.parts if p not in done]
-            if not open_parts:
+            # a part whose ends the searches measured as different is searched even when what is left, as one
+            # sum, cannot say (its interval too wide): it is evidence of a change the sum blurs
+            differ = [p for p in open_parts if self.differs(p, phase)]
+            if not open_parts or not (left.another or differ):
                 break
-            part = max(open_parts, key=lambda p: abs(e.value) if (e := self.effect([(1.0, p.old, p.new)], phase))
-                       else 0.0)
-            main.say(f"the changes named leave {left.left.describe()} of the ends' {ends.describe() if ends else ''}: "
-                     f"searching {part.old[:10]}..{part.new[:10]} for another change (search {phase})")
+            part = max(open_parts if left.another else differ,
+                       key=lambda p: abs(e.value) if (e := self.effect([(1.0, p.old, p.new)], phase)) else 0.0)
+            main.say(f"the changes named leave {left.left.describe()} ({left.left.confidence:.0%} interval) of the "
+                     f"ends' {ends.describe() if ends else ''}"
+                     + ("" if left.another else f", not sure; but the ends of {part.old[:10]}..{part.new[:10]} "
+                        "differ")
+                     + f": searching {part.old[:10]}..{part.new[:10]} for another change (search {phase})")
             sub = main.part(part.old, part.new, phase)
             sub.ask = self.telling()
             post, confirmation = sub.settle()
@@ -231,6 +284,8 @@ class Changes:
                                                     else "not sure")
             self.searched.append({"part": part, "phase": phase, "outcome": outcome,
                                   "launches": sub.launches()})
+            if outcome == "confirmed":
+                self.measure(confirmation["found"]["sha"], confirmation["parent"]["sha"], phase)
             if outcome == "confirmed" and not self.matters(confirmation):
                 outcome = self.searched[-1]["outcome"] = "below the smallest effect that matters"
             if outcome == "confirmed":
@@ -252,7 +307,7 @@ class Changes:
         rows = []
         for sha in sorted(self.found, key=lambda s: order.get(s, -1)):
             c = self.found[sha]
-            e = self.effect([(1.0, c["parent"], sha)])
+            e = self.named(sha, c["parent"])
             rows.append({"sha": sha, "parent": c["parent"], "phase": c["phase"], "effect": effect_dict(e, ends),
                          "level": c["confirmation"].get("level"), "posterior": c["posterior"],
                          "links": self.main.driver.variable.links(sha, c["parent"])})
@@ -265,9 +320,11 @@ class Changes:
             said = "no change was named"
         elif accounted and left is not None:
             n = f"{len(rows)} changes account" if len(rows) > 1 else "1 change accounts"
-            said = (f"{n} for the ends' difference: what is left, {left.left.describe()}, is no change that matters"
-                    if left.small else f"what is left, {left.left.describe()}, is not significant, but its interval "
-                    "is too wide to rule out another change of the smallest size that matters")
+            level = f"{left.left.confidence:.0%} interval"
+            said = (f"{n} for the ends' difference: what is left, {left.left.describe()} ({level}), is no change "
+                    "that matters" if left.small else
+                    f"what is left, {left.left.describe()} ({level}), holds 0, but is too wide to rule out another "
+                    "change of the smallest size that matters")
         else:
             said = (f"about {abs(share or 0.0):.0%} of the ends' difference is not accounted for"
                     + (" within the budget" if len(self.found) >= self.cap or len(self.searched) >= 3 * self.cap

@@ -72,6 +72,12 @@ _PLANTED: dict[str, tuple[str, str, str]] = {
     "slow_decode": ("toyengine/server.py",
                     '            pause(token_s * (2 if finish == "stop" else 1))  # a stop costs its EOS token\'s step too\n',
                     '            pause(token_s * 1.1 * (2 if finish == "stop" else 1))  # detokenized twice a step\n'),
+    # The two above at +6 % each (twice a 3 % smallest effect): benchmarks/changes_real.py's histories.
+    "slow_tokens_6": ("toyengine/server.py", '    token_s = TIMING["token"] * factor\n',
+                      '    token_s = TIMING["token"] * factor * 1.06  # the sampler re-normalises every step\n'),
+    "slow_decode_6": ("toyengine/server.py",
+                      '            pause(token_s * (2 if finish == "stop" else 1))  # a stop costs its EOS token\'s step too\n',
+                      '            pause(token_s * 1.06 * (2 if finish == "stop" else 1))  # detokenized twice a step\n'),
     # From 4 requests generating at once, each loops on "for" to max_tokens; a step takes at least 5 ms here,
     # so concurrent requests really overlap. One at a time (or up to 3) the outputs are the healthy ones.
     "batch_bug": ("toyengine/server.py", _DECODE, (

@@ -41,14 +41,17 @@ def block(run: BisectRun) -> list[str]:
         rows.append([str(n), commit, cell(info.subject if info else "", 80, notes), pr, e.get("sign", "—"),
                      e.get("told", "—"), _share(e.get("share"))])
     left = c.get("left") or {}
-    rows.append(["", "**not accounted for**", "", "", "", left.get("told", "—"), _share(left.get("share"))])
+    told = left.get("told", "—") + (f" ({left['confidence']:.0%})" if left.get("confidence", 0.95) != 0.95 else "")
+    rows.append(["", "**not accounted for**", "", "", "", told, _share(left.get("share"))])
     lines = ["### Changes", "",
              (f"The ends differ by {ends['told']} ({ends['unit']}"
               + (", a log ratio told as a change" if ends.get("relative") else "") + f"); {c['said']}."), "",
              table(["#", "commit", "subject", "PR", "kind", "effect [95 % interval]", "share"], rows, notes), "",
              ("Each effect is its parent against it; the share is of the ends' difference (a fix inside a "
-              "regression's range counts against it); what is not accounted for is the ends' difference minus the "
-              f"changes', measured as one sum (at most {c['max_changes']} changes are named, `bisect.max_changes`)."
+              "regression's range counts against it); each change is measured on its and its parent's fresh launches "
+              "(those that did not choose it: the search's tell a chosen change too large); what is not accounted for "
+              "is the ends' difference minus the changes', measured as one sum and judged on the interval told "
+              f"beside it (at most {c['max_changes']} changes are named, `bisect.max_changes`)."
               + (f" The found commit below, whose kind the exit code tells, is `{c['primary'][:10]}`: of the changes "
                  "named, the one with the largest effect." if len(rows) > 2 and c.get("primary") else "")),
              ""]

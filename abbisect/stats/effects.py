@@ -61,9 +61,10 @@ class Effect:
 
 @dataclass(frozen=True)
 class Residual:
-    """What the changes found leave of the ends' effect: the effect left, whether it is another change (its
-    interval at 1 − alpha leaves 0 out and reaches the smallest effect that matters), whether it is surely no change
-    that matters (its interval as told lies within ± the smallest effect), and its share of the ends'."""
+    """What the changes found leave of the ends' effect, judged on one interval, at 1 − alpha (`left`'s, the one the
+    report tells): whether it is another change (the interval leaves 0 out and reaches the smallest effect that
+    matters), whether it is surely no change that matters (the interval lies within ± the smallest effect), and its
+    share of the ends'. Neither: the interval holds 0 and reaches past the smallest effect (too wide to say)."""
 
     left: Effect
     another: bool
@@ -71,13 +72,19 @@ class Residual:
     share: float | None
 
 
+def at_level(e: Effect, alpha: float) -> Effect:
+    """`e` with its interval at 1 − alpha (normal, from the standard error its own interval implies)."""
+    half = float(stats.norm.ppf(1 - alpha / 2)) * e.se
+    return Effect(e.value, e.value - half, e.value + half, 1 - alpha, e.unit, e.relative, e.worse_up)
+
+
 def residual(left: Effect, ends: Effect, least: float, alpha: float) -> Residual:
     """What the changes named leave of the ends' effect, `left` (measured as the ends' effect minus the changes',
-    each commit's launches counted once), judged at 1 − alpha: another change when its interval leaves 0 out and
-    reaches `least` (the smallest effect that matters, on the scale) — a part's search then says whether a change
-    that large is there, as the point alone would miss one whose estimate fell short of it by chance; surely small
-    when its interval as told (the report's) lies within ± `least`."""
-    half = float(stats.norm.ppf(1 - alpha / 2)) * left.se
-    size = abs(left.value)
-    return Residual(left, size > half and size + half >= least, -least < left.lo and left.hi < least,
-                    left.share(ends))
+    each commit's launches counted once), judged on its interval at 1 − alpha: another change when the interval
+    leaves 0 out and reaches `least` (the smallest effect that matters, on the scale) — a part's search then says
+    whether a change that large is there, as the point alone would miss one whose estimate fell short of it by
+    chance; surely small when the interval lies within ± `least`. The interval judged is the one told."""
+    judged = at_level(left, alpha)
+    size, half = abs(judged.value), judged.hi - judged.value
+    return Residual(judged, size > half and size + half >= least, -least < judged.lo and judged.hi < least,
+                    judged.share(ends))
