@@ -66,7 +66,7 @@ def main() -> None:
     shas = planted_history(repo, 2, {}) if not repo.exists() else None
     path, doc = perf_bisect.recipe(work, repo, 0, args)
     doc["perf"] = {**doc["perf"], "launches": args.launches,
-                   "max_passes": max(doc["perf"].get("max_passes", 30), doc["perf"]["passes"] * args.launches)}
+                   "max_launches": max(doc["perf"].get("max_launches", 8), args.launches)}
     import yaml
 
     path.write_text(yaml.safe_dump(doc, sort_keys=False))

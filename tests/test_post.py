@@ -285,7 +285,7 @@ def results(tmp_path_factory, engine_repo, cache_dir) -> dict[str, Path]:
             ("differs", "broken", "fixed", {}), ("same", "fixed", "healthy0", {}),
             ("unsure", "fixed", "healthy0", {"name": "toy-repeats",
                                              "repeats": {"launches": 1, "passes": 2, "max_launches": 1,
-                                                         "min_difference": 0.05}}),
+                                                         "min_effect": 0.05}}),
             ("untestable", "noinstall", "fixed", {})]:
         (root / name).mkdir()
         _, folders[name] = run_ab(root / name, engine_repo, cache_dir, a, b, **overrides)
