@@ -6,6 +6,7 @@ its A-vs-A is same; a bisect names it."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from conftest import abbisect, toy_recipe, write_recipe
@@ -76,13 +77,18 @@ def test_the_numerics_a_vs_a_is_same(tmp_path, cache_dir, shifted):
     assert "this is the A-vs-A" in (out / "report.md").read_text()
 
 
+def _bisect(tmp_path, cache_dir, recipe, shas) -> tuple[dict, Path]:
+    """A bisect of the whole history with `recipe`: its JSON data and its result folder."""
+    out = tmp_path / "bisect"
+    proc = abbisect("bisect", str(recipe), "--good", shas[0], "--bad", shas[-1], "-o", str(out), "--json",
+                    cwd=tmp_path, cache=cache_dir)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)["data"], out
+
+
 def test_a_numerics_bisect_names_the_shift(tmp_path, cache_dir, shifted):
     repo, shas = shifted
-    out = tmp_path / "bisect"
-    proc = abbisect("bisect", str(_recipe(tmp_path, repo)), "--good", shas[0], "--bad", shas[-1], "-o", str(out),
-                    "--json", cwd=tmp_path, cache=cache_dir)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)["data"]
+    data, out = _bisect(tmp_path, cache_dir, _recipe(tmp_path, repo), shas)
     assert data["first_new"] == shas[6], data.get("outcome")
     assert data["confirmation"]["level"] == "confirmed", data["confirmation"]
     md = (out / "bisect.md").read_text()
@@ -113,10 +119,6 @@ def test_a_noisy_engines_floor_is_measured_and_its_a_vs_a_is_same_while_the_shif
 
 def test_a_noisy_engines_numerics_bisect_names_the_shift_through_the_posterior_search(tmp_path, cache_dir, shifted):
     repo, shas = shifted
-    out = tmp_path / "bisect"
-    proc = abbisect("bisect", str(_noisy(tmp_path, repo)), "--good", shas[0], "--bad", shas[-1], "-o", str(out),
-                    "--json", cwd=tmp_path, cache=cache_dir)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)["data"]
+    data, out = _bisect(tmp_path, cache_dir, _noisy(tmp_path, repo), shas)
     assert data["first_new"] == shas[6] and data["confirmation"]["level"] == "confirmed", data["confirmation"]
     assert (out / "posterior.svg").is_file()

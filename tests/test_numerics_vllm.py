@@ -6,12 +6,12 @@ soft cap on main's logits, which leaves every greedy output as it was, is differ
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import sha_of_subject
 
 from abbisect.builtin.realengine import SOFT_CAP, ensure_vllm_cpu_repo
 
@@ -22,23 +22,16 @@ CLI = [sys.executable, "-c", "from abbisect.cli import main; main()"]
 
 
 @pytest.fixture(scope="module")
-def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    shared = os.environ.get("ABBISECT_TEST_CACHE")
-    return Path(shared) if shared else tmp_path_factory.mktemp("cache")
+def cache(real_engine_cache: Path) -> Path:
+    return real_engine_cache
 
 
 @pytest.fixture(scope="module")
 def shas(cache: Path) -> dict[str, str]:
     repo = ensure_vllm_cpu_repo(cache)
-
-    def sha_of(subject: str) -> str:
-        out = subprocess.run(["git", "-C", str(repo), "log", "--format=%H", "--fixed-strings", f"--grep={subject}",
-                              "main"], capture_output=True, text=True, check=True).stdout.split()
-        assert len(out) == 1, subject
-        return out[0]
-
-    return {"broken": sha_of("[Perf] LogitsProcessor"), "fixed": sha_of("[Bugfix] Apply lm_head.weight_scale"),
-            "capped": sha_of(SOFT_CAP)}
+    return {"broken": sha_of_subject(repo, "[Perf] LogitsProcessor"),
+            "fixed": sha_of_subject(repo, "[Bugfix] Apply lm_head.weight_scale"),
+            "capped": sha_of_subject(repo, SOFT_CAP)}
 
 
 def _ab(cache: Path, out: Path, a: str, b: str) -> dict:
