@@ -1,5 +1,5 @@
 """bisect.json, pinned: a flaky, a performance and a two-change performance bisect, each run by the real driver,
-oracle, posterior search, confirmation and changes search over the simulated trial runner (benchmarks/seam.py),
+oracle, posterior search, confirmation and changes search over the simulated trial runner (abbisect/testing/seam.py),
 written as `abbisect bisect` writes its folder (abbisect/commands/bisect.py `_write`), and compared with the file
 stored in tests/data/golden/: every key and every value, lists in their order.
 
@@ -17,16 +17,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import seam
-
 from abbisect import __version__
 from abbisect.commands.bisect import _write
+from abbisect.testing import seam
 
 GOLDEN = Path(__file__).resolve().parent / "data" / "golden"
 DURATIONS = {"wall_s", "seconds", "start_s"}

@@ -1,20 +1,16 @@
 """The posterior search (abbisect/bisect/noisy.py) through the bisect's seam: the real driver, oracle,
-posterior, assessors and confirmation over a simulated trial runner (benchmarks/seam.py: seeded outcomes of a
+posterior, assessors and confirmation over a simulated trial runner (abbisect/testing/seam.py: seeded outcomes of a
 history with one planted change) — no git, no venv, no server."""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import seam
-
 from abbisect.bisect.bisection import Mode
 from abbisect.recipe.status import Outcome
+from abbisect.testing import seam
 
 
 def found(run) -> str | None:

@@ -3,23 +3,20 @@ value out of its range, a key abbisect never writes, the version as a string —
 (a usage error: exit 2 through the CLI), read before anything runs; a state copied from another bisect's folder is
 refused, naming both. And no write of the state loses a step an interrupted run recorded.
 
-A real state is made by the real driver over the simulated trial runner (benchmarks/seam.py), then damaged."""
+A real state is made by the real driver over the simulated trial runner (abbisect/testing/seam.py), then damaged."""
 
 from __future__ import annotations
 
 import copy
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import seam
-
 from abbisect.bisect.state import STATE_FILE, resume
 from abbisect.infra.errors import UserError
+from abbisect.testing import seam
 
 
 @pytest.fixture(scope="module")
