@@ -1,4 +1,4 @@
-"""What a bisect says of itself stays true (issue 46, the low items): `bisect.max_changes` is a whole number from 1
+"""What a bisect says of itself stays true: `bisect.max_changes` is a whole number from 1
 to 16; a resumed bisect counts the launches and the time of its every run; a finished bisect rendered again (every
 step replayed) says the rounds, launches and builds the original said; with two changes the answer is the one with
 the larger effect, whichever the whole range's search met first, and bisect.md says so. Through the bisect's seam

@@ -1,4 +1,4 @@
-"""Every change in the range (issue 41, abbisect/bisect/changes.py): the effects on one additive scale, the decision
+"""Every change in the range (abbisect/bisect/changes.py): the effects on one additive scale, the decision
 that something is left, the search of the parts, the report's table, a resume inside a second search — through the
 bisect's seam (abbisect/testing/seam.py: the real driver, oracle, posterior search and confirmation, simulated trials) —
 and a bisect of the toy engine with two planted slowdowns through the CLI."""

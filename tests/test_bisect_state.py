@@ -1,4 +1,4 @@
-"""A damaged state.json (issue 46): whatever is wrong in it — a step's outcome, a result of the wrong type, a recipe
+"""A damaged state.json: whatever is wrong in it — a step's outcome, a result of the wrong type, a recipe
 value out of its range, a key abbisect never writes, the version as a string — is one line naming what is wrong
 (a usage error: exit 2 through the CLI), read before anything runs; a state copied from another bisect's folder is
 refused, naming both. And no write of the state loses a step an interrupted run recorded.

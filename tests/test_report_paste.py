@@ -1,4 +1,4 @@
-"""A report is safe to paste into GitHub (issue 46): text from outside — a commit's subject, a ref, a flag, an
+"""A report is safe to paste into GitHub: text from outside — a commit's subject, a ref, a flag, an
 output — mentions no one once pasted (an `@name` is a code span), shows its control bytes as visible pictures
 (never raw), keeps its backslashes out of code blocks, and a value cut at its column's length is listed in full
 below the table. The renderers are fed hostile text directly (A/B, bisect through the bisect's seam, narrow,
