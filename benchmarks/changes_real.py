@@ -2,7 +2,7 @@
 per-token slowdowns planted (`slow_tokens_6`, then `slow_decode_6`, at positions drawn from the seed at least 8
 apart, as benchmarks/changes_sim.py draws them), bisected by `abbisect bisect --json` with recipes/perf-demo.yaml's
 perf section (tpot_median, 5 passes, 2 launches, min_effect 0.03) and `bisect.changes: all`; beside each real
-run, the simulation's prediction for the same history (benchmarks/seam.py with the `--noise` model). A row: both
+run, the simulation's prediction for the same history (abbisect/testing/seam.py with the `--noise` model). A row: both
 changes named, a wrong commit named, the named planted changes whose 95 % interval covers +6 % (log ratio), the
 launches, the wall time and the load average at the start and the end.
 
@@ -22,11 +22,11 @@ from pathlib import Path
 
 import changes_sim
 import perf_bisect
-import seam
 import yaml
 from toylab import abbisect, load1
 
 from abbisect.builtin.history import planted_history
+from abbisect.testing import seam
 
 SIZE = 0.06
 

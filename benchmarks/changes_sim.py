@@ -1,6 +1,6 @@
 """Every change in the range (issue 41), simulated at the bisect's seam: 60-commit histories with several planted
 changes, bisected by abbisect's real driver, oracle, posterior search, confirmation and changes search
-(abbisect/bisect/changes.py), only the trial simulated (benchmarks/seam.py), with `bisect.changes: all` beside
+(abbisect/bisect/changes.py), only the trial simulated (abbisect/testing/seam.py), with `bisect.changes: all` beside
 `bisect.changes: one` on the same seeded histories.
 
 For each scenario and seed the planted commits are drawn from the seed (at least 8 commits apart); a row says
@@ -23,9 +23,8 @@ import statistics
 import sys
 import time
 
-import seam
-
 from abbisect.assess.accuracy import eval_run
+from abbisect.testing import seam
 
 # scenario -> (kind, planted sizes, oldest first)
 SCENARIOS: dict[str, tuple[str, tuple[float, ...]]] = {
@@ -84,7 +83,7 @@ def main() -> None:
     ap.add_argument("--scenarios", default=",".join(SCENARIOS))
     ap.add_argument("--modes", default="all,one", help="`bisect.changes` values to run (all,one)")
     ap.add_argument("--noise", default="sim", choices=sorted(seam.NOISE),
-                    help="the launch and pass noise model (benchmarks/seam.py NOISE): sim (the old 0.5 %% launch "
+                    help="the launch and pass noise model (abbisect/testing/seam.py NOISE): sim (the old 0.5 %% launch "
                          "offset) or a measured one")
     ap.add_argument("--json", help="also write every row here")
     args = ap.parse_args()

@@ -20,9 +20,6 @@ from pathlib import Path
 import psutil
 import yaml
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
 from abbisect.builtin.history import Commit, build_history
 
 
@@ -46,7 +43,7 @@ def main() -> int:
         }
         (tmp_path / "r.yaml").write_text(yaml.safe_dump(recipe))
         out = tmp_path / "out"
-        env = {**os.environ, "ABBISECT_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "ABBISECT_CACHE_DIR": str(tmp_path / "cache")}
         t0 = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "abbisect", "run", str(tmp_path / "r.yaml"), "-o", str(out),
                                  "--json"], cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)

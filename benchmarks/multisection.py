@@ -21,8 +21,6 @@ import time
 from pathlib import Path
 
 import yaml
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bisect_vs_git import history
 
 from abbisect.builtin.history import build_history

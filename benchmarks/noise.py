@@ -5,7 +5,7 @@ and the spread of its `tpot_median` split in two, on the log scale:
 - pass to pass: the passes of one launch around their launch's mean (pooled over the launches);
 - launch to launch: the launches' means around the commit's, less what their passes' spread alone explains.
 
-It prints both, the load average before and after, and the figures benchmarks/seam.py's NOISE takes (the launch's
+It prints both, the load average before and after, and the figures abbisect/testing/seam.py's NOISE takes (the launch's
 offset, and a pass's own offset beside the simulated requests' noise: 24 requests with 5 % log-normal noise give
 a pass median about 1.3 % of spread on their own).
 

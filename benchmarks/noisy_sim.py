@@ -3,7 +3,7 @@ Pinpoint-style baseline, on the same seeded histories, in one process.
 
 What runs for real: for **posterior**, abbisect's own driver, oracle, posterior search (abbisect/bisect/noisy.py,
 posterior.py), assessors and confirmation, exactly as `abbisect bisect` runs them; only the trial is simulated
-(benchmarks/seam.py says what each kind's simulated launch does). **today's rule** is the rule abbisect had
+(abbisect/testing/seam.py says what each kind's simulated launch does). **today's rule** is the rule abbisect had
 before (settle the ends to p ≤ alpha, then each of git's midpoints to p ≤ alpha against the ends, growing the
 ends with an unsure candidate, then confirm the answer with fresh launches until different: the loops of the
 former oracle.assess / grow_ends, policies.settle_ends and confirm.confirm), written out here over the same
@@ -35,8 +35,6 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from pathlib import Path
 
-import seam
-
 from abbisect.assess import assessor_for
 from abbisect.assess.accuracy import eval_run
 from abbisect.bisect import noisy
@@ -47,6 +45,7 @@ from abbisect.bisect.search import NEW, OLD, SKIP, Graph, start
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.stats import Call
+from abbisect.testing import seam
 from abbisect.trial.spec import TrialResult, TrialSpec
 
 # scenario -> (world kind, world options, recipe options, methods)
@@ -245,7 +244,7 @@ def main() -> None:
         noisy.NO_CHANGE_PRIOR = args.no_change_prior
     print("`" + shlex.join(["python", "benchmarks/noisy_sim.py", *sys.argv[1:]]) + "`")
     print(f"\n{args.seeds} seeded histories of {args.commits} commits a scenario, the planted commit drawn from the "
-          "seed; a simulation at the bisect's seam (benchmarks/seam.py): the real driver, oracle, posterior and "
+          "seed; a simulation at the bisect's seam (abbisect/testing/seam.py): the real driver, oracle, posterior and "
           "assessors, simulated trials.")
     everything: dict = {}
     for name in args.scenarios.split(","):

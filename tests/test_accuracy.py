@@ -1,4 +1,4 @@
-"""An accuracy verdict through the CLI on real toy-engine processes (issue 23): an A/B of a commit that silently
+"""An accuracy verdict through the CLI on real toy-engine processes: an A/B of a commit that silently
 gets 30 of the 340 sums of the built-in set wrong, an A-vs-A, a bisect that names it, more items asked while
 not sure, and what a dry run and check say of an eval recipe."""
 

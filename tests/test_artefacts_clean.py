@@ -1,4 +1,4 @@
-"""What a user copies, greps and shares (issue 29): every file each demo job leaves in its result folder — the
+"""What a user copies, greps and shares: every file each demo job leaves in its result folder — the
 A/B of recipes/demo.yaml, the performance A/B of recipes/perf-demo.yaml, the bisect of the demo, a narrowing
 with switches and delta debugging on the toy engine, a bisect that narrows at its answer — names no folder of
 this machine (the cache, the home folder, the temp and work folders, abbisect's own checkout) and holds no

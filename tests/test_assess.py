@@ -42,8 +42,8 @@ def flaky_launches(rec: Recipe, sha: str, bad_passes: list[int]) -> list[TrialRe
 
 
 def test_flaky_cap_compares_launches_with_launches_not_observations():
-    """Issue 34: with `launches: 2, passes: 5` the cap is 16 launches, but observations (launches × passes)
-    were compared with it, so an unsure candidate stopped after 4 launches (20 observations ≥ 16)."""
+    """The cap counts launches: with `launches: 2, passes: 5` it is 16 launches, and an unsure candidate goes on
+    past 4 launches (20 observations ≥ 16 would stop it were observations, launches × passes, compared with it)."""
     rec = recipe(repeats={"launches": 2, "passes": 5})
     a = assessor_for(rec)
     assert isinstance(a, Flaky) and (a.first, a.cap) == (2, 16)
@@ -73,7 +73,7 @@ def test_flaky_calls_are_read_from_the_enum_and_an_empty_sample_is_untestable():
     assert empty.outcome is Outcome.SKIP and empty.evidence == "untestable: no trial"
 
 
-# --- perf: failed requests are evidence (issue 34 items 1 and 6) ----------------------------------------------
+# --- perf: failed requests are evidence ----------------------------------------------
 
 PERF = {"metric": "output_throughput", "requests": 8, "warmup": 0, "concurrency": 2, "passes": 3,
         "launches": 1, "max_launches": 2}

@@ -12,7 +12,6 @@ import random
 from pathlib import Path
 
 import pytest
-from fakes import FakeHistory, line
 
 from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role
 from abbisect.bisect.driver import Driver
@@ -20,6 +19,7 @@ from abbisect.bisect.oracle import Oracle
 from abbisect.bisect.search import bisect as git_bisect
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
+from abbisect.testing.fakes import FakeHistory, line
 from abbisect.trial.executors import Slot
 from abbisect.trial.spec import TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict

@@ -9,8 +9,8 @@ import random
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_bisect_oracle import ancestors, scenarios
 from test_bisect_search import brute_force, by_culprit, linear
+from test_bisect_search_git import ancestors, scenarios
 
 from abbisect.bisect.multisect import fold, multisect, open_commits, pick, still_useful
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, bisect, start
@@ -98,7 +98,7 @@ def _graph(parents: tuple[tuple[int, ...], ...]) -> tuple[Graph, list[str]]:
 @given(scenarios(max_commits=40), st.sampled_from(KS))
 def test_random_dags_same_answer_as_the_sequential_search(scenario, k):
     """On every verdict pattern: a unique answer is the culprit, and it is the sequential search's (which is
-    proved equal to `git bisect run`'s in test_bisect_oracle.py); without skips both always find it."""
+    proved equal to `git bisect run`'s in test_bisect_search_git.py); without skips both always find it."""
     g, names = _graph(scenario.parents)
     olds = [names[o] for o in scenario.olds]
 

@@ -1,20 +1,16 @@
 """The posterior search (abbisect/bisect/noisy.py) through the bisect's seam: the real driver, oracle,
-posterior, assessors and confirmation over a simulated trial runner (benchmarks/seam.py: seeded outcomes of a
+posterior, assessors and confirmation over a simulated trial runner (abbisect/testing/seam.py: seeded outcomes of a
 history with one planted change) — no git, no venv, no server."""
 
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import seam
-
 from abbisect.bisect.bisection import Mode
 from abbisect.recipe.status import Outcome
+from abbisect.testing import seam
 
 
 def found(run) -> str | None:
@@ -61,7 +57,7 @@ def test_four_slots_need_fewer_rounds_than_one():
 def test_a_batch_bug_seen_in_3_of_8_outputs_is_judged_as_a_rate():
     """On a busy host a batch-only loop shows in about 3 of 8 outputs: under the rules' 50 % cut every launch of
     a bad commit reads "ok" (good), so one launch a commit named a wrong commit or none. Judged as a rate
-    against both ends (issue 34), the planted commit is named and confirmed."""
+    against both ends, the planted commit is named and confirmed."""
     world = seam.World("batch", 24, 13, seed=4, batch_share=(0.3, 0.45))
     recipe = seam.recipe_for("batch")
     run, oracle = seam.bisect(world, recipe)
@@ -152,7 +148,7 @@ def test_a_resumed_search_rebuilds_the_posterior_and_runs_no_launch_twice(tmp_pa
 
 
 def test_the_confirmation_counts_the_search_and_a_resume_inside_it_runs_no_fresh_launch_twice(tmp_path):
-    """The contract (issue 40): the found commit and its parent are judged on their search launches and at
+    """The contract: the found commit and its parent are judged on their search launches and at
     least the recipe's launches of each, fresh; a resume in the middle of the confirmation keeps the fresh
     launches it made and ends as the run that was never cut."""
     recipe = seam.recipe_for("flaky")

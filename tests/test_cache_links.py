@@ -1,4 +1,4 @@
-"""abbisect removes only inside its cache and never follows a link out of it (issue 46): a link where the cache
+"""abbisect removes only inside its cache and never follows a link out of it: a link where the cache
 has a folder of abbisect's own (`jit`, `worktrees/<repo>`, `jit/<key>`, `envs/<key>`) is refused with one line
 before anything is written or removed through it; an entry that is itself a link is removed as a link."""
 

@@ -181,7 +181,7 @@ def test_the_report_pieces_show_the_numbers_the_flips_and_the_errors_apart(runs)
     assert failed_requests([("A", a)]).endswith("none")
 
 
-# --- "same" only with the power to say so; items paired by content; the console (issue 34) ----------------
+# --- "same" only with the power to say so; items paired by content; the console ----------------
 
 
 def _samples(folder: Path, docs: list[dict], name: str = "samples_gsm8k_2026-12-01T09-00-00.000000.jsonl") -> Path:

@@ -1,4 +1,4 @@
-"""A full disk poisons nothing (issue 46), the pure parts: a `.pyc` cut short on a full disk is never read as code
+"""A full disk poisons nothing, the pure parts: a `.pyc` cut short on a full disk is never read as code
 by a later launch (abbisect/launch/bytecode.py), a log that says the disk was full is named, and a machine fault's
 hint names the option of the folder it happened in. The whole path, on a real full disk (a small tmpfs), is in
 test_fault_injection.py."""

@@ -1,4 +1,4 @@
-"""No recipe needed in an engine checkout (issue 49): in a stand-in SGLang or vLLM checkout (tests/engine_standins.py)
+"""No recipe needed in an engine checkout: in a stand-in SGLang or vLLM checkout (tests/engine_standins.py)
 with no abbisect.yaml, `bisect`, `run` and `check` assemble the recipe from the checkout and the command line
 (--model, the server's flags after --), and judge as a recipe written by hand does; `init` writes abbisect.yaml,
 which `run` then picks up; a missing model and an unknown engine are one line, exit 2."""

@@ -1,4 +1,4 @@
-"""A fault-injection pass over toy-engine runs and bisects (issue 46): interrupted at a launch and again as the
+"""A fault-injection pass over toy-engine runs and bisects: interrupted at a launch and again as the
 resume starts, a full disk (a small tmpfs as the cache or the result folder) at the build, the launch and the
 report, each file abbisect writes in the cache damaged. What must hold each time: no recorded launch is lost, no
 wrong verdict is cached, and each failure is one line with the README's exit code.

@@ -1,4 +1,4 @@
-"""Git's output is decoded once, in abbisect/infra/git.py, as git stores it (issue 46): a commit message in Latin-1
+"""Git's output is decoded once, in abbisect/infra/git.py, as git stores it: a commit message in Latin-1
 — with the commit's `encoding` header (as git -c i18n.commitEncoding=ISO-8859-1 writes it) or as raw bytes with none, as old
 and imported histories carry — never crashes a git call, the subject lookup or the releases lookup
 (`git log --all`), whatever the user's own i18n.logOutputEncoding says."""

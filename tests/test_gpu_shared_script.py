@@ -1,4 +1,4 @@
-"""docs/gpu/bisect_one_gpu_shared.sh, the H200 proof of issue 25, rehearsed on this machine: its dry run, and the
+"""docs/gpu/bisect_one_gpu_shared.sh, the H200 proof of slots sharing one GPU, rehearsed on this machine: its dry run, and the
 whole script on a short history with the fixture on the CPU under NVML answers recorded on an H200
 (tests/nvml_shim: the NVML boundary only; abbisect, the fixture server and the bisects are real)."""
 

@@ -1,4 +1,4 @@
-"""GPU slots through the real CLI (issue 25): a GPU this machine lacks, or shares that cannot fit, are one usage
+"""GPU slots through the real CLI: a GPU this machine lacks, or shares that cannot fit, are one usage
 line before anything runs (exit 2; 128 under check); --dry-run says the slots and shares; a bisect on slots
 sharing one GPU finds the commit the one-slot bisect finds.
 

@@ -10,6 +10,8 @@ one of a higher layer. The layers (docs/architecture.md draws them) from the bot
               builds itself: each imports only infra, inputs and the stages before it
 3. trial      one commit through the stages (and where trials run)
 4. drivers    what runs trials: the A/B, the bisect (search, policies, variables, state), narrowing
+              — and `testing`, the bisect's seam simulated (a history in memory, seeded trials) that the tests and
+              the benchmarks drive the real bisect with: it stands where the drivers stand, nothing imports it
 5. outputs    reports and the serving matrix: they render what the drivers return
 6. commands   one module per command, and the exit-code table they end on
 7. cli        the CLI group: it finds the commands by name; a command never imports it
@@ -32,7 +34,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("abbisect.checkout", "abbisect.environment", "abbisect.launch", "abbisect.query", "abbisect.verdict",
      "abbisect.gpu", "abbisect.builtin"),
     ("abbisect.trial", "abbisect.assess"),
-    ("abbisect.ab", "abbisect.bisect", "abbisect.narrow"),
+    ("abbisect.ab", "abbisect.bisect", "abbisect.narrow", "abbisect.testing"),
     ("abbisect.report", "abbisect.matrix"),
     ("abbisect.commands",),
     ("abbisect.cli", "abbisect.__main__"),
@@ -161,6 +163,14 @@ def test_nothing_imports_upward() -> None:
 def test_no_two_folders_import_each_other() -> None:
     found = both_ways(imports(modules()))
     assert not found, "folders that import each other:\n" + "\n".join(found)
+
+
+def test_nothing_in_the_package_imports_its_test_stand_ins() -> None:
+    """abbisect/testing/ is for the tests and the benchmarks: no module of abbisect runs on a simulated trial."""
+    graph = imports(modules())
+    found = sorted(f"{s} -> {t}" for s, ts in graph.items() for t in ts
+                   if t.startswith("abbisect.testing") and not s.startswith("abbisect.testing"))
+    assert not found, "modules importing abbisect.testing:\n" + "\n".join(found)
 
 
 def test_the_checks_can_fail(tmp_path: Path) -> None:

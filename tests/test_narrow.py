@@ -1,4 +1,4 @@
-"""abbisect narrow (issue 24): delta debugging between a failing and a passing launch, feature switches filtered by
+"""abbisect narrow: delta debugging between a failing and a passing launch, feature switches filtered by
 the commit's own --help, the workaround table — through the CLI on real toy-engine processes — and the pure
 parts (ddmin, launch differences) on their own."""
 
@@ -155,7 +155,7 @@ def test_a_launch_that_does_not_fail_has_nothing_to_narrow(tmp_path, cache_dir, 
 
 @pytest.mark.e2e
 def test_nothing_to_try_is_said_so_never_none_passed(tmp_path, cache_dir, features):
-    """Issue 34: with nothing to try, narrow said "No switch made the failure go away" and exited 1 (none-passed)."""
+    """With nothing to try, narrow says so; never "No switch made the failure go away" and exit 1 (none-passed)."""
     repo, shas = features
     bare = toy_recipe(repo, prompts=["What is two plus two?"])
     bare["launch"]["flags"] = FAILING

@@ -4,6 +4,7 @@ log-probabilities and planted numerics change (in process: its model, no server)
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from contextlib import contextmanager
@@ -112,15 +113,18 @@ def test_the_section_defaults_and_refuses_a_text_with_nothing_to_score():
 
 @contextmanager
 def _toy(tree: Path):
-    """The toy engine of `tree`, imported in this process (and forgotten afterwards)."""
-    sys.path.insert(0, str(tree))
+    """The toy engine of `tree`, imported in this process as the package `toyengine` from its folder (and
+    forgotten afterwards)."""
+    package = tree / "toyengine"
+    spec = importlib.util.spec_from_file_location("toyengine", package / "__init__.py",
+                                                  submodule_search_locations=[str(package)])
+    assert spec is not None and spec.loader is not None
+    sys.modules["toyengine"] = toy = importlib.util.module_from_spec(spec)
     try:
-        import toyengine.loader
-        import toyengine.model
-
-        yield toyengine.loader.load_model(toyengine.model.Checkpoint()), toyengine.model
+        spec.loader.exec_module(toy)
+        model = importlib.import_module("toyengine.model")
+        yield importlib.import_module("toyengine.loader").load_model(model.Checkpoint()), model
     finally:
-        sys.path.remove(str(tree))
         for name in [m for m in sys.modules if m == "toyengine" or m.startswith("toyengine.")]:
             del sys.modules[name]
 

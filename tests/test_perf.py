@@ -1,4 +1,4 @@
-"""A performance verdict through the CLI on real toy-engine processes (issue 22): an A/B of a planted +10 % per-token
+"""A performance verdict through the CLI on real toy-engine processes: an A/B of a planted +10 % per-token
 cost, an A-vs-A that comes out same with its noise floor, a bisect that names the slowing commit (and resumes
 without measuring a finished commit again), and the placements and commands a performance verdict refuses."""
 
@@ -175,7 +175,7 @@ def test_the_demo_history_slows_at_its_documented_commit(tmp_path, cache_dir):
     assert len(log) == 40 and "sampler" in log[PERF_DEMO_SLOW].lower()
 
 
-# --- failed requests are evidence; abbisect's own client makes none (issue 34) ---------------------------
+# --- failed requests are evidence; abbisect's own client makes none ---------------------------
 
 SMALL_PERF = {"metric": "output_throughput", "requests": 8, "warmup": 1, "concurrency": 2, "input_words": 8,
               "passes": 3, "launches": 1, "max_launches": 2}
@@ -196,8 +196,8 @@ def _small(tmp_path, repo, **perf):
 @pytest.mark.parametrize("rate", ["0.75", "1"], ids=["3-in-4-streams-fail", "every-stream-fails"])
 def test_a_side_whose_streams_fail_is_request_errors_and_bad_never_a_timing_or_a_skip(tmp_path, cache_dir,
                                                                                       stream_history, rate):
-    """Issue 34: a side whose streams ended in an error event 3 times in 4 was judged 'good, not sure −2.6 %'
-    from the requests that got through, and one whose streams all failed was skipped as untestable."""
+    """A side whose streams end in an error event 3 times in 4 is request errors and bad, never judged 'good, not
+    sure −2.6 %' from the requests that got through; one whose streams all fail is bad, never skipped as untestable."""
     repo, shas = stream_history
     path = _small(tmp_path, repo)
     out = tmp_path / "out"
@@ -244,8 +244,8 @@ def test_a_performance_bisect_stops_at_the_commit_that_breaks_streaming(tmp_path
 
 @pytest.mark.e2e
 def test_the_load_client_closes_its_connections_so_the_server_logs_no_reset(tmp_path, cache_dir, stream_history):
-    """Issue 34: abbisect's load client reset kept-alive connections at the end of a stream; the server printed
-    a ConnectionResetError traceback, `python_traceback` matched it and the side read "warned". A real pass
+    """abbisect's load client closes kept-alive connections at the end of a stream: a reset would make the server
+    print a ConnectionResetError traceback, `python_traceback` match it and the side read "warned". A real pass
     on the toy engine (HTTP/1.1, kept alive, as vLLM's and SGLang's servers), 4 requests in flight."""
     repo, shas = stream_history
     path = _small(tmp_path, repo, requests=32, concurrency=4, warmup=4, passes=3, max_launches=1)
@@ -274,8 +274,8 @@ def test_the_load_client_closes_its_connections_so_the_server_logs_no_reset(tmp_
                                                                                           "interrupted")])
 def test_a_signal_during_a_perf_pass_ends_with_the_one_clean_line(tmp_path, cache_dir, stream_history, sig, code,
                                                                   said):
-    """Issue 34: SIGTERM during a pass printed "terminated; resume with …" and then a 150-line asyncio traceback
-    (SystemExit(143) raised inside the pass's event loop, "Task exception was never retrieved")."""
+    """A signal during a pass ends with the one clean line ("terminated; resume with …"), never followed by an
+    asyncio traceback (SystemExit(143) raised inside the pass's event loop, "Task exception was never retrieved")."""
     repo, shas = stream_history
     # A client kept busy (an unpaced server, 4 streams of 64 tokens in flight): the signal lands while the
     # pass's own code runs, not while its loop waits.

@@ -1,6 +1,6 @@
 """Bugs that show only under load or only sometimes, through the CLI on real toy-engine processes: a batch-only
 bug found with concurrent queries and missed without, a flaky crash found from failure rates, a second bug
-skipped as "another failure", and a culprit confirmed by a rerun and a revert (issue 21)."""
+skipped as "another failure", and a culprit confirmed by a rerun and a revert."""
 
 from __future__ import annotations
 

@@ -42,7 +42,7 @@ def test_every_perf_table_says_the_failed_requests_per_pass_and_the_first_error(
 
 
 def test_a_busy_host_is_said_first_in_the_performance_section():
-    """Issue 34: a perf report measured at load 10–15 on 2 cores did not warn."""
+    """A performance report measured at load 10–15 on 2 cores warns of the busy host, first."""
     rec = recipe(perf=PERF)
     perf = Perf.model_validate(PERF)
     quiet = [_loaded(perf_trial(rec, "a", 0, [None] * 8), 1.5, 2)]

@@ -1,4 +1,4 @@
-"""What a report shows is what a user may copy and grep (issue 29): the renderers fed results that hold this
+"""What a report shows is what a user may copy and grep: the renderers fed results that hold this
 machine's paths and the recipe's secrets, with no server started. Paths are replaced and secrets masked
 before a text is cut or escaped, no invisible character is added, a long cell is shortened with its full
 value below the table, and a `${VAR}` reference stays a reference in the rerun recipe."""

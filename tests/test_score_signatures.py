@@ -213,7 +213,7 @@ def test_results_round_trip_through_json():
         assert load(SignatureMatch, json.loads(json.dumps(dump(m)))) == m
 
 
-# --- abbisect's own client going away is not evidence (issue 34 item 4) -----------------------------------
+# --- abbisect's own client going away is not evidence -----------------------------------
 
 RESET = """INFO toyengine: 127.0.0.1 "POST /v1/chat/completions HTTP/1.1" 200 -
 ----------------------------------------

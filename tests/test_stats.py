@@ -414,8 +414,8 @@ def test_a_candidate_nearly_different_from_the_end_it_resembles_is_not_sure():
 
 
 def test_a_candidate_same_as_an_end_is_never_nearly_different_from_it_however_small_p():
-    """Issue 34: a culprit "same" as the bad end (−1 %, its interval inside the 3 % min_effect) with p ≈ 0.003
-    counted as "nearly different" on its p alone, and the bisect ended ambiguous. The near-side rule respects
+    """A culprit "same" as the bad end (−1 %, its interval inside the 3 % min_effect) with p ≈ 0.003 is not
+    "nearly different" on its p alone (a bisect would end ambiguous on it). The near-side rule respects
     the call and the margin: only a not-sure comparison whose change reaches the margin is near."""
     from abbisect.stats.decide import nearly_different
 
@@ -435,8 +435,8 @@ def test_a_candidate_same_as_an_end_is_never_nearly_different_from_it_however_sm
 
 
 def test_paired_with_no_discordant_item_is_same_only_with_the_items_to_rule_the_margin_out() -> None:
-    """Issue 34: with no discordant item the interval was (0, 0), so 20 items of a run against themselves (or 3)
-    were "same — the 95 % interval lies within ±3 pts". The exact bound of a discordance none of n items showed
+    """With no discordant item the interval is not (0, 0): 20 items of a run against themselves (or 3) are not
+    "same — the 95 % interval lies within ±3 pts". The exact bound of a discordance none of n items showed
     is 1 − 0.025^(1/n): 16.8 points at 20, inside 3 points from 122 items."""
     from abbisect.stats.proportions import items_to_rule_out, no_discordance_bound
 

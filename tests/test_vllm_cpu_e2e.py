@@ -74,7 +74,7 @@ def test_ab_broken_vs_fixed_gives_the_right_verdicts_with_evidence(cache: Path, 
     assert res["same_launch"]
     report = (tmp_path / "ab" / "report.md").read_text()
     assert "degenerate" in report and "--enforce-eager --dtype float32 --seed 0" in report
-    # The default job's folder is fit to share (issue 29): the same grep as every demo job's
+    # The default job's folder is fit to share: the same grep as every demo job's
     # (tests/test_artefacts_clean.py), over every file of it, vLLM's own server logs included.
     hits, read = machine_traces([tmp_path / "ab"], [str(cache), str(tmp_path), os.path.expanduser("~") + "/",
                                                     tempfile.gettempdir() + "/", str(REPO_ROOT), sys.prefix])
@@ -97,7 +97,7 @@ def _user_caches() -> dict[str, int]:
 
 
 def test_torch_compile_starts_warm_on_its_own_commits_cache(cache: Path, tmp_path: Path) -> None:
-    """torch.compile on (no --enforce-eager), one commit started twice (issue 39): the first start compiles into the
+    """torch.compile on (no --enforce-eager), one commit started twice: the first start compiles into the
     commit's folder in the abbisect cache, the second finds it there and compiles nothing again, and nothing is
     written to the user's caches. vLLM 0.32's CPU build writes an AOT artefact it cannot load again
     ('finalize_loading'), so the recipe turns AOT compilation off (VLLM_USE_AOT_COMPILE=0): inductor's own cache

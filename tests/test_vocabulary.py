@@ -1,4 +1,4 @@
-"""One name per concept in the recipe (issue 49): every field of the recipe's models is walked against the table
+"""One name per concept in the recipe: every field of the recipe's models is walked against the table
 of concepts (abbisect/recipe/vocabulary.py); an old name is refused naming the new key."""
 
 from __future__ import annotations

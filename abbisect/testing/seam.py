@@ -29,17 +29,11 @@ from __future__ import annotations
 
 import hashlib
 import random
-import sys
 import tempfile
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "tests"))
-
-from fakes import FakeHistory, ancestors, line
 
 from abbisect.bisect.bisection import BisectRun, Spent
 from abbisect.bisect.driver import Driver
@@ -51,6 +45,7 @@ from abbisect.query.measure import PerfPass, PerfRun, workload
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
 from abbisect.score.degeneration import OutputAnalysis
+from abbisect.testing.fakes import FakeHistory, ancestors, line
 from abbisect.trial.executors import Slot
 from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Evidence, Verdict, judge

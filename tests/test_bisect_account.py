@@ -1,26 +1,23 @@
-"""What a bisect says of itself stays true (issue 46, the low items): `bisect.max_changes` is a whole number from 1
+"""What a bisect says of itself stays true: `bisect.max_changes` is a whole number from 1
 to 16; a resumed bisect counts the launches and the time of its every run; a finished bisect rendered again (every
 step replayed) says the rounds, launches and builds the original said; with two changes the answer is the one with
 the larger effect, whichever the whole range's search met first, and bisect.md says so. Through the bisect's seam
-(benchmarks/seam.py: the real driver, oracle, posterior search and confirmation over simulated trials)."""
+(abbisect/testing/seam.py: the real driver, oracle, posterior search and confirmation over simulated trials)."""
 
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 from conftest import toy_recipe
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import seam
 
 from abbisect.bisect.bisection import Mode
 from abbisect.bisect.state import spent_of
 from abbisect.infra.errors import UserError
 from abbisect.recipe import parse_recipe
 from abbisect.report.bisect import headline, render_bisect
+from abbisect.testing import seam
 
 FLAKY = {"commits": 16, "culprit": 9, "seed": 2}
 

@@ -1,6 +1,6 @@
-"""Every change in the range (issue 41, abbisect/bisect/changes.py): the effects on one additive scale, the decision
+"""Every change in the range (abbisect/bisect/changes.py): the effects on one additive scale, the decision
 that something is left, the search of the parts, the report's table, a resume inside a second search — through the
-bisect's seam (benchmarks/seam.py: the real driver, oracle, posterior search and confirmation, simulated trials) —
+bisect's seam (abbisect/testing/seam.py: the real driver, oracle, posterior search and confirmation, simulated trials) —
 and a bisect of the toy engine with two planted slowdowns through the CLI."""
 
 from __future__ import annotations
@@ -12,17 +12,14 @@ import platform
 import re
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
 from conftest import REPO_ROOT, abbisect, toy_recipe, write_recipe
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import seam
-
 from abbisect.assess import assessor_for
 from abbisect.stats.effects import Effect, residual
+from abbisect.testing import seam
 
 
 def named(run) -> list[str]:
@@ -116,9 +113,7 @@ def test_what_is_left_is_measured_again_on_the_commits_bounding_it_while_not_sur
     assert seen_not_sure, "no history's search was ever not sure of what is left: the case is not exercised"
 
 
-PATH_OF = """import sys
-sys.path.insert(0, sys.argv[1])
-import seam
+PATH_OF = """from abbisect.testing import seam
 said = []
 seam.bisect(seam.World("perf", 48, 18, seed=1, changes=((18, 0.12), (38, -0.05))), seam.recipe_for("perf"),
             say=said.append)
@@ -137,7 +132,7 @@ def test_the_search_takes_one_path_whichever_dot_product_kernel_the_cpu_gets(tmp
     for core in ("", "Haswell", "Prescott"):  # this CPU's own, AVX2's, the generic one
         env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"} | (
             {"OPENBLAS_CORETYPE": core} if core else {})
-        proc = subprocess.run([sys.executable, str(script), str(REPO_ROOT / "benchmarks")], env=env,
+        proc = subprocess.run([sys.executable, str(script)], env=env,
                               capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr[-2000:]
         paths[core or "this CPU"] = proc.stdout.splitlines()

@@ -1,4 +1,4 @@
-"""Trust, issue 19: what a hostile or unlucky input must not do (hang, grow memory, crash), through the real CLI
+"""What a hostile or unlucky input must not do (hang, grow memory, crash), through the real CLI
 with stand-in servers (tests/echo_server.py), real git and real logs."""
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ def _measured(argv: list[str], cwd: Path, env: dict[str, str], timeout: float = 
     return proc.returncode, int(peak.read_text()), proc.stdout
 
 
-# -- item 8: a request's timeout bounds the whole request ---------------------------------------------------
+# -- a request's timeout bounds the whole request -----------------------------------------------------------
 
 @pytest.mark.e2e
 def test_trickling_answer_ends_at_the_request_deadline(tmp_path, engine_repo, cache_dir):
@@ -55,7 +55,7 @@ def test_trickling_answer_ends_at_the_request_deadline(tmp_path, engine_repo, ca
     assert 3 <= out["latency_s"] < 100, out  # at the deadline, long before the trickle's end
 
 
-# -- item 9: an answer is cut where it is read -------------------------------------------------------------
+# -- an answer is cut where it is read ---------------------------------------------------------------------
 
 @pytest.mark.e2e
 def test_fifty_megabyte_answer_is_cut_where_it_is_read(tmp_path, engine_repo, cache_dir):
@@ -100,7 +100,7 @@ def test_cut_json_gives_the_text_read_so_far_at_every_cut_point():
             assert got[-1] == content and got[len(raw) // 2]
 
 
-# -- item 10: a corrupt trial-cache entry is a miss --------------------------------------------------------
+# -- a corrupt trial-cache entry is a miss -----------------------------------------------------------------
 
 @pytest.mark.e2e
 def test_corrupt_trial_cache_entry_is_a_miss_with_a_notice(tmp_path, engine_repo, cache_dir):
@@ -123,7 +123,7 @@ def test_corrupt_trial_cache_entry_is_a_miss_with_a_notice(tmp_path, engine_repo
         assert (entry.parent / f"{entry.name}.unreadable").read_text() == bad  # the bad one moved aside
 
 
-# -- item 11: scan streams the log -------------------------------------------------------------------------
+# -- scan streams the log ----------------------------------------------------------------------------------
 
 @pytest.mark.e2e
 def test_scan_of_a_300_megabyte_log_keeps_memory_flat(tmp_path):
@@ -146,7 +146,7 @@ def test_scan_of_a_300_megabyte_log_keeps_memory_flat(tmp_path):
     assert peak < 80 * 2**20, peak
 
 
-# -- item 12: engine.repo file:// to a folder that is not a repository -------------------------------------
+# -- engine.repo file:// to a folder that is not a repository ----------------------------------------------
 
 @pytest.mark.e2e
 def test_file_url_to_a_folder_that_is_no_repository_is_a_usage_error(tmp_path, cache_dir):
@@ -176,7 +176,7 @@ def test_file_url_to_a_folder_that_is_no_repository_is_a_usage_error(tmp_path, c
     assert proc.stderr.strip().splitlines() == [f"abbisect: error: {said}"], proc.stderr
 
 
-# -- item 16 -----------------------------------------------------------------------------------------------
+# -- refs and dates: what git chose, said -------------------------------------------------------------------
 
 def _git(repo: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(repo), *args], check=True, capture_output=True, text=True).stdout.strip()
@@ -239,7 +239,7 @@ def test_an_ambiguous_ref_says_what_git_chose_and_how_to_name_the_other(tmp_path
     assert plain.stderr == "" and f"side A: refs/heads/dup → {branch}" in plain.stdout
 
 
-# -- item 17 -----------------------------------------------------------------------------------------------
+# -- what the CLI says: usage errors, options, exit codes, counts -------------------------------------------
 
 @pytest.mark.e2e
 def test_click_usage_errors_are_one_line_with_the_commands_help(tmp_path, cache_dir):

@@ -1,25 +1,22 @@
-"""A damaged state.json (issue 46): whatever is wrong in it — a step's outcome, a result of the wrong type, a recipe
+"""A damaged state.json: whatever is wrong in it — a step's outcome, a result of the wrong type, a recipe
 value out of its range, a key abbisect never writes, the version as a string — is one line naming what is wrong
 (a usage error: exit 2 through the CLI), read before anything runs; a state copied from another bisect's folder is
 refused, naming both. And no write of the state loses a step an interrupted run recorded.
 
-A real state is made by the real driver over the simulated trial runner (benchmarks/seam.py), then damaged."""
+A real state is made by the real driver over the simulated trial runner (abbisect/testing/seam.py), then damaged."""
 
 from __future__ import annotations
 
 import copy
 import json
-import sys
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import seam
-
 from abbisect.bisect.state import STATE_FILE, resume
 from abbisect.infra.errors import UserError
+from abbisect.testing import seam
 
 
 @pytest.fixture(scope="module")

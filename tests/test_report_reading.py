@@ -1,4 +1,4 @@
-"""What a newcomer reads (issue 19, items 14 and 15): report.md says its verdict first, keeps its columns on
+"""What a newcomer reads: report.md says its verdict first, keeps its columns on
 screen, explains its own words and names no path of this machine; bisect.md neither."""
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""history: the candidate graph, commit metadata and GitHub links, read from real repositories."""
+"""What git says of a range (abbisect/bisect/gitlog.py): the candidate graph, commit metadata and GitHub links, read
+from real repositories."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Interrupted while an engine starts (issue 19, item 17): the exit is quick and says what happens, and what an
+"""Interrupted while an engine starts: the exit is quick and says what happens, and what an
 interrupted run leaves behind is said, once."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""A report is safe to paste into GitHub (issue 46): text from outside — a commit's subject, a ref, a flag, an
+"""A report is safe to paste into GitHub: text from outside — a commit's subject, a ref, a flag, an
 output — mentions no one once pasted (an `@name` is a code span), shows its control bytes as visible pictures
 (never raw), keeps its backslashes out of code blocks, and a value cut at its column's length is listed in full
 below the table. The renderers are fed hostile text directly (A/B, bisect through the bisect's seam, narrow,
@@ -7,14 +7,10 @@ matrix); no server starts."""
 from __future__ import annotations
 
 import re
-import sys
 from dataclasses import replace
 from pathlib import Path
 
 from conftest import toy_recipe
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import seam
 
 from abbisect.ab import compare
 from abbisect.bisect.bisection import Mode
@@ -34,6 +30,7 @@ from abbisect.report.narrow import render_narrow
 from abbisect.report.posterior import block as posterior_block
 from abbisect.report.text import NOTE_CAP, Notes, cell, code, esc, fence, plain, table
 from abbisect.score.degeneration import OutputAnalysis
+from abbisect.testing import seam
 from abbisect.trial.spec import LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
