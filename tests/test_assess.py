@@ -7,10 +7,12 @@ from pathlib import Path
 from typing import Any
 
 from abbisect.assess import assessor_for
+from abbisect.assess.base import Worse
 from abbisect.assess.flaky import Flaky
 from abbisect.launch.server import Ready
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
+from abbisect.stats.decide import Call
 from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
@@ -139,8 +141,9 @@ def test_failing_requests_decide_the_ends_and_a_candidate_that_answers_is_like_t
     assert seen.outcome is Outcome.GOOD and "its requests answered (the bad end's failed)" in seen.evidence
     assert a.against([perf_trial(rec, "cand", 0, [None, None] + [ERROR_EVENT] * 6)], good, bad).outcome is Outcome.BAD
     compared = a.compare(good, bad)
-    assert compared["comparison"]["call"] == "different" and compared["worse"] == "b"
-    assert compared["text"].startswith("B's requests failed (3/3 perf pass(es) failed their requests")
+    assert compared.call is Call.DIFFERENT and compared.worse is Worse.B
+    assert compared.text.startswith("B's requests failed (3/3 perf pass(es) failed their requests")
+    assert compared.to_dict()["comparison"] == {"call": "different", "reason": "request_errors"}
     # A commit that served no pass for another reason is untestable, with that reason.
     crashed = trial(rec, "x", 0, Status.CRASHED_AT_STARTUP, Outcome.BAD, ("server exited before ready: boom",))
     assert a.alone([crashed]).evidence == "untestable: no pass was measured (server exited before ready: boom)"
