@@ -2,7 +2,7 @@
 reference; the other end is bad when some output differs from it, and a commit between them is judged by which
 end its outputs resemble (abbisect/score/compare.py). Temperature 0 makes outputs comparable, but an engine may
 still answer a prompt differently twice: the bisect runs the good end a second time first, and the prompts it
-answers differently (`noise`) are left out of every comparison.
+answers differently (`unstable`) are left out of every comparison.
 
 One trial is the verdict, as with the rules (`Rules`, whose verdict a commit alone still gets: a crash is a
 crash); it depends on no chance, but on the ends' trials, so they are tested first.
@@ -19,23 +19,25 @@ from abbisect.score import resemblance
 from abbisect.trial.spec import TrialResult
 
 
-def differing(a: TrialResult, b: TrialResult, noise: frozenset[str] = frozenset()) -> list[str]:
+def differing(a: TrialResult, b: TrialResult, unstable: frozenset[str] = frozenset()) -> list[str]:
     """The prompts whose outputs differ between the two trials (one output per prompt, in the same order), in
-    `b`'s order; those in `noise` left out."""
-    return [o.prompt_id for o, p in zip(b.outputs, a.outputs) if o.text != p.text and o.prompt_id not in noise]
+    `b`'s order; those in `unstable` left out."""
+    return [o.prompt_id for o, p in zip(b.outputs, a.outputs) if o.text != p.text and o.prompt_id not in unstable]
 
 
 @dataclass(frozen=True)
 class Differs(Rules):
+    """A commit's one trial against the good end's outputs (`unstable`: the prompts left out)."""
+
     kind = DIFFERS_FROM_GOOD
     relative = True
     absolute = False  # a commit's outputs say nothing on their own, only against the good end's
 
-    noise: frozenset[str] = field(default_factory=frozenset)  # prompts the good end answers differently twice
+    unstable: frozenset[str] = field(default_factory=frozenset)  # prompts the good end answers differently twice
 
     def texts(self, trial: TrialResult) -> list[str]:
-        """A trial's output texts, the noise left out."""
-        return [o.text for o in trial.outputs if o.prompt_id not in self.noise]
+        """A trial's output texts, the unstable prompts' left out."""
+        return [o.text for o in trial.outputs if o.prompt_id not in self.unstable]
 
     def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
         """The reference (the named good end, `old` here) against the other end: the reference good by
@@ -44,7 +46,7 @@ class Differs(Rules):
         good, other = self.alone(old), self.alone(new)
         if Outcome.SKIP in (good.outcome, other.outcome):
             return good, other
-        changed = differing(old[0], new[0], self.noise)
+        changed = differing(old[0], new[0], self.unstable)
         return (Assessment(Outcome.GOOD, "the named good end (reference outputs)"),
                 Assessment(Outcome.BAD, f"outputs differ from the good end on {', '.join(changed)}") if changed
                 else Assessment(Outcome.GOOD, "outputs identical to the good end"))
@@ -61,11 +63,11 @@ class Differs(Rules):
         return seen
 
     def compare(self, a: Sample, b: Sample) -> Comparison:
-        """The first trials' outputs: different when some prompt (the noise left out) is answered differently,
+        """The first trials' outputs: different when some prompt (the unstable ones left out) is answered differently,
         the second side then the worse (it moved from the first)."""
         from abbisect.stats.decide import Call
 
-        changed = tuple(differing(a[0], b[0], self.noise))
+        changed = tuple(differing(a[0], b[0], self.unstable))
         if changed:
             return Comparison(self.kind, f"outputs differ on {', '.join(changed)}", Call.DIFFERENT, Worse.B,
                               differing=changed)
