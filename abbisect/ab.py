@@ -159,14 +159,14 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
             break
         sides = [tuple(p[i] for p in got) for i in (0, 1)]
         seen = assessor.settle_ends(sides[0], sides[1], names="A and B")
+        compared = assessor.compare(*sides)
         assessment = {"kind": assessor.kind, "launches": len(got),
                       "a": {"outcome": seen[0].outcome, "evidence": seen[0].evidence, "stats": seen[0].stats},
                       "b": {"outcome": seen[1].outcome, "evidence": seen[1].evidence, "stats": seen[1].stats},
-                      "comparison": assessor.compare(*sides)}
+                      "comparison": compared.to_dict()}
         want = min(max(seen[0].more, seen[1].more), assessor.cap - len(got))
         if want > 0:
-            progress(f"A and B after {len(got)} launch(es) each: {assessment['comparison'].get('text', '')}; "
-                     f"{want} more of each")
+            progress(f"A and B after {len(got)} launch(es) each: {compared.text}; {want} more of each")
     a, b = got[0]
     links = {"a": gitlog.github_links(a.spec.repo, a.spec.sha), "b": gitlog.github_links(b.spec.repo, b.spec.sha,
                                                                                        a.spec.sha)}

@@ -37,6 +37,7 @@ from pathlib import Path
 
 from abbisect.assess import assessor_for
 from abbisect.assess.accuracy import eval_run
+from abbisect.assess.base import Worse
 from abbisect.bisect import noisy
 from abbisect.bisect.launches import fresh
 from abbisect.bisect.noisy import NoisySearch
@@ -180,10 +181,10 @@ def settled(world: seam.World, recipe: Recipe, first: int, cap: int, step: int, 
             for sha in (parent, res.first_new):
                 fresh[sha] += launch.more(sha, "confirm", fresh[sha], first)
             compared = a.compare(fresh[parent], fresh[res.first_new])
-            call = compared.get("comparison", {}).get("call")
+            call = compared.call
             if call != Call.UNSURE or len(fresh[res.first_new]) >= cap:
                 break
-        level = ("confirmed" if call == Call.DIFFERENT and compared.get("worse") == "b" else
+        level = ("confirmed" if call is Call.DIFFERENT and compared.worse is Worse.B else
                  "not sure" if call == Call.UNSURE else "not reproduced")
     return {"found": res.first_new, "ending": res.outcome if res.outcome != "found" else "", "level": level,
             "search": search, "total": launch.count, "wall": launch.count, "items": items}

@@ -3,14 +3,21 @@ the pipeline makes them (a verdict, a launch, per-pass outcomes, perf passes) â€
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from abbisect.assess import assessor_for
+from abbisect.assess.base import Worse, against_ends
+from abbisect.assess.differs import Differs, differing
 from abbisect.assess.flaky import Flaky
+from abbisect.assess.one_trial import Rules
+from abbisect.bisect.ends import judged_against_ends
 from abbisect.launch.server import Ready
+from abbisect.query.chat import Completion
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
+from abbisect.stats.decide import Call
 from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
@@ -139,8 +146,79 @@ def test_failing_requests_decide_the_ends_and_a_candidate_that_answers_is_like_t
     assert seen.outcome is Outcome.GOOD and "its requests answered (the bad end's failed)" in seen.evidence
     assert a.against([perf_trial(rec, "cand", 0, [None, None] + [ERROR_EVENT] * 6)], good, bad).outcome is Outcome.BAD
     compared = a.compare(good, bad)
-    assert compared["comparison"]["call"] == "different" and compared["worse"] == "b"
-    assert compared["text"].startswith("B's requests failed (3/3 perf pass(es) failed their requests")
+    assert compared.call is Call.DIFFERENT and compared.worse is Worse.B
+    assert compared.text.startswith("B's requests failed (3/3 perf pass(es) failed their requests")
+    assert compared.to_dict()["comparison"] == {"call": "different", "reason": "request_errors"}
     # A commit that served no pass for another reason is untestable, with that reason.
     crashed = trial(rec, "x", 0, Status.CRASHED_AT_STARTUP, Outcome.BAD, ("server exited before ready: boom",))
     assert a.alone([crashed]).evidence == "untestable: no pass was measured (server exited before ready: boom)"
+
+
+# --- a comparison: typed, written once with the keys results.json and bisect.json carry ---------------------------
+
+
+def test_a_comparison_carries_its_call_worse_side_and_words_and_is_written_with_the_reports_keys():
+    rec = recipe(repeats={"launches": 3})
+    a = assessor_for(rec)
+    old = [trial(rec, "old", i) for i in range(12)]
+    new = [trial(rec, "new", i, Status.CRASHED_AT_STARTUP, Outcome.BAD) for i in range(12)]
+    compared = a.compare(old, new)
+    assert compared.call is Call.DIFFERENT and compared.worse is Worse.B and compared.kind == "flaky"
+    written = compared.to_dict()
+    assert list(written) == ["kind", "comparison", "text", "worse"], written
+    assert written["comparison"]["call"] == "different" and written["worse"] == "b"
+    assert written["text"] == compared.text and written["comparison"]["k_b"] == 12
+    assert a.compare(new, old).worse is Worse.A and a.compare(old, old).worse is None
+    # a rule on one trial compares nothing: each side's verdict says it all
+    rules = assessor_for(recipe()).compare(old[:1], new[:1])
+    assert rules.call is None and rules.worse is None and "comparison" not in rules.to_dict()
+
+
+# --- differs from the good end: an assessor like the others -------------------------------------------------
+
+
+def answered(rec: Recipe, sha: str, texts: list[str], status: Status = Status.OK,
+             outcome: Outcome = Outcome.GOOD) -> TrialResult:
+    """A trial whose prompts p0, p1, â€¦ were answered with `texts`."""
+    outputs = tuple(Completion(f"p{i}", f"prompt {i}", t, "stop", 1, 1, 0.1) for i, t in enumerate(texts))
+    return replace(trial(rec, sha, 0, status, outcome), outputs=outputs)
+
+
+DIFFERS = {"verdict": {"bad_if": ["differs_from_good"]}}
+
+
+def test_differs_from_good_is_the_bisects_assessor_and_judges_one_trial_against_the_ends():
+    rec = recipe(prompts=["a", "b", "c"], **DIFFERS)
+    a = assessor_for(rec, bisect=True)
+    assert isinstance(a, Differs) and against_ends(a) and not a.statistical and a.kind == "differs_from_good"
+    # an A/B, `check` and narrow judge a commit alone, by the rules
+    assert isinstance(assessor_for(rec), Rules) and not against_ends(assessor_for(rec))
+    assert not against_ends(assessor_for(recipe(repeats={"launches": 3}), bisect=True))  # weighed in a posterior
+    assert "compares each commit with the good end (differs_from_good)" in judged_against_ends(rec)
+    good, bad = [answered(rec, "good", ["x", "y", "z"])], [answered(rec, "bad", ["x", "Y", "Z"])]
+    assert a.against([answered(rec, "c", ["x", "Y", "Z"])], good, bad).outcome is Outcome.BAD
+    like_good = a.against([answered(rec, "c", ["x", "y", "z"])], good, bad)
+    assert like_good.outcome is Outcome.GOOD and like_good.evidence.startswith("outputs resemble the good end")
+    crashed = answered(rec, "c", [], Status.CRASHED_AT_STARTUP, Outcome.SKIP)
+    assert a.against([crashed], good, bad).outcome is Outcome.SKIP  # the rules' verdict: untestable
+    # the ends: the named good end is the reference, the other bad exactly when some output differs from it
+    ref, other = a.settle_ends(good, bad)
+    assert (ref.outcome, ref.evidence) == (Outcome.GOOD, "the named good end (reference outputs)")
+    assert (other.outcome, other.evidence) == (Outcome.BAD, "outputs differ from the good end on p1, p2")
+    same = a.settle_ends(good, [answered(rec, "new", ["x", "y", "z"])])[1]
+    assert (same.outcome, same.evidence) == (Outcome.GOOD, "outputs identical to the good end")
+
+
+def test_differs_from_good_leaves_what_the_good_end_answers_differently_twice_out_of_every_comparison():
+    rec = recipe(prompts=["a", "b", "c"], **DIFFERS)
+    good, again = answered(rec, "good", ["x", "y", "z"]), answered(rec, "good", ["x", "y", "z!"])
+    unstable = frozenset(differing(again, good))
+    assert unstable == {"p2"}
+    a = Differs(unstable)
+    parent, found = [answered(rec, "p", ["x", "y", "z"])], [answered(rec, "f", ["x", "Y", "zz"])]
+    compared = a.compare(parent, found)
+    assert (compared.call, compared.worse, compared.differing) == (Call.DIFFERENT, Worse.B, ("p1",))
+    quiet = a.compare(parent, [answered(rec, "f", ["x", "y", "zz"])])  # only the noisy prompt changed
+    assert quiet.call is Call.SAME and quiet.worse is None and not quiet.differing
+    assert Differs().compare(parent, [answered(rec, "f", ["x", "y", "zz"])]).differing == ("p2",)
+    assert a.settle_ends([good, again], [answered(rec, "new", ["x", "y", "q"])])[1].outcome is Outcome.GOOD

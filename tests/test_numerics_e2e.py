@@ -14,6 +14,7 @@ from conftest import abbisect, toy_recipe, write_recipe
 from abbisect.assess.accuracy import Accuracy
 from abbisect.infra.serial import load
 from abbisect.recipe import Recipe
+from abbisect.stats.decide import Call
 from abbisect.trial.spec import TrialResult
 
 pytestmark = pytest.mark.e2e
@@ -49,8 +50,9 @@ def test_the_numerics_ab_calls_the_shift_that_the_accuracy_verdict_cannot(tmp_pa
     recipe = Recipe.model_validate(data["recipe"])
     a, b = load(TrialResult, data["a"]), load(TrialResult, data["b"])
     acc = Accuracy(recipe).compare([a], [b])
-    assert acc["comparison"]["n"] == 400 and acc["flips"]["lost"] == acc["flips"]["gained"] == [], acc
-    assert acc["comparison"]["call"] != "different"
+    assert acc.numbers is not None and acc.flips is not None, acc
+    assert acc.numbers["n"] == 400 and acc.flips.lost == acc.flips.gained == (), acc
+    assert acc.call is not Call.DIFFERENT
     md = (out / "report.md").read_text()
     assert "### Numerics: token log-probabilities" in md and "largest divergence" in md
     assert "A top:" in md and "B top:" in md

@@ -17,7 +17,17 @@ from dataclasses import replace
 
 import numpy as np
 
-from abbisect.assess.base import Assessment, Sample, Term, ends_told, more_launches, placed
+from abbisect.assess.base import (
+    Assessment,
+    Comparison,
+    Flips,
+    Sample,
+    Term,
+    Worse,
+    ends_told,
+    more_launches,
+    placed,
+)
 from abbisect.infra.serial import dump
 from abbisect.query.evals import EvalRun, EvalSet, Pairing, pair
 from abbisect.recipe import Recipe
@@ -154,11 +164,10 @@ class Accuracy:
         return placed(found, said, stats, more_launches(self.first, self.cap, len(sample)),
                       f"not sure with every item of the set: {said}")
 
-    def compare(self, a: Sample, b: Sample) -> dict:
+    def compare(self, a: Sample, b: Sample) -> Comparison:
         ra, rb = eval_run(a), eval_run(b)
         if ra is None or rb is None or not (p := pair(ra, rb)).n:
-            return {"kind": self.kind, "text": "no item answered on both sides", "worse": None}
+            return Comparison(self.kind, "no item answered on both sides")
         cmp = self._compare(p)
-        worse = ("b" if cmp.difference < 0 else "a") if cmp.call is Call.DIFFERENT else None
-        return {"kind": self.kind, "comparison": dump(cmp), "text": cmp.describe(), "worse": worse,
-                "flips": {"lost": list(p.lost), "gained": list(p.gained), "n": p.n}}
+        worse = (Worse.B if cmp.difference < 0 else Worse.A) if cmp.call is Call.DIFFERENT else None
+        return Comparison(self.kind, cmp.describe(), cmp.call, worse, dump(cmp), flips=Flips(p.lost, p.gained, p.n))

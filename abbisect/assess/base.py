@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from enum import StrEnum
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
+from abbisect.infra.serial import dump
 from abbisect.recipe.status import Outcome
 from abbisect.trial.spec import TrialResult
 
 if TYPE_CHECKING:  # the statistics load with the assessors that use them, not with the rules
-    from abbisect.stats.decide import Classification
+    from abbisect.stats.decide import Call, Classification
     from abbisect.stats.effects import Effect
     from abbisect.stats.evidence import Model
+    from abbisect.stats.logprobs import NumericsComparison
 
 Sample = Sequence[TrialResult]  # every trial of one commit, in the order they ran
 Term = tuple[float, Sample, Sample]  # weight, before, after: one difference in a sum of them (Assessor.effect)
@@ -27,6 +30,68 @@ class Assessment:
     evidence: str
     stats: dict = field(default_factory=dict)
     more: int = 0
+
+
+class Worse(StrEnum):
+    """The side of a comparison that did worse: the first one compared (A of an A/B, the parent of a found commit,
+    a commit's launches in the search) or the second (B, the found commit, its fresh launches)."""
+
+    A = ("a", "A")
+    B = ("b", "B")
+
+    label: str
+
+    def __new__(cls, value: str, label: str) -> Self:
+        obj = str.__new__(cls, value)
+        obj._value_, obj.label = value, label
+        return obj
+
+
+@dataclass(frozen=True)
+class Flips:
+    """A paired comparison's items that changed answer: right on A and wrong on B (`lost`), the other way
+    (`gained`), of the `n` items answered on both sides."""
+
+    lost: tuple[str, ...]
+    gained: tuple[str, ...]
+    n: int
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Two sides compared by an assessor (`Assessor.compare`): its call (None when it compared nothing: a side
+    measured nothing, or one trial a side says it all), the side that did worse (None: neither, or no difference
+    it can call), and the comparison in words. `numbers`: the statistic's own numbers (its call among them), JSON
+    for the report; the rest is what one kind of verdict adds: the metric a performance verdict compares, the
+    items an accuracy's sides answered differently, the log-probabilities' comparison position by position, the
+    prompts whose outputs differ."""
+
+    kind: str
+    text: str
+    call: Call | None = None
+    worse: Worse | None = None
+    numbers: Mapping[str, Any] | None = None
+    metric: str | None = None
+    flips: Flips | None = None
+    numerics: NumericsComparison | None = None
+    differing: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        """As results.json and bisect.json carry it: "kind", "text", "worse", and those of "metric", "comparison"
+        (the numbers), "flips", "numerics" and "differing" it has."""
+        out: dict[str, Any] = {"kind": self.kind}
+        if self.metric is not None:
+            out["metric"] = self.metric
+        if self.numbers is not None:
+            out["comparison"] = dict(self.numbers)
+        out |= {"text": self.text, "worse": None if self.worse is None else self.worse.value}
+        if self.flips is not None:
+            out["flips"] = dump(self.flips)
+        if self.numerics is not None:
+            out["numerics"] = dump(self.numerics)
+        if self.differing:
+            out["differing"] = list(self.differing)
+        return out
 
 
 def ends_told(different: bool, a_worse: bool, texts: tuple[str, str], said: str, alike: str, stats: dict,
@@ -87,9 +152,9 @@ class Assessor(Protocol):
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         """Which end the candidate's trials resemble (good or bad), or `more` > 0, or skip when nothing can tell."""
 
-    def compare(self, a: Sample, b: Sample) -> dict:
-        """The two sides compared, for the report ({} when one trial each says it all): "text", "comparison"
-        (the numbers, with "call": same / different / unsure) and "worse" ("a", "b" or None)."""
+    def compare(self, a: Sample, b: Sample) -> Comparison:
+        """The two sides compared: the call (same, different, not sure; None when nothing could be compared or
+        one trial a side says it all), the worse side, the words and the numbers behind them."""
 
     def model(self) -> Model | None:
         """An empty model of this verdict's evidence for the posterior search (abbisect/stats/evidence.py); None
@@ -119,3 +184,10 @@ class Assessor(Protocol):
     @property
     def alpha(self) -> float:
         """The significance level its comparisons use."""
+
+
+def against_ends(assessor: Assessor) -> bool:
+    """Whether one trial of a commit is judged against the ends' trials, not alone: a relative verdict that
+    depends on no chance (differs from the good end). A statistical verdict is relative too, but its search weighs
+    every launch in a posterior instead (abbisect/bisect/noisy.py)."""
+    return assessor.relative and not assessor.statistical

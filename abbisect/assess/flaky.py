@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from abbisect.assess.base import Assessment, Sample, Term, more_launches, placed
+from abbisect.assess.base import Assessment, Comparison, Sample, Term, Worse, more_launches, placed
 from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
@@ -133,7 +133,7 @@ class Flaky:
         return placed(found, rate_text(k, n), stats, more_launches(self.first, self.cap, len(sample)),
                       f"not sure after {len(sample)} launches: {rate_text(k, n)}")
 
-    def compare(self, a: Sample, b: Sample) -> dict:
+    def compare(self, a: Sample, b: Sample) -> Comparison:
         cmp = self._compare(self.observed(a), self.observed(b))
-        worse = "b" if cmp.rate_b > cmp.rate_a else "a" if cmp.rate_a > cmp.rate_b else None
-        return {"kind": self.kind, "comparison": dump(cmp), "text": cmp.describe(), "worse": worse}
+        worse = Worse.B if cmp.rate_b > cmp.rate_a else Worse.A if cmp.rate_a > cmp.rate_b else None
+        return Comparison(self.kind, cmp.describe(), cmp.call, worse, dump(cmp))

@@ -19,8 +19,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from abbisect.assess.base import Assessment, Sample, Term, ends_told, more_launches, placed
-from abbisect.infra.serial import dump
+from abbisect.assess.base import Assessment, Comparison, Sample, Term, Worse, ends_told, more_launches, placed
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
 from abbisect.score.logprobs import NumericsRun, Scored, Token
@@ -178,17 +177,18 @@ class Numerics:
         return placed(found, run_text(mine), stats, more_launches(self.first, self.cap, len(sample)),
                       f"not sure after {len(sample)} launch(es): {run_text(mine)}")
 
-    def compare(self, a: Sample, b: Sample) -> dict:
+    def compare(self, a: Sample, b: Sample) -> Comparison:
         ra, rb = merged(a), merged(b)
         if ra is None or rb is None:
-            return {"kind": self.kind, "text": "no text scored on both sides", "worse": None}
+            return Comparison(self.kind, "no text scored on both sides")
         cmp = self._compare(ra, rb)
-        return {"kind": self.kind, "comparison": _summary(cmp), "text": cmp.describe(),
-                "worse": "b" if cmp.call is Call.DIFFERENT else None, "numerics": dump(cmp)}
+        # the newer side moved: it is the worse one (a fix moves the numbers as much as a bug)
+        return Comparison(self.kind, cmp.describe(), cmp.call, Worse.B if cmp.call is Call.DIFFERENT else None,
+                          _summary(cmp), numerics=cmp)
 
 
 def _summary(cmp: NumericsComparison) -> dict:
-    """The comparison's numbers (without the per-position detail, which `compare` adds for the report)."""
+    """The comparison's numbers (without the per-position detail, which `Comparison.numerics` keeps)."""
     return {"call": str(cmp.call), "effect": cmp.effect, "lo": cmp.lo, "hi": cmp.hi, "floor": cmp.floor, "p": cmp.p,
             "alpha": cmp.alpha, "least": cmp.least, "texts": len(cmp.texts), "continuations": len(cmp.continuations),
             "parted": cmp.parted, "far": cmp.far}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from abbisect.assess.base import Assessment, Sample, Term
+from abbisect.assess.base import Assessment, Comparison, Sample, Term
 from abbisect.recipe.status import Outcome
 from abbisect.stats.effects import Effect
 from abbisect.stats.evidence import Model
@@ -34,8 +34,8 @@ class Rules:
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         return self.alone(sample)
 
-    def compare(self, a: Sample, b: Sample) -> dict:
-        return {}
+    def compare(self, a: Sample, b: Sample) -> Comparison:
+        return Comparison(self.kind, "one trial a side: each one's verdict says it all")
 
     def model(self) -> Model | None:
         return None  # one trial is the verdict: nothing to weigh

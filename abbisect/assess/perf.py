@@ -20,7 +20,7 @@ from statistics import median
 
 import numpy as np
 
-from abbisect.assess.base import Assessment, Sample, Term, ends_told, more_launches, placed
+from abbisect.assess.base import Assessment, Comparison, Sample, Term, Worse, ends_told, more_launches, placed
 from abbisect.infra.serial import dump
 from abbisect.query.measure import PerfPass
 from abbisect.recipe import Recipe
@@ -111,12 +111,12 @@ def fmt(value: float, metric: str) -> str:
     return f"{value:,.4g} {unit(metric)}"
 
 
-def worse_side(cmp: SampleComparison, metric: str) -> str | None:
-    """"a" or "b": the side whose median is worse for `metric`; None when they are equal."""
+def worse_side(cmp: SampleComparison, metric: str) -> Worse | None:
+    """The side whose median is worse for `metric`; None when they are equal."""
     if cmp.median_a == cmp.median_b:
         return None
     b_higher = cmp.median_b > cmp.median_a
-    return ("a" if b_higher else "b") if better(metric) else ("b" if b_higher else "a")
+    return (Worse.A if b_higher else Worse.B) if better(metric) else (Worse.B if b_higher else Worse.A)
 
 
 def _two_stage_medians(launches: list[np.ndarray], rng: np.random.Generator, n: int) -> np.ndarray:
@@ -216,7 +216,7 @@ class Perf:
         stats = {"ends": dump(cmp), "metric": self.metric, "passes": min(len(va), len(vb))}
         more = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
         why = f"{names} perform alike" if cmp.call is Call.SAME else f"not sure {names} differ"
-        return ends_told(cmp.call is Call.DIFFERENT, worse_side(cmp, self.metric) == "a",
+        return ends_told(cmp.call is Call.DIFFERENT, worse_side(cmp, self.metric) is Worse.A,
                          (self._said(va), self._said(vb)), f"{names}: {self.metric} {cmp.describe()}",
                          f"{why}: {cmp.describe()}", stats, more)
 
@@ -236,18 +236,17 @@ class Perf:
         return placed(found, said, stats, more_launches(self.first, self.cap, len(sample)),
                       f"not sure after {len(values)} passes: {said}")
 
-    def compare(self, a: Sample, b: Sample) -> dict:
-        failed = {side: t for side, t in (("a", failed_requests(a)), ("b", failed_requests(b))) if t is not None}
+    def compare(self, a: Sample, b: Sample) -> Comparison:
+        failed = {side: t for side, t in ((Worse.A, failed_requests(a)), (Worse.B, failed_requests(b)))
+                  if t is not None}
         if failed:  # one side failing its requests differs from one that answers; both failing, they are alike
-            text = "; ".join(f"{side.upper()}'s requests failed ({t.verdict.reasons[0]})" for side, t in failed.items())
+            text = "; ".join(f"{side.label}'s requests failed ({t.verdict.reasons[0]})" for side, t in failed.items())
             call = Call.DIFFERENT if len(failed) == 1 else Call.SAME
-            return {"kind": self.kind, "metric": self.metric, "text": text,
-                    "comparison": {"call": call.value, "reason": "request_errors"},
-                    "worse": next(iter(failed)) if call is Call.DIFFERENT else None}
+            return Comparison(self.kind, text, call, next(iter(failed)) if call is Call.DIFFERENT else None,
+                              {"call": call.value, "reason": "request_errors"}, self.metric)
         va, vb = metric_values(a, self.metric), metric_values(b, self.metric)
         if not va or not vb:
-            return {"kind": self.kind, "metric": self.metric, "text": "a side has no measured pass", "worse": None}
+            return Comparison(self.kind, "a side has no measured pass", metric=self.metric)
         cmp = self._compare(va, vb)
-        return {"kind": self.kind, "metric": self.metric, "comparison": dump(cmp),
-                "text": f"{self.metric} {cmp.describe()}",
-                "worse": worse_side(cmp, self.metric) if cmp.call is Call.DIFFERENT else None}
+        return Comparison(self.kind, f"{self.metric} {cmp.describe()}", cmp.call,
+                          worse_side(cmp, self.metric) if cmp.call is Call.DIFFERENT else None, dump(cmp), self.metric)

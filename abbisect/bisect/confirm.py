@@ -13,12 +13,13 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from abbisect.assess.base import against_ends
 from abbisect.bisect.bisection import BisectRun, Mode
 from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.infra import git
 from abbisect.recipe.status import Outcome
-from abbisect.trial.spec import TrialResult
+from abbisect.stats.decide import Call
 
 
 def wanted(run: BisectRun, statistical: bool) -> bool:
@@ -38,11 +39,11 @@ def confirm(oracle: Oracle, run: BisectRun) -> None:
     if not (oracle.assessor.statistical and run.posterior):
         fresh = {sha: oracle.again(sha, f"confirm-{what}") for sha, what in ((parent, "parent"), (found, "found"))}
         seen = {sha: oracle.assessor.alone([t]) for sha, t in fresh.items()}
-        if "differs_from_good" in run.recipe.verdict.bad_if:  # a change of output is the signal
-            changed = _changed(fresh[parent], fresh[found], run.unstable)
-            held = bool(changed)
-            said = (f"the found commit's outputs differ from its parent's on {', '.join(changed[:5])}" if held
-                    else "the found commit's outputs are its parent's")
+        if against_ends(oracle.assessor):  # a change of output is the signal
+            compared = oracle.assessor.compare([fresh[parent]], [fresh[found]])
+            held = compared.call is Call.DIFFERENT
+            said = (f"the found commit's outputs differ from its parent's on {', '.join(compared.differing[:5])}"
+                    if held else "the found commit's outputs are its parent's")
         else:
             bad, good = (Outcome.BAD, Outcome.GOOD) if run.mode is Mode.REGRESSION else (Outcome.GOOD, Outcome.BAD)
             held = seen[found].outcome == bad and seen[parent].outcome == good
@@ -82,11 +83,6 @@ def revert(oracle: Oracle, run: BisectRun, found: str) -> dict:
     oracle.say(sentence)
     return {**made, "applied": True, "outcome": seen.outcome, "evidence": seen.evidence,
             "as_expected": seen.outcome == expected, "sentence": sentence}
-
-
-def _changed(parent: TrialResult, found: TrialResult, unstable: tuple[str, ...]) -> list[str]:
-    """The prompts whose outputs differ between the two (those the good end itself varies on left out)."""
-    return [o.prompt_id for o, p in zip(found.outputs, parent.outputs) if o.text != p.text and o.prompt_id not in unstable]
 
 
 def _ends(run: BisectRun) -> dict[str, Sample]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
+from abbisect.assess.base import Comparison, Worse
 from abbisect.bisect.bisection import BisectRun, Role, Step
 from abbisect.bisect.launches import CONFIRM, Evidence, fresh, phase_of
 from abbisect.bisect.oracle import Oracle
@@ -21,12 +22,6 @@ from abbisect.recipe.status import Outcome
 from abbisect.stats.decide import Call
 from abbisect.stats.evidence import AFTER
 from abbisect.trial.spec import TrialResult
-
-
-def call_of(compared: dict) -> str | None:
-    """The call of an assessor's comparison (`Assessor.compare`: same, different or unsure, as `Call` values);
-    None when it compared nothing."""
-    return (compared.get("comparison") or {}).get("call")
 
 
 class Searching(Protocol):
@@ -145,7 +140,7 @@ class Confirmation:
         reference = [t for sha in surely if (step := s.step_of(sha)) is not None for t in step.trials
                      if not fresh(t) and s.evidence.observes(t) and phase_of(t) <= s.phase]
         new = [t for t in self.fresh_trials(suspect) if s.evidence.observes(t)]
-        if control is None or not reference or not new or a.compare(reference, new).get("worse") != "b":
+        if control is None or not reference or not new or a.compare(reference, new).worse is not Worse.B:
             return None
         state = "before the change" if regression else "after it"
         s.labels[control] = f"{label}-{s.role(control)}"
@@ -154,19 +149,21 @@ class Confirmation:
         # as many launches as the suspect's fresh ones (`repeats.launches` at most), and up to three times
         # `repeats.launches` while it does worse and the test is not sure
         least, width = min(max(len(new), 2), s.recipe.repeats.launches), max(len(s.oracle.slots), 1)
+        cmp: Comparison | None = None
         while True:
             n = self.fresh_launches(control)
-            cmp = a.compare(reference, [t for t in self.fresh_trials(control) if s.evidence.observes(t)]) if n else {}
-            unsure = call_of(cmp) == Call.UNSURE and cmp.get("worse") == "b"
+            cmp = a.compare(reference, [t for t in self.fresh_trials(control) if s.evidence.observes(t)]) if n else None
+            unsure = cmp is not None and cmp.call is Call.UNSURE and cmp.worse is Worse.B
             if n >= 3 * s.recipe.repeats.launches or (n >= least and not unsure):
                 break
             s.launch_round([control] * min(max(least - n, 1), width))
-        if call_of(cmp) != Call.DIFFERENT:
-            s.say(f"{label}: the control behaves as the commits {state} did in the search ({cmp.get('text', '')}): "
+        text = cmp.text if cmp is not None else ""
+        if cmp is None or cmp.call is not Call.DIFFERENT:
+            s.say(f"{label}: the control behaves as the commits {state} did in the search ({text}): "
                   "the host did not change")
             return None
         return (f"the {s.role(control)}, launched again, no longer behaves as the commits {state} did in the search "
-                f"({cmp.get('text', '')})")
+                f"({text})")
 
     def summary(self, post: Posterior, parent: str, found: str, regression: bool, level: str, changed: str | None,
                 attempt: int, rounds: int) -> dict:
@@ -197,7 +194,7 @@ class Confirmation:
                 "control_launches": sum(self.fresh_launches(e) for e in s.ends if e in s.labels and e not in side),
                 "counted": counts[found], "parent_counted": counts[parent], "rounds": rounds, "attempt": attempt,
                 "level": level, "held": level == "confirmed", "sentence": sentence,
-                "compared": a.compare(trials[parent], trials[found]),
+                "compared": a.compare(trials[parent], trials[found]).to_dict(),
                 "guard": {who: s.evidence.dropped.get(sha) or s.evidence.drifted or None
                           for who, sha in (("parent", parent), ("found", found))}
                 | ({str(s.role(control)): changed} if control is not None and changed else {}),
@@ -239,9 +236,9 @@ class Confirmation:
             if not searched or not new:
                 continue
             cmp = a.compare(searched, new)
-            if call_of(cmp) == Call.DIFFERENT:
+            if cmp.call is Call.DIFFERENT:
                 dropped[sha] = (f"its {len(new)} fresh launch(es) differ from its {len(searched)} in the search "
-                                f"({cmp.get('text', '')})")
+                                f"({cmp.text})")
         s.evidence.dropped.update(dropped)
         if drift is not None:
             s.evidence.drifted, s.evidence.anchors = (f"{drift}: only the ends' launches in the search count, "

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from abbisect.assess import assessor_for
+from abbisect.assess.base import against_ends
 from abbisect.bisect.kinds import VariableKind
 from abbisect.recipe import Recipe
 from abbisect.trial import judges
@@ -12,9 +13,9 @@ from abbisect.trial.judges import Judge
 
 def judged_against_ends(recipe: Recipe, judge: Judge | None = None) -> str:
     """Why a commit's verdict needs the ends' trials ("" when it does not)."""
-    if "differs_from_good" in recipe.verdict.bad_if:
-        return "the verdict compares each commit with the good end (differs_from_good)"
     kind = assessor_for(recipe, bisect=True)
+    if against_ends(kind):
+        return f"the verdict compares each commit with the good end ({kind.kind})"
     if kind.statistical:
         return (f"the verdict depends on chance ({kind.kind}): the posterior search learns both ends' "
                 "distributions from their launches first")

@@ -17,7 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from abbisect.assess import assessor_for
-from abbisect.assess.base import Assessor
+from abbisect.assess.base import Assessor, against_ends
 from abbisect.assess.failure import sample_fingerprint
 from abbisect.bisect.bisection import BisectRun, Role, Step
 from abbisect.bisect.state import recorded_step
@@ -26,7 +26,6 @@ from abbisect.environment import EnvResult
 from abbisect.environment.store import background
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
-from abbisect.score import resemblance
 from abbisect.trial import judges
 from abbisect.trial.judges import Judge
 from abbisect.trial.pipeline import run_trial
@@ -58,7 +57,6 @@ class Oracle:
         self.recorded: dict[str, dict] = {}  # steps an interrupted run finished: replayed, never run again
         self.assessor: Assessor = assessor_for(recipe, bisect=True)
         self.failure = ""  # how the bad end fails, once known (verdict.same_failure)
-        self.unstable: frozenset[str] = frozenset()  # prompts the good end answers differently twice
         self.results: dict[str, TrialResult] = {}  # the trials whose verdicts the search took
         self.pool = ThreadPoolExecutor(max_workers=max(prefetch, 1), thread_name_prefix="prefetch")
         self.prefetched: dict[str, Future[EnvResult]] = {}
@@ -134,16 +132,14 @@ class Oracle:
 
     def _judged(self, sha: str, label: str,
                 ends: Mapping[str, Sample] | None) -> tuple[Outcome, TrialResult, str]:
-        """One trial's outcome by the rules, confirmed by retries and (if asked) by which end its outputs
-        resemble (prompts the good end answers differently twice left out)."""
+        """One trial's outcome by the rules (or by the judge), confirmed by retries; a verdict of one trial
+        against the ends' (differs from the good end) asks the assessor which end it resembles."""
         first = {k: v[0] for k, v in (ends or {}).items() if v}
         result = self._trial(sha, label, 0, first)
         outcome, evidence = result.verdict.outcome, "; ".join(result.verdict.reasons[:2])
-        relative = first and "differs_from_good" in self.recipe.verdict.bad_if and self.judge is None
-        if first and relative and outcome != Outcome.SKIP and result.outputs:
-            r = resemblance(*(_texts(x, self.unstable) for x in (result, first["good"], first["bad"])))
-            if r.closer_to in ("good", "bad"):
-                outcome, evidence = Outcome(r.closer_to), f"outputs resemble the {r.closer_to} end: {r.evidence}"
+        if ends and first and self.judge is None and against_ends(self.assessor):
+            seen = self.assessor.against([result], ends["good"], ends["bad"])
+            outcome, evidence = seen.outcome, seen.evidence
         for n in range(self.retries):
             again = self.again(sha, f"{label} retry {n + 1}")
             if self.judge is not None:
@@ -228,8 +224,3 @@ class Oracle:
         self.pool.shutdown(wait=wait, cancel_futures=True)
         if self.executor is not None:
             self.executor.shutdown()
-
-
-def _texts(result: TrialResult, unstable: frozenset[str]) -> list[str]:
-    """A trial's output texts, the prompts the good end does not answer the same way twice left out."""
-    return [o.text for o in result.outputs if o.prompt_id not in unstable]

@@ -18,6 +18,8 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from typing import Protocol
 
+from abbisect.assess.base import against_ends
+from abbisect.assess.differs import Differs, differing
 from abbisect.assess.failure import sample_fingerprint
 from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.bisect.ends import judged_against_ends
@@ -225,9 +227,9 @@ class EndsFirst:
         else:
             for sha, role in ends:
                 driver.step(run, sha, role)
-        if "differs_from_good" in driver.recipe.verdict.bad_if and driver.judge is None:
+        if driver.judge is None and against_ends(driver.oracle.assessor):  # one trial against the ends'
             noise_baseline(driver, run)
-            judge_ends_by_change(run)
+            settle_ends(driver, run)
             driver.save(run)
         remember_failure(driver, run, run.steps[0], run.steps[1])
         return self.from_ends(driver, run, (run.steps[0], run.steps[1]), state, graph)
@@ -415,8 +417,9 @@ def remember_failure(driver: Walker, run: BisectRun, old: Step, new: Step) -> No
 
 
 def noise_baseline(driver: Walker, run: BisectRun) -> None:
-    """`differs_from_good`: the good end runs a second time, fresh; a prompt it answers differently is noise
-    of the engine, not a change of a commit, and is left out of every comparison."""
+    """A verdict by change of output (differs from the good end): the good end runs a second time, fresh; a
+    prompt it answers differently is noise of the engine, not a change of a commit, and is left out of every
+    comparison (the oracle's assessor knows it from now on)."""
     good = run.step_of(run.good.sha)
     if good is None or good.result is None or good.outcome == Outcome.SKIP:
         return
@@ -425,24 +428,21 @@ def noise_baseline(driver: Walker, run: BisectRun) -> None:
     else:
         again = driver.oracle.again(run.good.sha, "good-end-again")
         good.more += (again,)
-    unstable = tuple(sorted({o.prompt_id for o, a in zip(good.result.outputs, again.outputs) if o.text != a.text}))
+    unstable = tuple(sorted(set(differing(again, good.result))))
     run.unstable = unstable
-    driver.oracle.unstable = frozenset(unstable)
+    driver.oracle.assessor = Differs(frozenset(unstable))
     if unstable:
         driver.say(f"the good end answers {len(unstable)} prompt(s) differently when run again "
                    f"({', '.join(unstable[:5])}): left out of every comparison")
 
 
-def judge_ends_by_change(run: BisectRun) -> None:
-    """"Any change in output is the signal": the named good end is good by definition, the other end is bad
-    exactly when some output differs from it (temperature 0 makes outputs comparable)."""
+def settle_ends(driver: Walker, run: BisectRun) -> None:
+    """The two ends judged against each other by the assessor, the named good end first (the reference of a
+    verdict by change of output), unless either was untestable."""
     good_step, other = ((run.steps[0], run.steps[1]) if run.steps[0].sha == run.good.sha
                         else (run.steps[1], run.steps[0]))
     if Outcome.SKIP in (good_step.outcome, other.outcome) or other.result is None or good_step.result is None:
         return
-    changed = [o.prompt_id for o, g in zip(other.result.outputs, good_step.result.outputs)
-               if o.text != g.text and o.prompt_id not in run.unstable]
-    good_step.outcome, good_step.evidence = Outcome.GOOD, "the named good end (reference outputs)"
-    other.outcome = Outcome.BAD if changed else Outcome.GOOD
-    other.evidence = (f"outputs differ from the good end on {', '.join(changed)}" if changed
-                      else "outputs identical to the good end")
+    seen = driver.oracle.assessor.settle_ends(good_step.trials, other.trials)
+    for step, told in zip((good_step, other), seen, strict=True):
+        step.outcome, step.evidence = told.outcome, told.evidence

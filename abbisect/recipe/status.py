@@ -63,8 +63,10 @@ class Status(StrEnum):
         return obj
 
 
-# Rules that are not a status: `differs_from_good` judges a bisect step by which end its outputs resemble.
-RELATIVE_RULES = ("differs_from_good",)
+# Rules that are not a status: `differs_from_good` judges a bisect step by which end its outputs resemble
+# (abbisect/assess/differs.py).
+DIFFERS_FROM_GOOD = "differs_from_good"
+RELATIVE_RULES = (DIFFERS_FROM_GOOD,)
 BAD_RULES = tuple(s.rule for s in Status if s.rule and "bad" in s.may) + RELATIVE_RULES
 SKIP_RULES = tuple(s.rule for s in Status if s.rule and "skip" in s.may)
 DEFAULT_BAD_IF = [s.rule for s in Status if s.rule and s.default == "bad"]

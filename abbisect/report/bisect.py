@@ -13,7 +13,9 @@ from pathlib import Path
 
 from abbisect import __version__
 from abbisect.ab import ABResult, compare
+from abbisect.assess import assessor_for
 from abbisect.assess.accuracy import eval_run
+from abbisect.assess.base import against_ends
 from abbisect.assess.perf import metric_values, pass_errors
 from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
@@ -74,7 +76,7 @@ def reproduce_commands(run: BisectRun, cmd: str, recipe_file: str) -> list[str]:
     (old ends: the searched range's, merge base included); a test runs every one of them."""
     repo = shlex.quote(str(run.repo))
     if run.mode.stopped:  # no search ran: what stopped it is each tested commit's own verdict
-        if "differs_from_good" in run.recipe.verdict.bad_if:  # relative verdicts: check cannot judge alone
+        if against_ends(assessor_for(run.recipe, bisect=True)):  # check cannot judge a commit alone
             return [rerun_command(cmd)]
         return [rerun_command(cmd), "# each commit tested, judged alone (exit 0 good, 1 bad, 125 untestable):",
                 *(f"abbisect check {shlex.quote(recipe_file)} {s.sha}  # {s.role}: exit {s.outcome.exit}"
