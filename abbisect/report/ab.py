@@ -110,15 +110,14 @@ def verdict_line(a: TrialResult, b: TrialResult) -> str:
 def repeated_verdict_line(ab) -> str:
     """The answer first, over every launch of each side: each side's outcome and the comparison."""
     s = ab.assessment
-    n = s["launches"]
-    said = "; ".join(f"{side.upper()}: {cell(s[side]['evidence'].split('; ')[0], 200)}" for side in ("a", "b"))
-    return (f"**Verdict over {n} launch(es) a side: A {r_ref(ab.a)} is {s['a']['outcome']}, B {r_ref(ab.b)} is "
-            f"{s['b']['outcome']}** — {cell(s['comparison'].get('text', ''), 300)}. {said}.")
+    said = "; ".join(f"{side.upper()}: {cell(s.side(side).evidence.split('; ')[0], 200)}" for side in ("a", "b"))
+    return (f"**Verdict over {s.launches} launch(es) a side: A {r_ref(ab.a)} is {s.a.outcome}, B {r_ref(ab.b)} is "
+            f"{s.b.outcome}** — {cell(s.comparison.get('text', ''), 300)}. {said}.")
 
 
 def launches_block(ab) -> str:
     """One row per launch of each side, in the order they ran (A, B, A, B …)."""
-    metric = (ab.recipe.get("perf") or {}).get("metric")
+    metric = ab.recipe.perf.metric if ab.recipe.perf is not None else None
 
     def said_of(t: TrialResult) -> str:
         said = f"{t.verdict.status} → {t.verdict.outcome}"
@@ -130,7 +129,7 @@ def launches_block(ab) -> str:
             values, errors = metric_values([t], metric), pass_errors([t])
             said += f"; {fmt(median(values), metric)}" if values else "; not measured"
             said += f"; failed requests {cell(errors.describe(), 300)}" if errors.errors else ""
-        if ab.recipe.get("eval"):  # an accuracy verdict: the items this launch answered
+        if ab.recipe.eval is not None:  # an accuracy verdict: the items this launch answered
             from abbisect.assess.accuracy import accuracy_text, eval_run
 
             run = eval_run([t])
@@ -333,7 +332,7 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     title, the recipe, the fingerprint and Reproduce, which the enclosing report shows once."""
     a, b = ab.a, ab.b
     h2 = level if embedded else level + 1
-    first = repeated_verdict_line(ab) if ab.assessment else verdict_line(a, b)
+    first = repeated_verdict_line(ab) if ab.assessment is not None else verdict_line(a, b)
     lines = [] if embedded else [heading(level, f"abbisect A/B: {code(ab.name)}"), "", first, ""]
     urls_a, urls_b = ab.links.get("a", {}), ab.links.get("b", {})
     commits = [commit_line("A", a, urls_a), commit_line("B", b, urls_b)]
@@ -347,41 +346,36 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
         lines += ["Launch command (identical on both sides; only the checkout differs):", fence(ab.launch_a or "(not launched)", "sh")]
     else:
         lines += ["⚠ The launch commands differ between sides:", fence(f"A: {ab.launch_a}\nB: {ab.launch_b}", "sh")]
-    sampling = ab.recipe["sampling"]
-    lines += ["", (f"Sampling: temperature {sampling['temperature']}, max_tokens {sampling['max_tokens']}, "
-                  f"seed {sampling['seed']}, API `{ab.recipe['api']}`."), ""]
-    lines += [caches_line(JitMode(ab.recipe["launch"].get("jit_cache", JitMode.USER)), [("A", ab.trials("a")), ("B", ab.trials("b"))]),
-              ""]
-    if ab.recipe.get("perf") and not embedded:
-        from abbisect.recipe.perf import Perf
+    rec = ab.recipe
+    sampling = rec.sampling
+    lines += ["", (f"Sampling: temperature {sampling.temperature}, max_tokens {sampling.max_tokens}, "
+                  f"seed {sampling.seed}, API `{rec.api}`."), ""]
+    lines += [caches_line(JitMode(rec.launch.jit_cache), [("A", ab.trials("a")), ("B", ab.trials("b"))]), ""]
+    if rec.perf is not None and not embedded:
         from abbisect.report.perf import perf_section
 
-        lines += perf_section(Perf.model_validate(ab.recipe["perf"]), ab.trials("a"), ab.trials("b"),
-                              ab.same_commit, heading(h2, "Performance"))
-    if ab.recipe.get("eval") and not embedded:
+        lines += perf_section(rec.perf, ab.trials("a"), ab.trials("b"), ab.same_commit, heading(h2, "Performance"))
+    if rec.eval is not None and not embedded:
         from abbisect.assess.accuracy import eval_run
-        from abbisect.recipe.eval import Eval
         from abbisect.report.accuracy import ab_accuracy
 
         runs = eval_run(ab.trials("a")), eval_run(ab.trials("b"))
         if runs[0] is not None and runs[1] is not None:
-            lines += [ab_accuracy(Eval.model_validate(ab.recipe["eval"]), runs[0], runs[1], ab.same_commit, h2), ""]
-    if ab.recipe.get("numerics") and not embedded:
+            lines += [ab_accuracy(rec.eval, runs[0], runs[1], ab.same_commit, h2), ""]
+    if rec.numerics is not None and not embedded:
         from abbisect.assess.numerics import ALPHA
-        from abbisect.recipe.numerics import Numerics
         from abbisect.report.numerics import numerics_section
 
-        alpha = ab.recipe.get("verdict", {}).get("alpha") or ALPHA
-        lines += numerics_section(Numerics.model_validate(ab.recipe["numerics"]), alpha, ab.trials("a"),
-                                  ab.trials("b"), ab.same_commit, h2)
-    if ab.assessment and not embedded:
+        alpha = rec.verdict.alpha or ALPHA
+        lines += numerics_section(rec.numerics, alpha, ab.trials("a"), ab.trials("b"), ab.same_commit, h2)
+    if ab.assessment is not None and not embedded:
         lines += [heading(h2, "Every launch"), "", launches_block(ab), ""]
-    lines += [heading(h2, "Summary" + (" of each side's first launch" if ab.assessment else "")), "",
+    lines += [heading(h2, "Summary" + (" of each side's first launch" if ab.assessment is not None else "")), "",
               summary_table([("A", a), ("B", b)]), "", SUMMARY_NOTE, ""]
     diff = ab.signature_diff
-    if diff.get("appeared") or diff.get("disappeared"):
-        lines += [(f"Log signatures appeared in B: {', '.join(f'`{s}`' for s in diff.get('appeared', [])) or 'none'}; "
-                  f"disappeared in B: {', '.join(f'`{s}`' for s in diff.get('disappeared', [])) or 'none'}."), ""]
+    if diff["appeared"] or diff["disappeared"]:
+        lines += [(f"Log signatures appeared in B: {', '.join(f'`{s}`' for s in diff['appeared']) or 'none'}; "
+                  f"disappeared in B: {', '.join(f'`{s}`' for s in diff['disappeared']) or 'none'}."), ""]
     if a.outputs or b.outputs:
         lines += [heading(h2, "Outputs"), "", outputs_table(a, b, ab.divergences, budget), ""]
     lines += [line.replace("### ", heading(h2, "")) if line.startswith("### ") else line
