@@ -15,6 +15,7 @@ from statistics import median
 
 import yaml
 
+from abbisect.gpu.fingerprint import Fingerprint
 from abbisect.infra.serial import load
 from abbisect.launch.jit import JitMode, Start
 from abbisect.query.chat import tag
@@ -60,11 +61,11 @@ def cached_note(r: TrialResult, short: bool = False) -> str:
     """'fresh', or where a cached result came from: the date of the original run and its logs."""
     if not r.cached:
         return "fresh"
-    origin = r.extras.cache or {}
-    stored = origin.get("stored", "an earlier run")
+    origin = r.extras.cache
+    stored = origin.stored if origin is not None else "an earlier run"
     if short:
         return f"cached ({stored})"
-    logs = ", ".join(f"`{Path(r.spec.out_dir).name}/{name}`" for name in origin.get("logs", []))
+    logs = ", ".join(f"`{Path(r.spec.out_dir).name}/{name}`" for name in (origin.logs if origin is not None else ()))
     return (f"served from the trial cache: the result of a run at {stored}"
             + (f"; its logs, kept with the cache entry, are copied here: {logs}" if logs else "; no logs were kept"))
 
@@ -226,7 +227,8 @@ def facts_block(a: TrialResult, b: TrialResult) -> str:
     for label, r in (("A", a), ("B", b)):
         facts = r.launch.facts if r.launch else {}
         version = facts.get("version")
-        if not version and (from_venv := (r.extras.fingerprint or {}).get("engine_version")):
+        if not version and r.extras.fingerprint and (
+                from_venv := load(Fingerprint, r.extras.fingerprint).engine_version):
             version = f"{from_venv} (from its venv)"
         shims = _shims(r)
         if version and str(version) in shims.values():  # the engine reads its version from the shim
@@ -257,7 +259,7 @@ def _args(args: object, limit: int = 160, notes: Notes | None = None) -> str:
 
 
 def fingerprint_block(a: TrialResult, b: TrialResult) -> str:
-    from abbisect.gpu.fingerprint import Fingerprint, render_sides
+    from abbisect.gpu.fingerprint import render_sides
 
     fa, fb = a.extras.fingerprint, b.extras.fingerprint
     if not (fa and fb):
@@ -268,15 +270,15 @@ def fingerprint_block(a: TrialResult, b: TrialResult) -> str:
 
 def at_once_block(a: TrialResult, b: TrialResult) -> str:
     """A and B on two slots at the same time (`ab.parallel`): where each ran and both sides' GPUs."""
-    from abbisect.gpu.fingerprint import Fingerprint, describe_gpus
+    from abbisect.gpu.fingerprint import describe_gpus
 
     pa, pb = a.extras.placement, b.extras.placement
-    if not (pa and pb) or pa.get("slot") == pb.get("slot"):
+    if pa is None or pb is None or pa.slot == pb.slot:
         return ""
     where, gpus = [], []
     for side, r, p in (("A", a, pa), ("B", b, pb)):
-        where.append(f"{side} on slot {p['slot']} (" + (f"GPU {','.join(map(str, p['gpus']))}" if p.get("gpus")
-                                                       else "no GPU pinned") + ")")
+        where.append(f"{side} on slot {p.slot} (" + (f"GPU {','.join(map(str, p.gpus))}" if p.gpus
+                                                    else "no GPU pinned") + ")")
         fp = r.extras.fingerprint
         gpus.append(f"{side}: {describe_gpus(load(Fingerprint, fp))}"
                     if fp else f"{side}: not recorded")

@@ -509,7 +509,7 @@ def trial_record(run: BisectRun, step: Step) -> dict:
             "commit_date": info.date, "parents": list(info.parents),
             "version": r.launch.facts.get("version") if r.launch else None,
             "fingerprint": r.extras.fingerprint, "timings": r.timings, "cached": r.cached,
-            "placement": r.extras.placement,
+            "placement": dump(r.extras.placement) if r.extras.placement is not None else None,
             # Where its JIT caches were, and how each launch of the commit started (cold, warm; unknown on the
             # user's caches): a performance step's launches are measured alike only when they started alike.
             "jit": {"folder": caches.folder, "starts": starts_of(step.trials)}

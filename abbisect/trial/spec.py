@@ -27,6 +27,7 @@ from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.score import AnswerCheck, OutputAnalysis, SignatureMatch
 from abbisect.score.logprobs import NumericsRun
+from abbisect.trial.provenance import CacheOrigin, Placement
 from abbisect.verdict.rules import Verdict
 
 Progress = Callable[[str], None]
@@ -109,8 +110,8 @@ class Extras:
     numerics: NumericsRun | None = None  # the texts' token log-probabilities (query/logprobs.py)
     gpu_after: dict | None = None
     pass_outcomes: tuple[Outcome, ...] | None = None  # each pass's outcome (repeats.passes > 1)
-    placement: dict | None = None  # where and when it ran (trial/slots.py `placed`, an executor's node)
-    cache: dict | None = None  # a trial cache hit's origin: when stored, its logs (trial/trial_cache.py)
+    placement: Placement | None = None  # where and when it ran (trial/slots.py `placed`, an executor's node)
+    cache: CacheOrigin | None = None  # a trial cache hit's origin: when stored, its logs (trial/trial_cache.py)
     judge: dict | None = None  # an external judge's decision and the built-in verdict it replaced (trial/judges.py)
     executor_error: str | None = None  # why the executor could not carry the trial out (trial/slots.py)
 
