@@ -16,6 +16,7 @@ from pydantic_core import core_schema
 
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
+from abbisect.environment.inventory import Inventory
 from abbisect.gpu.sharing import SlotPlace
 from abbisect.infra.cache import Cache
 from abbisect.launch.jit import JitCache
@@ -100,7 +101,7 @@ class Extras:
     The typed ones are read by the assessors; the others are JSON reports made elsewhere, kept as they came."""
 
     fingerprint: dict | None = None  # the venv's torch, triton, engine version, its GPU (gpu/fingerprint.py)
-    packages: dict | None = None  # the venv's full package list (environment/inventory.py)
+    packages: Inventory | None = None  # the venv's full package list (environment/inventory.py)
     probe: dict | None = None  # a kernel probe's result (trial/probe_trial.py), instead of a launch
     gpu_before: dict | None = None  # same-GPU hygiene's checks around the launch (gpu/sharing.py)
     server_times: dict | None = None  # wall clock: launched, ready, stopped
