@@ -487,7 +487,7 @@ def bisect_json(run: BisectRun) -> dict:
             "failure": run.failure, "unstable": list(run.unstable),
             "confirmation": run.confirmation, "posterior": run.posterior or None, "changes": run.changes or None,
             "narrowing": narrow_json(run.narrowing) if run.narrowing else None,
-            "pins": {sha: dump(d) for sha, d in run.pins.items()}, "follow": run.follow or None,
+            "pins": {sha: dump(d) for sha, d in run.pins.items()}, "follow": dump(run.follow) if run.follow is not None else None,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
             "releases": dump(run.releases) if run.releases else None,
