@@ -9,9 +9,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any, cast
 
-from pydantic import PlainSerializer
+from pydantic import GetCoreSchemaHandler, PlainSerializer
+from pydantic_core import core_schema
 
 from abbisect import __version__, checkout
 from abbisect.assess import assessor_for
@@ -19,7 +20,7 @@ from abbisect.bisect import gitlog
 from abbisect.infra.cache import Cache
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.errors import UserError
-from abbisect.infra.serial import dump
+from abbisect.infra.serial import dump, load
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.score import Divergence, SignatureDiff, diff_signatures, divergence
@@ -61,6 +62,31 @@ def _assessment_written(value: LaunchesAssessed | None) -> dict:
 
 
 @dataclass(frozen=True)
+class CommitLinks:
+    """A side's commit on GitHub, its compare view from the other side and its pull request; None where the
+    repository has no GitHub remote or git cannot say (results.json leaves the key out)."""
+
+    commit: str | None = None
+    compare: str | None = None
+    pr: str | None = None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        written = core_schema.wrap_serializer_function_ser_schema(_without_none)
+        return cast(core_schema.CoreSchema, {**handler(source), "serialization": written})
+
+
+def _without_none(value: CommitLinks, write: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
+    return {k: v for k, v in write(value).items() if v is not None}
+
+
+@dataclass(frozen=True)
+class ABLinks:
+    a: CommitLinks = CommitLinks()
+    b: CommitLinks = CommitLinks()  # its compare view is from A
+
+
+@dataclass(frozen=True)
 class ABResult:
     recipe: Recipe
     a: TrialResult
@@ -72,9 +98,8 @@ class ABResult:
     command: str  # to reproduce
     version: str
     started: str
-    # GitHub links of each side ({"a": {"commit": …}, "b": {"commit", "compare", "pr"}}), gathered before
-    # rendering so that the report needs no git.
-    links: dict[str, dict[str, str]] = field(default_factory=dict)
+    # GitHub links of each side, gathered before rendering so that the report needs no git.
+    links: ABLinks = ABLinks()
     # With several launches a side (repeats): the further trials of each, and what the assessor made of all
     # of them; `a` and `b` above are then each side's first launch.
     more_a: tuple[TrialResult, ...] = ()
@@ -142,7 +167,8 @@ def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, starte
                  for oa, ob in zip(a.outputs, b.outputs))
     return ABResult(recipe, a, b, divs,
                     diff_signatures(list(a.signatures), list(b.signatures)), neutral_launch(a), neutral_launch(b),
-                    command, __version__, started, links or {}, more[0], more[1], assessment, commits or {})
+                    command, __version__, started, load(ABLinks, links or {}), more[0], more[1], assessment,
+                    commits or {})
 
 
 def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path,

@@ -15,6 +15,7 @@ from statistics import median
 
 import yaml
 
+from abbisect.ab import CommitLinks
 from abbisect.gpu.fingerprint import Fingerprint
 from abbisect.infra.serial import load
 from abbisect.launch.jit import JitMode, Start
@@ -305,10 +306,10 @@ def probe_block(label: str, r: TrialResult, level: int = 4) -> str:
     return f"{heading(level, f'{label}: kernel probe')}\n\n{render_probe_markdown(load(ProbeResult, data))}" if data else ""
 
 
-def commit_line(label: str, r: TrialResult, urls: dict[str, str]) -> str:
+def commit_line(label: str, r: TrialResult, urls: CommitLinks) -> str:
     """`- **A**: `ref` = sha — subject`, the sha and the PR linked on GitHub."""
-    sha = f"[{r.spec.sha[:10]}]({urls['commit']})" if urls.get("commit") else r.spec.sha[:10]
-    pr = f" ([#{urls['pr'].rsplit('/', 1)[-1]}]({urls['pr']}))" if urls.get("pr") else ""
+    sha = f"[{r.spec.sha[:10]}]({urls.commit})" if urls.commit else r.spec.sha[:10]
+    pr = f" ([#{urls.pr.rsplit('/', 1)[-1]}]({urls.pr}))" if urls.pr else ""
     return f"- **{label}**: {r_ref(r)} = {sha} — {cell(r.spec.subject, 100)}{pr}"
 
 
@@ -336,13 +337,13 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     h2 = level if embedded else level + 1
     first = repeated_verdict_line(ab) if ab.assessment is not None else verdict_line(a, b)
     lines = [] if embedded else [heading(level, f"abbisect A/B: {code(ab.name)}"), "", first, ""]
-    urls_a, urls_b = ab.links.get("a", {}), ab.links.get("b", {})
+    urls_a, urls_b = ab.links.a, ab.links.b
     commits = [commit_line("A", a, urls_a), commit_line("B", b, urls_b)]
     if side_variable(a) or side_variable(b):  # a dependency is the variable: say which, per side
         commits = [f"{line}; {side_variable(r) or 'no pins'}" for line, r in zip(commits, (a, b))]
     lines += commits
-    if urls_b.get("compare"):
-        lines += [f"- [compare A…B]({urls_b['compare']})"]
+    if urls_b.compare:
+        lines += [f"- [compare A…B]({urls_b.compare})"]
     lines += [""]
     if ab.same_launch:
         lines += ["Launch command (identical on both sides; only the checkout differs):", fence(ab.launch_a or "(not launched)", "sh")]
