@@ -18,6 +18,7 @@ import yaml
 from abbisect.ab import CommitLinks
 from abbisect.gpu.fingerprint import Fingerprint
 from abbisect.infra.serial import load
+from abbisect.launch.engines.base import LoggedFacts
 from abbisect.launch.jit import JitMode, Start
 from abbisect.query.chat import tag
 from abbisect.report.jit import caches_line, jit_of
@@ -226,15 +227,15 @@ def facts_block(a: TrialResult, b: TrialResult) -> str:
     rows = []
     notes = Notes()
     for label, r in (("A", a), ("B", b)):
-        facts = r.launch.facts if r.launch else {}
-        version = facts.get("version")
+        logged = LoggedFacts.of(r.launch.facts if r.launch else {})
+        version = logged.version
         if not version and r.extras.fingerprint and (
                 from_venv := load(Fingerprint, r.extras.fingerprint).engine_version):
             version = f"{from_venv} (from its venv)"
         shims = _shims(r)
         if version and str(version) in shims.values():  # the engine reads its version from the shim
             version = f"{version} (= the recipe's dist-info shim; the engine may read it, not the commit's own version)"
-        args = facts.get("non_default_args", facts.get("server_args", "—"))
+        args = logged.args if logged.args is not None else "—"
         rows.append([label, cell(str(version or "—"), 120, notes), _args(args, notes=notes)])
     return table(["side", "engine version (from its log)", "non-default args (from its log)"], rows, notes)
 
