@@ -91,13 +91,14 @@ def model_key(model: PackagedModel) -> str:
 
 @dataclass(frozen=True)
 class Prepared:
-    """A prepared model's marker (MARKER): what was converted, its GGUF's sha256, and how long it took."""
+    """A prepared model's marker (MARKER): what was converted, its GGUF's sha256, and how long it took (None
+    where a marker does not say)."""
 
-    package: str
-    file: str
-    variant: str | None
-    sha256: str
-    seconds: float
+    package: str | None = None
+    file: str | None = None
+    variant: str | None = None
+    sha256: str | None = None
+    seconds: float | None = None
 
 
 def prepared(model: PackagedModel, cache: Cache | Path) -> Prepared | None:
