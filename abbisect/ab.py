@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, cast
 
-from pydantic import GetCoreSchemaHandler, PlainSerializer
+from pydantic import BeforeValidator, GetCoreSchemaHandler, PlainSerializer
 from pydantic_core import core_schema
 
 from abbisect import __version__, checkout
@@ -86,6 +86,15 @@ class ABLinks:
     b: CommitLinks = CommitLinks()  # its compare view is from A
 
 
+def _none_when_empty(value: object) -> object:
+    """Read back from results.json: {} is what was written for None."""
+    return value or None
+
+
+def _links_written(value: ABLinks | None) -> dict:
+    return dump(value) if value is not None else {}
+
+
 @dataclass(frozen=True)
 class ABResult:
     recipe: Recipe
@@ -98,13 +107,15 @@ class ABResult:
     command: str  # to reproduce
     version: str
     started: str
-    # GitHub links of each side, gathered before rendering so that the report needs no git.
-    links: ABLinks = ABLinks()
+    # GitHub links of each side, gathered before rendering so that the report needs no git (None: not gathered,
+    # written {} as by an earlier abbisect).
+    links: Annotated[ABLinks | None, BeforeValidator(_none_when_empty), PlainSerializer(_links_written)] = None
     # With several launches a side (repeats): the further trials of each, and what the assessor made of all
     # of them; `a` and `b` above are then each side's first launch.
     more_a: tuple[TrialResult, ...] = ()
     more_b: tuple[TrialResult, ...] = ()
-    assessment: Annotated[LaunchesAssessed | None, PlainSerializer(_assessment_written)] = None
+    assessment: Annotated[LaunchesAssessed | None, BeforeValidator(_none_when_empty),
+                          PlainSerializer(_assessment_written)] = None
     # Each side's engine commit (date, parents), gathered while the repository is at hand: results.json names
     # no folder of this machine, so a reader (the matrix) cannot ask git later.
     commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)
@@ -167,7 +178,7 @@ def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, starte
                  for oa, ob in zip(a.outputs, b.outputs))
     return ABResult(recipe, a, b, divs,
                     diff_signatures(list(a.signatures), list(b.signatures)), neutral_launch(a), neutral_launch(b),
-                    command, __version__, started, load(ABLinks, links or {}), more[0], more[1], assessment,
+                    command, __version__, started, load(ABLinks, links) if links else None, more[0], more[1], assessment,
                     commits or {})
 
 

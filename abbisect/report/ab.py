@@ -15,7 +15,7 @@ from statistics import median
 
 import yaml
 
-from abbisect.ab import CommitLinks
+from abbisect.ab import ABLinks, CommitLinks
 from abbisect.gpu.fingerprint import Fingerprint
 from abbisect.infra.serial import load
 from abbisect.launch.engines.base import LoggedFacts
@@ -338,7 +338,8 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     h2 = level if embedded else level + 1
     first = repeated_verdict_line(ab) if ab.assessment is not None else verdict_line(a, b)
     lines = [] if embedded else [heading(level, f"abbisect A/B: {code(ab.name)}"), "", first, ""]
-    urls_a, urls_b = ab.links.a, ab.links.b
+    links = ab.links or ABLinks()
+    urls_a, urls_b = links.a, links.b
     commits = [commit_line("A", a, urls_a), commit_line("B", b, urls_b)]
     if side_variable(a) or side_variable(b):  # a dependency is the variable: say which, per side
         commits = [f"{line}; {side_variable(r) or 'no pins'}" for line, r in zip(commits, (a, b))]
