@@ -9,10 +9,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, cast
+from typing import Annotated
 
-from pydantic import BeforeValidator, GetCoreSchemaHandler, PlainSerializer
-from pydantic_core import core_schema
+from pydantic import BeforeValidator, PlainSerializer
 
 from abbisect import __version__, checkout
 from abbisect.assess import assessor_for
@@ -20,7 +19,7 @@ from abbisect.bisect import gitlog
 from abbisect.infra.cache import Cache
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.errors import UserError
-from abbisect.infra.serial import dump, load
+from abbisect.infra.serial import NoneLeftOut, dump, load
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.score import Divergence, SignatureDiff, diff_signatures, divergence
@@ -62,22 +61,13 @@ def _assessment_written(value: LaunchesAssessed | None) -> dict:
 
 
 @dataclass(frozen=True)
-class CommitLinks:
+class CommitLinks(NoneLeftOut):
     """A side's commit on GitHub, its compare view from the other side and its pull request; None where the
     repository has no GitHub remote or git cannot say (results.json leaves the key out)."""
 
     commit: str | None = None
     compare: str | None = None
     pr: str | None = None
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        written = core_schema.wrap_serializer_function_ser_schema(_without_none)
-        return cast(core_schema.CoreSchema, {**handler(source), "serialization": written})
-
-
-def _without_none(value: CommitLinks, write: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
-    return {k: v for k, v in write(value).items() if v is not None}
 
 
 @dataclass(frozen=True)

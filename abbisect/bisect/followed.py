@@ -4,10 +4,9 @@ why it was not followed. Written as bisect.json's "follow"."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import ClassVar
 
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
+from abbisect.infra.serial import NoneLeftOut
 
 
 @dataclass(frozen=True)
@@ -51,7 +50,7 @@ class Followed:
 
 
 @dataclass(frozen=True)
-class NotFollowed:
+class NotFollowed(NoneLeftOut):
     """The answer not followed into its dependency (no exact pin on both sides, or a step that could not run):
     why, and where the chain stopped when a step failed."""
 
@@ -60,11 +59,5 @@ class NotFollowed:
     links: tuple[Link, ...] = ()
     stopped: str | None = None  # the failure that stopped it (no key when there was nothing to walk)
 
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        written = core_schema.wrap_serializer_function_ser_schema(_without_no_stop)
-        return cast(core_schema.CoreSchema, {**handler(source), "serialization": written})
 
-
-def _without_no_stop(value: NotFollowed, write: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
-    return {k: v for k, v in write(value).items() if k != "stopped" or v is not None}
+    left_out: ClassVar[tuple[str, ...]] = ("stopped",)

@@ -13,13 +13,11 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
-
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
+from typing import TYPE_CHECKING, ClassVar
 
 from abbisect.gpu.hygiene import GpuConditions, gpu_conditions
 from abbisect.infra import procfs
+from abbisect.infra.serial import NoneLeftOut
 from abbisect.query.workload import Workload
 from abbisect.recipe.perf import Perf
 
@@ -30,7 +28,7 @@ MS = 1000.0
 
 
 @dataclass(frozen=True)
-class Conditions:
+class Conditions(NoneLeftOut):
     """What could disturb a pass, read just before it: the host's 1-minute load average and its cores (None in a
     result from before they were kept), the CPU clock, and each pinned GPU's state (no key without GPUs)."""
 
@@ -39,15 +37,8 @@ class Conditions:
     cpu_mhz: float | None = None
     gpus: tuple[GpuConditions, ...] | None = None
 
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        """Written without `gpus` where no GPU was pinned (the dict it replaces had no key)."""
-        written = core_schema.wrap_serializer_function_ser_schema(_without_no_gpus)
-        return cast(core_schema.CoreSchema, {**handler(source), "serialization": written})
 
-
-def _without_no_gpus(value: Conditions, write: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
-    return {k: v for k, v in write(value).items() if k != "gpus" or v is not None}
+    left_out: ClassVar[tuple[str, ...]] = ("gpus",)
 
 
 @dataclass(frozen=True)

@@ -5,10 +5,9 @@ results.json and bisect.json have always held (`placement`, `cache`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import ClassVar
 
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
+from abbisect.infra.serial import NoneLeftOut
 
 
 @dataclass(frozen=True)
@@ -31,7 +30,7 @@ class LostAttempt:
 
 
 @dataclass(frozen=True)
-class Placement:
+class Placement(NoneLeftOut):
     """Where and when a trial ran (a parallel bisect's timeline is drawn from these); on a cluster, its node
     and the attempts lost on the way (absent from the JSON elsewhere)."""
 
@@ -45,15 +44,7 @@ class Placement:
     node: Node | None = None
     lost: tuple[LostAttempt, ...] | None = None
 
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        """Written without `node` and `lost` where the executor knows none (the dict it replaces had no key)."""
-        written = core_schema.wrap_serializer_function_ser_schema(_without_cluster_none)
-        return cast(core_schema.CoreSchema, {**handler(source), "serialization": written})
-
-
-def _without_cluster_none(value: Placement, write: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
-    return {k: v for k, v in write(value).items() if v is not None or k not in ("node", "lost")}
+    left_out: ClassVar[tuple[str, ...]] = ("node", "lost")
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
-
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
 
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
 from abbisect.environment.inventory import Inventory
 from abbisect.gpu.sharing import SlotPlace
 from abbisect.infra.cache import Cache
+from abbisect.infra.serial import NoneLeftOut
 from abbisect.launch.jit import JitCache
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
@@ -93,7 +90,7 @@ class LaunchInfo:
 
 
 @dataclass(frozen=True)
-class Extras:
+class Extras(NoneLeftOut):
     """What the optional stages of a trial add to its result, each None where that stage did not run. Written as
     results.json's and the trial cache's `"extras"` object, a key per field that is not None (an old dump, with
     fewer keys, reads back with the others None).
@@ -120,16 +117,6 @@ class Extras:
     def passes(self) -> tuple[PerfPass, ...]:
         """The performance passes, in the order they ran (none without a perf stage)."""
         return self.perf.passes if self.perf is not None else ()
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        """The dataclass's own schema, written without its None fields (as the dict it replaces had no key)."""
-        written = core_schema.wrap_serializer_function_ser_schema(_without_none)
-        return cast(core_schema.CoreSchema, {**handler(source), "serialization": written})
-
-
-def _without_none(value: Extras, write: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
-    return {k: v for k, v in write(value).items() if v is not None}
 
 
 @dataclass(frozen=True)
