@@ -9,6 +9,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Annotated
+
+from pydantic import BeforeValidator, PlainSerializer
 
 from abbisect import __version__, checkout
 from abbisect.assess import assessor_for
@@ -16,9 +19,10 @@ from abbisect.bisect import gitlog
 from abbisect.infra.cache import Cache
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.errors import UserError
-from abbisect.infra.serial import dump
+from abbisect.infra.serial import NoneLeftOut, dump, load
 from abbisect.recipe import Recipe
-from abbisect.score import Divergence, diff_signatures, divergence
+from abbisect.recipe.status import Outcome
+from abbisect.score import Divergence, SignatureDiff, diff_signatures, divergence
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec, trial_spec
 
@@ -29,33 +33,86 @@ def same_commit(a: TrialSpec, b: TrialSpec) -> bool:
 
 
 @dataclass(frozen=True)
+class SideAssessed:
+    """One side over all its launches, as the assessor said it."""
+
+    outcome: Outcome
+    evidence: str
+    stats: dict
+
+
+@dataclass(frozen=True)
+class LaunchesAssessed:
+    """What the assessor made of every launch of both sides (several launches a side)."""
+
+    kind: str
+    launches: int  # a side
+    a: SideAssessed
+    b: SideAssessed
+    comparison: dict  # the assessor's `Comparison`, as results.json carries it (`Comparison.to_dict`)
+
+    def side(self, side: str) -> SideAssessed:
+        return self.a if side == "a" else self.b
+
+
+def _assessment_written(value: LaunchesAssessed | None) -> dict:
+    """results.json's "assessment": {} with one launch a side (one trial each says it all)."""
+    return dump(value) if value is not None else {}
+
+
+@dataclass(frozen=True)
+class CommitLinks(NoneLeftOut):
+    """A side's commit on GitHub, its compare view from the other side and its pull request; None where the
+    repository has no GitHub remote or git cannot say (results.json leaves the key out)."""
+
+    commit: str | None = None
+    compare: str | None = None
+    pr: str | None = None
+
+
+@dataclass(frozen=True)
+class ABLinks:
+    a: CommitLinks = CommitLinks()
+    b: CommitLinks = CommitLinks()  # its compare view is from A
+
+
+def _none_when_empty(value: object) -> object:
+    """Read back from results.json: {} is what was written for None."""
+    return value or None
+
+
+def _links_written(value: ABLinks | None) -> dict:
+    return dump(value) if value is not None else {}
+
+
+@dataclass(frozen=True)
 class ABResult:
-    recipe: dict
+    recipe: Recipe
     a: TrialResult
     b: TrialResult
     divergences: tuple[Divergence | None, ...]  # per prompt; None when a side has no output
-    signature_diff: dict[str, list[str]]
+    signature_diff: SignatureDiff
     launch_a: str  # the launch command with machine-specific parts (venv, port) made neutral
     launch_b: str
     command: str  # to reproduce
     version: str
     started: str
-    # GitHub links of each side ({"a": {"commit": …}, "b": {"commit", "compare", "pr"}}), gathered before
-    # rendering so that the report needs no git.
-    links: dict[str, dict[str, str]] = field(default_factory=dict)
+    # GitHub links of each side, gathered before rendering so that the report needs no git (None: not gathered,
+    # written {} as by an earlier abbisect).
+    links: Annotated[ABLinks | None, BeforeValidator(_none_when_empty), PlainSerializer(_links_written)] = None
     # With several launches a side (repeats): the further trials of each, and what the assessor made of all
-    # of them ({"kind", "a": {"outcome", "evidence", "stats"}, "b": {…}, "comparison": {"text", …}}); `a` and
-    # `b` above are then each side's first launch.
+    # of them; `a` and `b` above are then each side's first launch.
     more_a: tuple[TrialResult, ...] = ()
     more_b: tuple[TrialResult, ...] = ()
-    assessment: dict = field(default_factory=dict)
+    assessment: Annotated[LaunchesAssessed | None, BeforeValidator(_none_when_empty),
+                          PlainSerializer(_assessment_written)] = None
     # Each side's engine commit (date, parents), gathered while the repository is at hand: results.json names
     # no folder of this machine, so a reader (the matrix) cannot ask git later.
     commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
-        return self.recipe["name"]
+        return self.recipe.name
 
     @property
     def same_commit(self) -> bool:
@@ -67,8 +124,8 @@ class ABResult:
 
     def outcome(self, side: str) -> str:
         """The side's outcome: over all its launches when there are several, else its one trial's."""
-        if self.assessment:
-            return str(self.assessment[side]["outcome"])
+        if self.assessment is not None:
+            return str(self.assessment.side(side).outcome)
         return str((self.a if side == "a" else self.b).verdict.outcome)
 
     @property
@@ -106,12 +163,13 @@ def neutral_launch(result: TrialResult) -> str:
 
 def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, started: str,
             links: dict[str, dict[str, str]] | None = None, more: tuple[tuple[TrialResult, ...], ...] = ((), ()),
-            assessment: dict | None = None, commits: dict[str, gitlog.CommitInfo] | None = None) -> ABResult:
+            assessment: LaunchesAssessed | None = None, commits: dict[str, gitlog.CommitInfo] | None = None) -> ABResult:
     divs = tuple(divergence(oa.text, ob.text) if not (oa.error or ob.error) else None
                  for oa, ob in zip(a.outputs, b.outputs))
-    return ABResult(recipe.model_dump(mode="json"), a, b, divs,
+    return ABResult(recipe, a, b, divs,
                     diff_signatures(list(a.signatures), list(b.signatures)), neutral_launch(a), neutral_launch(b),
-                    command, __version__, started, links or {}, more[0], more[1], assessment or {}, commits or {})
+                    command, __version__, started, load(ABLinks, links) if links else None, more[0], more[1], assessment,
+                    commits or {})
 
 
 def resolve_sides(recipe: Recipe, refs: tuple[str, ...], cache: Cache | Path,
@@ -151,7 +209,7 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
         return [runner(sp, say) for sp, say in zip(mine, says)]
 
     got: list[list[TrialResult]] = []
-    assessment: dict = {}
+    assessment: LaunchesAssessed | None = None
     want = assessor.first
     while want:
         got += [pair(k) for k in range(len(got), len(got) + want)]
@@ -160,10 +218,8 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
         sides = [tuple(p[i] for p in got) for i in (0, 1)]
         seen = assessor.settle_ends(sides[0], sides[1], names="A and B")
         compared = assessor.compare(*sides)
-        assessment = {"kind": assessor.kind, "launches": len(got),
-                      "a": {"outcome": seen[0].outcome, "evidence": seen[0].evidence, "stats": seen[0].stats},
-                      "b": {"outcome": seen[1].outcome, "evidence": seen[1].evidence, "stats": seen[1].stats},
-                      "comparison": compared.to_dict()}
+        told = [SideAssessed(s.outcome, s.evidence, s.stats) for s in seen]
+        assessment = LaunchesAssessed(assessor.kind, len(got), told[0], told[1], compared.to_dict())
         want = min(max(seen[0].more, seen[1].more), assessor.cap - len(got))
         if want > 0:
             progress(f"A and B after {len(got)} launch(es) each: {compared.text}; {want} more of each")

@@ -91,7 +91,7 @@ def perf_trial(rec: Recipe, sha: str, n: int, errors: list[str | None], passes: 
     full), each reduced by measure's own `record`, and the verdict the trial's evidence gives."""
     from abbisect.environment import EnvResult
     from abbisect.query.load import RequestRecord, Workload, summarise
-    from abbisect.query.measure import PerfRun, record
+    from abbisect.query.measure import Conditions, PerfRun, record
     from abbisect.trial.pipeline import TrialRecord, _evidence
     from abbisect.verdict.rules import judge
 
@@ -103,7 +103,7 @@ def perf_trial(rec: Recipe, sha: str, n: int, errors: list[str | None], passes: 
     spec = TrialSpec(rec, "x", sha, sha, "", "/nonexistent", "/nonexistent", f"/nonexistent/{sha}").again(n)
     trial = TrialRecord(spec, EnvResult(True, "k", "/venv", "python", True, 0.0, "log", ()), launch(),
                         extras=Extras(perf=PerfRun(load, rec.perf.metric,
-                                                   tuple(record(result, rec.perf, {}) for _ in range(passes)))))
+                                                   tuple(record(result, rec.perf, Conditions()) for _ in range(passes)))))
     trial.verdict = judge(_evidence(rec, trial), rec.verdict)
     return trial.result()
 

@@ -11,7 +11,9 @@ from conftest import abbisect, toy_recipe, write_recipe
 
 from abbisect.bisect.versions import resolve_versions
 from abbisect.builtin import toydep
+from abbisect.environment.inventory import Inventory
 from abbisect.infra.errors import UserError
+from abbisect.infra.serial import load
 from abbisect.recipe import Over, make_install
 from abbisect.report.packages import diff_packages
 
@@ -117,7 +119,7 @@ def test_version_ranges_and_diffs(wheels):
                    "other": {"version": "1", "requires": []}}}
     b = {"dists": {"dep": {"version": "2", "requires": ["sub"]}, "sub": {"version": "2", "requires": []},
                    "other": {"version": "3", "requires": []}}}
-    diff = diff_packages(a, b, {"dep"})
+    diff = diff_packages(load(Inventory, a), load(Inventory, b), {"dep"})
     assert [r[3] for r in diff.rows] == ["named", "", "required by dep"] and diff.unexplained == ("other",)
 
 

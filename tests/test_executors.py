@@ -17,6 +17,7 @@ from abbisect.infra.errors import UserError
 from abbisect.recipe import parse_recipe
 from abbisect.trial.executors import LocalParallel
 from abbisect.trial.pipeline import run_trial
+from abbisect.trial.provenance import Placement
 from abbisect.trial.slots import Slot, on_slot, parse_gpus, slots_for
 from abbisect.trial.spec import trial_spec
 
@@ -27,8 +28,8 @@ def _specs(tmp_path, engine_repo, cache_dir, refs, **over):
     return [trial_spec(recipe, engine_repo, rev, f"t{n}", cache_dir, tmp_path / "out") for n, rev in enumerate(revs)]
 
 
-def _overlap(a: dict, b: dict) -> bool:
-    return a["start"] < b["end"] and b["start"] < a["end"]
+def _overlap(a: Placement, b: Placement) -> bool:
+    return a.start < b.end and b.start < a.end
 
 
 def test_slots_and_gpu_lists():
@@ -61,7 +62,7 @@ def test_local_parallel_runs_slots_at_once(tmp_path, engine_repo, cache_dir):
         ex.shutdown()
     assert [r.verdict.status for r in results] == ["degenerate", "ok"]
     where = [r.extras.placement for r in results]
-    assert [w["slot"] for w in where] == [0, 1] and _overlap(*where)
+    assert [w.slot for w in where] == [0, 1] and _overlap(*where)
     assert any(line.startswith("slot 1:") for line in seen)
 
 
@@ -137,11 +138,11 @@ def test_ray_runs_trials_as_tasks(tmp_path, engine_repo, cache_dir, ray_node):
     ex = RayExecutor(slots_for([], 2), resource="abbisect_slot")
     results = [f.result(timeout=300) for f in [ex.submit(s, slot, lambda m: None) for s, slot in zip(specs, ex.slots)]]
     assert [r.verdict.status for r in results] == ["degenerate", "ok"]
-    assert all(r.extras.placement["executor"] == "ray" for r in results)
+    assert all(r.extras.placement.executor == "ray" for r in results)
     assert _overlap(*(r.extras.placement for r in results))
     # built on the node, in its own cache; the logs came back into the run's trial folders
     assert all(r.env and r.env.path.startswith(str(ray_node)) for r in results)
-    assert all(r.extras.placement["node"]["cache"] == str(ray_node) for r in results)
+    assert all(r.extras.placement.node.cache == str(ray_node) for r in results)
     for r in results:
         assert r.launch and Path(r.launch.log_path) == Path(r.spec.out_dir) / "server.log"
         assert Path(r.launch.log_path).read_text().strip() and (Path(r.spec.out_dir) / "build.log").is_file()
@@ -182,8 +183,8 @@ def test_ray_worker_lost_mid_trial(tmp_path, engine_repo, cache_dir, ray_node, r
     os.kill(workers.pop(), signal.SIGKILL)
     result = future.result(timeout=300)
     assert result.verdict.status == expected
-    lost = result.extras.placement["lost"]
-    assert len(lost) == 1 and "WorkerCrashedError" in lost[0]["error"]
+    lost = result.extras.placement.lost
+    assert len(lost) == 1 and "WorkerCrashedError" in lost[0].error
     if expected == "infra_error":
         assert result.verdict.outcome == "skip" and "Ray could not run the trial" in result.verdict.reasons[0]
     else:

@@ -18,9 +18,11 @@ from abbisect.infra.cache import Cache
 from abbisect.infra.errors import InfraError
 from abbisect.infra.git import IDENTITY, git
 from abbisect.infra.redact import Redactor
+from abbisect.infra.serial import load
 from abbisect.recipe import parse_recipe
 from abbisect.recipe.status import Outcome
 from abbisect.report.nodes import node_caches, nodes_block, nodes_json
+from abbisect.trial.provenance import Placement
 from abbisect.trial.remote import Parcels, delivery, land, localized
 from abbisect.trial.slots import infra_result
 from abbisect.trial.spec import Extras, TrialSpec
@@ -119,7 +121,8 @@ def test_the_trial_folder_comes_back_and_lands_in_the_runs_folder(tmp_path, repo
 
 def _trial(spec: TrialSpec, node: dict | None, reused: bool, base_reused: bool, lost: list | None = None):
     env = EnvResult(True, "k", "/n/cache/envs/k/venv", "python", reused, 1.0, "log", (), base_reused=base_reused)
-    placement = {"executor": "ray", "slot": 0, "node": node, "lost": lost or []}
+    placement = load(Placement, {"executor": "ray", "slot": 0, "gpus": None, "share": None, "shared_with": [],
+                                 "start": 0.0, "end": 1.0, "node": node, "lost": lost or []})
     result = infra_result(spec, "stand-in")
     return replace(result, env=env, extras=Extras(placement=placement))
 

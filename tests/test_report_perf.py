@@ -8,6 +8,7 @@ from dataclasses import replace
 from test_assess import ERROR_EVENT, PERF, perf_trial, recipe
 
 from abbisect.assess.perf import pass_errors
+from abbisect.query.measure import Conditions
 from abbisect.recipe.perf import Perf
 from abbisect.report.perf import along_bisect, busy_host, metric_table, perf_section, told
 
@@ -15,7 +16,7 @@ from abbisect.report.perf import along_bisect, busy_host, metric_table, perf_sec
 def _conditions(trial, **conditions):
     """The trial with every perf pass recorded under `conditions`."""
     perf = trial.extras.perf
-    passes = tuple(replace(p, conditions=conditions) for p in perf.passes)
+    passes = tuple(replace(p, conditions=Conditions(**conditions)) for p in perf.passes)
     return replace(trial, extras=replace(trial.extras, perf=replace(perf, passes=passes)))
 
 

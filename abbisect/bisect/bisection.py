@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Self
 
 from abbisect import checkout
 from abbisect.bisect import gitlog
+from abbisect.bisect.followed import Followed, NotFollowed
 from abbisect.bisect.pinchange import PinDiff
 from abbisect.bisect.search import SearchResult
 from abbisect.narrow.narrowing import NarrowRun
@@ -167,7 +168,7 @@ class BisectRun:
     # What the answer (and every change named) changes in its dependencies' pins (abbisect/bisect/pinchange.py).
     pins: dict[str, PinDiff] = field(default_factory=dict)
     # bisect.follow: the answer followed into the dependency whose pin it changes (abbisect/bisect/follow.py).
-    follow: dict = field(default_factory=dict)
+    follow: Followed | NotFollowed | None = None
 
     def step_of(self, sha: str) -> Step | None:
         return next((s for s in self.steps if s.sha == sha), None)

@@ -14,7 +14,7 @@ whichever step was cut:
    a source URL in the package's metadata): its commits between the two versions' tags, installed with
    `bisect.dependencies.<pkg>.install`.
 
-The chain is returned as data (`Followed`, dumped into `run.follow`); bisect.md and bisect.json render it.
+The chain is returned as data (`Followed`, kept as `run.follow`); bisect.md and bisect.json render it.
 """
 
 from __future__ import annotations
@@ -22,13 +22,14 @@ from __future__ import annotations
 import re
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from abbisect.bisect.bisection import BisectRun, Mode
+from abbisect.bisect.followed import Followed, Link, NotFollowed
 from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.pinchange import PinChange, pin_diff
 from abbisect.bisect.state import STATE_FILE, load_state
@@ -39,7 +40,6 @@ from abbisect.infra import git
 from abbisect.infra.cache import Cache
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Say
-from abbisect.infra.serial import dump
 from abbisect.recipe.schema import Dependency, Over, Recipe, VersionRange
 from abbisect.recipe.status import Outcome
 
@@ -49,61 +49,20 @@ FOLDER = "follow"
 _IMPORT_ERROR = re.compile(r"\b(ImportError|ModuleNotFoundError|AttributeError)\b")
 
 
-@dataclass(frozen=True)
-class Link:
-    """One step of the chain: what it walked, what it named, on what evidence, and where its report is."""
-
-    step: str  # parent-new-pins, answer-old-pins, versions, commits
-    folder: str  # relative to the run's folder
-    walked: str
-    good: str
-    bad: str
-    mode: str
-    outcome: str | None
-    found: str | None  # the version or the commit named
-    parent: str | None  # the version or commit before it (its parent in the walk)
-    subject: str  # the named commit's subject ("" for a version)
-    evidence: str  # the named candidate's verdict and its parent's, in words
-    tested: int  # candidates tested (ends included)
-    replayed: int  # of which taken from the step's state (a resumed run)
-    said: str  # what the step shows, in words
-
-
-@dataclass(frozen=True)
-class Followed:
-    """The answer followed into a dependency: engine commit → version → the dependency's commit."""
-
-    package: str
-    old: str
-    new: str
-    engine: str  # the engine commit found
-    pins: str  # what it changes in the pins, in words
-    blame: str  # pins, code, both, together, unknown
-    said: str  # which part is to blame, plainly
-    links: tuple[Link, ...] = ()
-    version: str | None = None  # the package's version that changed the verdict
-    version_parent: str | None = None
-    repo: str | None = None  # the dependency's repository (as the recipe or the metadata names it)
-    commit: str | None = None  # its commit that changed the verdict
-    commit_subject: str = ""
-    stopped: str = ""  # why the chain ends where it does ("" when it named a commit of the dependency)
-
-
-def follow(run: BisectRun, out: Path, cache: Cache | Path, step: StepRun, say: Say) -> dict:
-    """The chain after an engine bisect whose answer changes a pin ({} when there is nothing to follow); each
+def follow(run: BisectRun, out: Path, cache: Cache | Path, step: StepRun, say: Say) -> Followed | NotFollowed | None:
+    """The chain after an engine bisect whose answer changes a pin (None when there is nothing to follow); each
     step's folder is under `out`/follow."""
     res = run.result
     if run.variable.kind is not VariableKind.ENGINE_COMMITS or res is None or not res.first_new \
             or run.found_parent is None or run.mode not in (Mode.REGRESSION, Mode.FIX):
-        return {}
+        return None
     diff = run.pins.get(res.first_new)
     if diff is None or not diff.changes:
-        return {}
+        return None
     if not diff.followable:
         ranged = ", ".join(c.told() for c in diff.changes)
         say(f"follow: the answer {ranged}; no exact pin on both sides, nothing to walk")
-        return {"said": f"The answer {ranged}: no exact version on both sides of a pin, so no versions to walk.",
-                "blame": "unknown", "links": []}
+        return NotFollowed(f"The answer {ranged}: no exact version on both sides of a pin, so no versions to walk.")
     change = diff.followable[0]
     others = [c.told() for c in diff.changes if c is not change]
     chain = _Chain(run, out, Path(cache), step, say, change, diff.told())
@@ -111,14 +70,13 @@ def follow(run: BisectRun, out: Path, cache: Cache | Path, step: StepRun, say: S
     if others:
         followed = replace(followed, said=followed.said + f" Followed {change.package} only; the answer also "
                            + "; ".join(others) + ".")
-    return dump(followed)
+    return followed
 
 
-def follow_failed(run: BisectRun, exc: Exception) -> dict:
+def follow_failed(run: BisectRun, exc: Exception) -> NotFollowed:
     """The chain when a step could not run at all (a repository that cannot be read, a build abbisect cannot
     plan): the engine's answer stands, and the report says where the chain stopped."""
-    return {"said": f"The answer was not followed into its dependency: {exc}", "blame": "unknown", "links": [],
-            "stopped": str(exc)}
+    return NotFollowed(f"The answer was not followed into its dependency: {exc}", stopped=str(exc))
 
 
 class _Chain:

@@ -170,10 +170,9 @@ class Oracle:
     def replayed(self, run: BisectRun, sha: str, role: Role) -> Step | None:
         """The step an interrupted run recorded for `sha` (every trial of it), or None."""
         r = self.recorded.get(sha)
-        if r is None or not r.get("result"):
+        step = recorded_step(r, len(run.steps), role) if r is not None else None  # checked when the state was read
+        if step is None or step.result is None:
             return None
-        step = recorded_step(r, len(run.steps), role)  # checked when the state was read
-        assert step.result is not None
         self.results[sha] = step.result
         return replace(step, round=None, slot=None, start_s=None, needed=True)
 

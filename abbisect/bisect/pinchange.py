@@ -13,10 +13,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from abbisect.environment.base import read_toml
 from abbisect.infra import git
@@ -120,14 +122,43 @@ def _requirements(lines: Iterable[str]) -> list[Requirement]:
     return out
 
 
+class _Project(BaseModel):
+    """What a pyproject.toml's [project] table says of the project's name and requirements (a value of the wrong
+    kind read as none: a commit's file is what it is)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore", populate_by_name=True)
+
+    name: Any = ""
+    dependencies: Any = []
+    optional: Any = Field({}, alias="optional-dependencies")
+
+    @classmethod
+    def of(cls, text: str) -> _Project:
+        try:
+            return _Pyproject.model_validate(read_toml(text)).project
+        except ValidationError:
+            return cls()
+
+    @property
+    def requirements(self) -> list[str]:
+        """Every requirement string: the dependencies, then each optional group's."""
+        groups = self.optional.values() if isinstance(self.optional, dict) else ()
+        raw = [*(self.dependencies if isinstance(self.dependencies, list) else ()),
+               *(r for g in groups if isinstance(g, list) for r in g)]
+        return [r for r in raw if isinstance(r, str)]
+
+
+class _Pyproject(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    project: _Project = _Project()
+
+
 def pins_of(path: str, text: str) -> list[Requirement]:
     """The requirements one dependency file states."""
     name = path.rpartition("/")[2]
     if name == "pyproject.toml":
-        project = read_toml(text).get("project", {})
-        groups = project.get("optional-dependencies", {})
-        raw = [*project.get("dependencies", []), *(r for g in groups.values() if isinstance(g, list) for r in g)]
-        return _requirements(r for r in raw if isinstance(r, str))
+        return _requirements(_Project.of(text).requirements)
     if name == "setup.py":
         return _requirements(_SETUP_STRING.findall(text))
     return _requirements(text.splitlines())
@@ -136,8 +167,7 @@ def pins_of(path: str, text: str) -> list[Requirement]:
 def merged(files: dict[str, str]) -> dict[str, str]:
     """{package: its specifiers} over every dependency file (the project's own name left out)."""
     specs: dict[str, set[str]] = {}
-    names = {canonicalize_name(str(read_toml(t).get("project", {}).get("name", "")))
-             for p, t in files.items() if p.endswith("pyproject.toml")}
+    names = {canonicalize_name(str(_Project.of(t).name)) for p, t in files.items() if p.endswith("pyproject.toml")}
     for path, text in sorted(files.items()):
         for req in pins_of(path, text):
             name = canonicalize_name(req.name)

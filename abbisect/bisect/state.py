@@ -11,9 +11,17 @@ import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictFloat,
+    StrictInt,
+    StrictStr,
+    ValidationError,
+)
 
 from abbisect.bisect.bisection import BisectRun, Role, Spent, Step
 from abbisect.bisect.search import SearchState
@@ -73,7 +81,7 @@ def load_state(out: Path) -> dict:
     if not isinstance(state, dict):
         raise UserError(f"--resume {out}: {STATE_FILE} holds {type(state).__name__}, not a bisect's state (damaged, "
                         "or not written by abbisect bisect); start the bisect again")
-    found = state.get("version")
+    found = _Head.model_validate(state).version
     if type(found) is not int:  # "1" or true is damage, not another version
         raise UserError(f"--resume {out}: {STATE_FILE}'s version is {json.dumps(found)}, not a format number "
                         f"(damaged, or not written by abbisect bisect); start the bisect again")
@@ -83,22 +91,91 @@ def load_state(out: Path) -> dict:
     return state
 
 
-# What a state file must hold for a resume; checked before anything is read from it.
-_KEYS = {"command": str, "recipe": dict, "fingerprint": str, "good": dict, "bad": dict, "options": dict,
-         "steps": list}
+class _Head(BaseModel):
+    version: Any = None  # the format; checked first, as a file of another format may hold anything else
+
+
+class _End(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    ref: StrictStr
+    sha: StrictStr
+
+
+_Amount = Annotated[StrictInt | StrictFloat, Field(ge=0)]
+
+
+class _Spent(BaseModel):
+    """What the runs before spent (none recorded by an older abbisect: nothing)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    launches: _Amount = 0
+    builds: _Amount = 0
+    wall_s: _Amount = 0
+
+
+class _StepHead(BaseModel):
+    """A recorded step as far as the state's check reads it (each step is then read whole: `recorded_step`)."""
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    sha: StrictStr
+
+
+class StateFile(BaseModel):
+    """state.json as a resume reads it: every key write_state writes, each of its kind, and no other."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    version: int
+    command: StrictStr
+    recipe: dict[str, Any]
+    fingerprint: StrictStr
+    good: _End
+    bad: _End
+    options: dict[str, Any]
+    steps: list[_StepHead]
+    masked: bool = False  # its secrets were never written: the recipe file is read again
+    remaining: Any = None
+    folder: StrictStr | None = None  # where the bisect writes (a state copied from another folder is refused)
+    spent: _Spent = _Spent()
+
+
 _OPTIONS = ("no_cache", "script", "script_dir", "interactive", "recipe_path")
-_WRITTEN = {"version", "masked", "remaining", "folder", "spent", *_KEYS}  # every key write_state writes
 _STEP_KEYS = {f.name for f in fields(Step)}
 
 
-def _own(out: Path, state: dict) -> None:
+def _refusal(out: Path, exc: ValidationError) -> UserError:
+    """The one line of the first thing wrong, in the order a reader would check them: a key missing or of the
+    wrong kind, an end, a key abbisect does not write, a step, the spending."""
+    errors = exc.errors()
+
+    def said(e: Any) -> str:
+        key, deep = str(e["loc"][0]), len(e["loc"]) > 1
+        if key in ("good", "bad") and deep:
+            return f"{STATE_FILE}'s '{key}' end has no ref and sha"
+        if e["type"] == "extra_forbidden":
+            return (f"{STATE_FILE} has '{key}', a key abbisect does not write (damaged, or not written by abbisect "
+                    "bisect)")
+        if key == "steps" and deep:
+            return f"{STATE_FILE} has a step without a sha"
+        return f"{STATE_FILE} has no valid '{key}' (damaged, or not written by abbisect bisect)"
+
+    def rank(e: Any) -> int:
+        key, deep = str(e["loc"][0]), len(e["loc"]) > 1
+        return (2 if e["type"] == "extra_forbidden" else 3 if key in ("folder", "spent") or (key == "steps" and deep)
+                else 1 if deep else 0)
+
+    return UserError(f"--resume {out}: {said(min(errors, key=rank))}; start the bisect again")
+
+
+def _own(out: Path, state: StateFile) -> None:
     """A state written in another bisect's folder (copied here) is refused, naming both: resumed here it would
     mix two bisects' records. A folder moved or renamed as a whole keeps its stamp (its name) and resumes."""
-    folder = state.get("folder", str(out))
-    if not isinstance(folder, str):
-        raise UserError(f"--resume {out}: {STATE_FILE} has no valid 'folder' (damaged); start the bisect again")
+    folder = state.folder if state.folder is not None else str(out)
     if Path(folder).name != out.name:
-        ends = f"{state['good']['ref']}..{state['bad']['ref']}"
+        ends = f"{state.good.ref}..{state.bad.ref}"
         raise UserError(f"--resume {out}: its {STATE_FILE} is the record of another bisect, {ends} in {folder}, "
                         f"copied into this bisect's folder {out.name}; resume that one with --resume {folder}, "
                         "or start this one again")
@@ -128,33 +205,26 @@ def _problem(model: type[BaseModel], data: Any) -> str | None:
     return None
 
 
-def _checked(out: Path, state: dict) -> dict:
-    """The state with every key a resume reads present and of the right kind, else one line naming the key."""
-    for key, kind in _KEYS.items():
-        if not isinstance(state.get(key), kind):
-            raise UserError(f"--resume {out}: {STATE_FILE} has no valid '{key}' (damaged, or not written by "
-                            f"abbisect bisect); start the bisect again")
-    for end in ("good", "bad"):
-        if not all(isinstance(state[end].get(k), str) for k in ("ref", "sha")):
-            raise UserError(f"--resume {out}: {STATE_FILE}'s '{end}' end has no ref and sha; start the bisect again")
-    missing = [k for k in _OPTIONS if k not in state["options"]]
+def _checked(out: Path, state: dict) -> StateFile:
+    """The state with every key a resume reads present and of the right kind, else one line naming the key;
+    its steps, each checked whole, stay as recorded (`state["steps"]`, replayed as they are)."""
+    try:
+        st = StateFile.model_validate(state)
+    except ValidationError as exc:
+        raise _refusal(out, exc) from None
+    missing = [k for k in _OPTIONS if k not in st.options]
     if missing:
         raise UserError(f"--resume {out}: {STATE_FILE}'s options lack {', '.join(missing)}; start the bisect again")
-    if extra := sorted(set(state) - _WRITTEN):
-        raise UserError(f"--resume {out}: {STATE_FILE} has '{extra[0]}', a key abbisect does not write (damaged, or "
-                        "not written by abbisect bisect); start the bisect again")
-    _own(out, state)
-    if not all(isinstance(s, dict) and isinstance(s.get("sha"), str) for s in state["steps"]):
-        raise UserError(f"--resume {out}: {STATE_FILE} has a step without a sha; start the bisect again")
+    _own(out, st)
     for k, step in enumerate(state["steps"]):
         try:
             recorded_step(step, k, Role.CANDIDATE)
         except ValueError as exc:
             raise UserError(f"--resume {out}: {STATE_FILE}'s step {k} ({step['sha'][:10]}) is damaged: {exc}; "
                             "start the bisect again") from None
-    if why := _problem(Recipe, state["recipe"]):
+    if why := _problem(Recipe, st.recipe):
         raise UserError(f"--resume {out}: {STATE_FILE}'s recipe is damaged: {why}; start the bisect again")
-    return state
+    return st
 
 
 @dataclass(frozen=True)
@@ -165,7 +235,7 @@ class Resumed:
     recipe: Recipe
     options: dict
     command: str
-    ends: dict[str, dict[str, str]]  # {"good": {"ref", "sha"}, "bad": …}
+    ends: dict[str, _End]  # {"good": its ref and sha, "bad": …}
     replay: dict[str, dict]  # sha -> the finished step
     spent: Spent  # what the runs before this one spent (none recorded by an older abbisect: nothing)
 
@@ -173,7 +243,7 @@ class Resumed:
         """The ends as recorded (by sha: a branch may have moved since); a repeated --good/--bad must agree."""
         revs = {}
         for end in ("good", "bad"):
-            ref, sha = self.ends[end]["ref"], self.ends[end]["sha"]
+            ref, sha = self.ends[end].ref, self.ends[end].sha
             revs[end] = variable.recorded(ref, sha)
             if revs[end].sha != sha:
                 raise UserError(f"--resume {self.out}: {ref} no longer names {sha}")
@@ -191,46 +261,46 @@ def resume(folder: Path, recipe: str | None, given: dict[str, Any], flags: dict[
     """The interrupted bisect in `folder`; what the command line repeats (the recipe, --output, options) must
     agree with its state."""
     out = folder.resolve()
-    st = _checked(out, load_state(out))
-    opts = st["options"]
-    if st.get("masked"):
+    state = load_state(out)
+    st = _checked(out, state)
+    opts = st.options
+    if st.masked:
         # Its secrets were never written: the recipe file is read again and must be the same recipe.
         path = Path(recipe or opts["recipe_path"])
         if not path.is_file():
             raise UserError(f"--resume {out}: the recipe has secrets that {STATE_FILE} does not keep; give it: "
                             f"abbisect bisect RECIPE --resume {out}")
-        rec = load_recipe(path)[0].model_copy(update={"bisect": Recipe.model_validate(st["recipe"]).bisect})
-        if fingerprint(rec) != st["fingerprint"]:
+        rec = load_recipe(path)[0].model_copy(update={"bisect": Recipe.model_validate(st.recipe).bisect})
+        if fingerprint(rec) != st.fingerprint:
             raise UserError(f"--resume {out}: {path} is not the recipe the bisect started with (it changed)")
     else:
-        rec = Recipe.model_validate(st["recipe"])
+        rec = Recipe.model_validate(st.recipe)
     if output and Path(output).resolve() != out:
         _differs(out, "--output", output, str(out))
     if recipe:
         given_rec, _ = load_recipe(recipe_path(recipe))
         if fingerprint(given_rec) != fingerprint(rec) or given_rec.verdict.script != rec.verdict.script:
-            _differs(out, "the recipe", recipe, opts.get("recipe_path"))
+            _differs(out, "the recipe", recipe, opts["recipe_path"])
     for key, value in given.items():
         if value is not None and value != getattr(rec.bisect, key):
             _differs(out, _OPTION.get(key, f"--{key.replace('_', '-')}"), value, getattr(rec.bisect, key))
     for key, value in flags.items():
         if value is not None and value != opts[key]:
             _differs(out, f"--{key.replace('_', '-')}", value, opts[key])
-    return Resumed(out, rec, opts, st["command"], {"good": st["good"], "bad": st["bad"]},
-                   {s["sha"]: s for s in st["steps"]}, spent_of(out, st))
+    return Resumed(out, rec, opts, st.command, {"good": st.good, "bad": st.bad}, {s["sha"]: s for s in state["steps"]},
+                   _spent(st.spent))
 
 
 def spent_of(out: Path, state: dict) -> Spent:
     """What an interrupted bisect had spent, as its state records it (nothing, in a state without the record)."""
-    spent = state.get("spent", {})
-    values: list[float] = []
-    for key in ("launches", "builds", "wall_s"):
-        v = spent.get(key, 0) if isinstance(spent, dict) else None
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or v < 0:
-            raise UserError(f"--resume {out}: {STATE_FILE} has no valid 'spent' (damaged, or not written by "
-                            "abbisect bisect); start the bisect again")
-        values.append(v)
-    return Spent(int(values[0]), int(values[1]), float(values[2]))
+    try:
+        return _spent(StateFile.model_validate(state).spent)
+    except ValidationError as exc:
+        raise _refusal(out, exc) from None
+
+
+def _spent(spent: _Spent) -> Spent:
+    return Spent(int(spent.launches), int(spent.builds), float(spent.wall_s))
 
 
 _OPTION = {"revert": "--confirm-revert", "then_narrow": "--narrow"}  # a bisect option whose flag is not its name

@@ -323,11 +323,11 @@ def _write(run: BisectRun, opts: dict, cache, out: Path, say: Callable[[str], No
     say(Final(headline(run).replace("`", "")))
     if run.result and (pins := run.pins.get(run.result.first_new or "")):
         say(Final(f"It {pins.told()}."))
-    if run.follow:
+    if run.follow is not None:
         from abbisect.report.follow import chain
 
-        say(Final(f"followed: {chain(run).replace('`', '') or run.follow.get('said', '')}"
-                  + (f" — stops: {run.follow['stopped']}" if run.follow.get("stopped") else "")))
+        say(Final(f"followed: {chain(run).replace('`', '') or run.follow.said}"
+                  + (f" — stops: {run.follow.stopped}" if run.follow.stopped else "")))
     say(Final(f"report: {out / 'bisect.md'}"))
 
 

@@ -185,9 +185,9 @@ def run(recipe: str | None, model: str | None, engine: str | None, prompts: tupl
     files = ab_files(ab, rec, cache, repo, recipe_file, out)
     launches = [(f"{side}-{k + 1}" if k else side, t) for side in ("a", "b") for k, t in enumerate(ab.trials(side))]
     write_results(out, files.pop("report.md"), ab.to_dict(), launches, portable, extra=files)
-    if ab.assessment:
-        progress(Final(f"A: {ab.outcome('a')} ({ab.assessment['a']['evidence']})   "
-                       f"B: {ab.outcome('b')} ({ab.assessment['b']['evidence']})"))
+    if ab.assessment is not None:
+        progress(Final(f"A: {ab.outcome('a')} ({ab.assessment.a.evidence})   "
+                       f"B: {ab.outcome('b')} ({ab.assessment.b.evidence})"))
     else:
         progress(Final(f"A: {ab.a.verdict.status} → {ab.a.verdict.outcome}   "
                        f"B: {ab.b.verdict.status} → {ab.b.verdict.outcome}"))

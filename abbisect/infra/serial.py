@@ -8,9 +8,10 @@ does not have, such as a cache entry's "stored", ignored). Whatever the current 
 
 from __future__ import annotations
 
-from typing import Any, TypeVar
+from typing import Any, ClassVar, TypeVar, cast
 
-from pydantic import TypeAdapter
+from pydantic import GetCoreSchemaHandler, TypeAdapter
+from pydantic_core import core_schema
 
 T = TypeVar("T")
 
@@ -32,3 +33,20 @@ def dump(obj: Any, exclude: set[str] | None = None) -> dict[str, Any]:
 def load(cls: type[T], data: Any) -> T:
     """An instance of `cls` from what `dump` (or an earlier abbisect's writer) produced."""
     return _adapter(cls).validate_python(data)
+
+
+class NoneLeftOut:
+    """A result dataclass written without its None fields, as the dict it replaces had no key there: every
+    None field, or only those `left_out` names (another None field is written null, as it always was)."""
+
+    left_out: ClassVar[tuple[str, ...]] = ()
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        only = cls.left_out
+
+        def write(value: Any, inner: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
+            return {k: v for k, v in inner(value).items() if v is not None or (only and k not in only)}
+
+        written = core_schema.wrap_serializer_function_ser_schema(write)
+        return cast(core_schema.CoreSchema, {**handler(source), "serialization": written})

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
 
+from abbisect.gpu.hygiene import GpuConditions, gpu_conditions
 from abbisect.infra import procfs
+from abbisect.infra.serial import NoneLeftOut
 from abbisect.query.workload import Workload
 from abbisect.recipe.perf import Perf
 
@@ -23,6 +25,20 @@ if TYPE_CHECKING:  # the client (and its HTTP libraries) is loaded to measure, n
     from abbisect.query.load import PassResult, Summary
 
 MS = 1000.0
+
+
+@dataclass(frozen=True)
+class Conditions(NoneLeftOut):
+    """What could disturb a pass, read just before it: the host's 1-minute load average and its cores (None in a
+    result from before they were kept), the CPU clock, and each pinned GPU's state (no key without GPUs)."""
+
+    load1: float | None = None
+    cores: int | None = None
+    cpu_mhz: float | None = None
+    gpus: tuple[GpuConditions, ...] | None = None
+
+
+    left_out: ClassVar[tuple[str, ...]] = ("gpus",)
 
 
 @dataclass(frozen=True)
@@ -39,7 +55,7 @@ class PerfPass:
     warmup_errors: int = 0
     wall_s: float = 0.0
     output_tokens: int = 0
-    conditions: dict[str, Any] = field(default_factory=dict)
+    conditions: Conditions = Conditions()
     first_error: str | None = None
 
     @property
@@ -86,15 +102,11 @@ def failed(p: PassResult, threshold: float) -> bool:
     return not p.completed or p.errors > threshold * (p.completed + p.errors)
 
 
-def conditions(gpus: Sequence[int] | None) -> dict[str, Any]:
+def conditions(gpus: Sequence[int] | None) -> Conditions:
     """What could disturb a pass, read just before it: the host's load (and its cores, to read the load
     against), the CPU clock, the GPUs' clocks, temperature, power and memory."""
-    found: dict[str, Any] = {"load1": procfs.load_average(), "cores": os.cpu_count(), "cpu_mhz": procfs.cpu_mhz()}
-    if gpus:
-        from abbisect.gpu.hygiene import conditions as gpu_conditions
-
-        found["gpus"] = gpu_conditions(list(gpus))
-    return found
+    return Conditions(procfs.load_average(), os.cpu_count(), procfs.cpu_mhz(),
+                      tuple(gpu_conditions(list(gpus))) if gpus else None)
 
 
 def measure(base_url: str, model: str, perf: Perf, api: str, prompts: Sequence[str], timeout: float,
@@ -120,7 +132,7 @@ def measure(base_url: str, model: str, perf: Perf, api: str, prompts: Sequence[s
     return PerfRun(workload(perf, api, prompts), perf.metric, tuple(passes))
 
 
-def record(result: PassResult, perf: Perf, before: dict[str, Any]) -> PerfPass:
+def record(result: PassResult, perf: Perf, before: Conditions) -> PerfPass:
     """What a trial keeps of one pass."""
     return PerfPass(values(result), result.completed, result.errors, failed(result, perf.error_threshold),
                     result.warmup_errors, round(result.wall_s, 4), result.output_tokens, before,

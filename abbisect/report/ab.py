@@ -15,7 +15,10 @@ from statistics import median
 
 import yaml
 
+from abbisect.ab import ABLinks, CommitLinks
+from abbisect.gpu.fingerprint import Fingerprint
 from abbisect.infra.serial import load
+from abbisect.launch.engines.base import LoggedFacts
 from abbisect.launch.jit import JitMode, Start
 from abbisect.query.chat import tag
 from abbisect.report.jit import caches_line, jit_of
@@ -60,11 +63,11 @@ def cached_note(r: TrialResult, short: bool = False) -> str:
     """'fresh', or where a cached result came from: the date of the original run and its logs."""
     if not r.cached:
         return "fresh"
-    origin = r.extras.cache or {}
-    stored = origin.get("stored", "an earlier run")
+    origin = r.extras.cache
+    stored = origin.stored if origin is not None else "an earlier run"
     if short:
         return f"cached ({stored})"
-    logs = ", ".join(f"`{Path(r.spec.out_dir).name}/{name}`" for name in origin.get("logs", []))
+    logs = ", ".join(f"`{Path(r.spec.out_dir).name}/{name}`" for name in (origin.logs if origin is not None else ()))
     return (f"served from the trial cache: the result of a run at {stored}"
             + (f"; its logs, kept with the cache entry, are copied here: {logs}" if logs else "; no logs were kept"))
 
@@ -110,15 +113,14 @@ def verdict_line(a: TrialResult, b: TrialResult) -> str:
 def repeated_verdict_line(ab) -> str:
     """The answer first, over every launch of each side: each side's outcome and the comparison."""
     s = ab.assessment
-    n = s["launches"]
-    said = "; ".join(f"{side.upper()}: {cell(s[side]['evidence'].split('; ')[0], 200)}" for side in ("a", "b"))
-    return (f"**Verdict over {n} launch(es) a side: A {r_ref(ab.a)} is {s['a']['outcome']}, B {r_ref(ab.b)} is "
-            f"{s['b']['outcome']}** — {cell(s['comparison'].get('text', ''), 300)}. {said}.")
+    said = "; ".join(f"{side.upper()}: {cell(s.side(side).evidence.split('; ')[0], 200)}" for side in ("a", "b"))
+    return (f"**Verdict over {s.launches} launch(es) a side: A {r_ref(ab.a)} is {s.a.outcome}, B {r_ref(ab.b)} is "
+            f"{s.b.outcome}** — {cell(s.comparison.get('text', ''), 300)}. {said}.")
 
 
 def launches_block(ab) -> str:
     """One row per launch of each side, in the order they ran (A, B, A, B …)."""
-    metric = (ab.recipe.get("perf") or {}).get("metric")
+    metric = ab.recipe.perf.metric if ab.recipe.perf is not None else None
 
     def said_of(t: TrialResult) -> str:
         said = f"{t.verdict.status} → {t.verdict.outcome}"
@@ -130,7 +132,7 @@ def launches_block(ab) -> str:
             values, errors = metric_values([t], metric), pass_errors([t])
             said += f"; {fmt(median(values), metric)}" if values else "; not measured"
             said += f"; failed requests {cell(errors.describe(), 300)}" if errors.errors else ""
-        if ab.recipe.get("eval"):  # an accuracy verdict: the items this launch answered
+        if ab.recipe.eval is not None:  # an accuracy verdict: the items this launch answered
             from abbisect.assess.accuracy import accuracy_text, eval_run
 
             run = eval_run([t])
@@ -225,14 +227,15 @@ def facts_block(a: TrialResult, b: TrialResult) -> str:
     rows = []
     notes = Notes()
     for label, r in (("A", a), ("B", b)):
-        facts = r.launch.facts if r.launch else {}
-        version = facts.get("version")
-        if not version and (from_venv := (r.extras.fingerprint or {}).get("engine_version")):
+        logged = LoggedFacts.of(r.launch.facts if r.launch else {})
+        version = logged.version
+        if not version and r.extras.fingerprint and (
+                from_venv := load(Fingerprint, r.extras.fingerprint).engine_version):
             version = f"{from_venv} (from its venv)"
         shims = _shims(r)
         if version and str(version) in shims.values():  # the engine reads its version from the shim
             version = f"{version} (= the recipe's dist-info shim; the engine may read it, not the commit's own version)"
-        args = facts.get("non_default_args", facts.get("server_args", "—"))
+        args = logged.args if logged.args is not None else "—"
         rows.append([label, cell(str(version or "—"), 120, notes), _args(args, notes=notes)])
     return table(["side", "engine version (from its log)", "non-default args (from its log)"], rows, notes)
 
@@ -258,7 +261,7 @@ def _args(args: object, limit: int = 160, notes: Notes | None = None) -> str:
 
 
 def fingerprint_block(a: TrialResult, b: TrialResult) -> str:
-    from abbisect.gpu.fingerprint import Fingerprint, render_sides
+    from abbisect.gpu.fingerprint import render_sides
 
     fa, fb = a.extras.fingerprint, b.extras.fingerprint
     if not (fa and fb):
@@ -269,15 +272,15 @@ def fingerprint_block(a: TrialResult, b: TrialResult) -> str:
 
 def at_once_block(a: TrialResult, b: TrialResult) -> str:
     """A and B on two slots at the same time (`ab.parallel`): where each ran and both sides' GPUs."""
-    from abbisect.gpu.fingerprint import Fingerprint, describe_gpus
+    from abbisect.gpu.fingerprint import describe_gpus
 
     pa, pb = a.extras.placement, b.extras.placement
-    if not (pa and pb) or pa.get("slot") == pb.get("slot"):
+    if pa is None or pb is None or pa.slot == pb.slot:
         return ""
     where, gpus = [], []
     for side, r, p in (("A", a, pa), ("B", b, pb)):
-        where.append(f"{side} on slot {p['slot']} (" + (f"GPU {','.join(map(str, p['gpus']))}" if p.get("gpus")
-                                                       else "no GPU pinned") + ")")
+        where.append(f"{side} on slot {p.slot} (" + (f"GPU {','.join(map(str, p.gpus))}" if p.gpus
+                                                    else "no GPU pinned") + ")")
         fp = r.extras.fingerprint
         gpus.append(f"{side}: {describe_gpus(load(Fingerprint, fp))}"
                     if fp else f"{side}: not recorded")
@@ -304,10 +307,10 @@ def probe_block(label: str, r: TrialResult, level: int = 4) -> str:
     return f"{heading(level, f'{label}: kernel probe')}\n\n{render_probe_markdown(load(ProbeResult, data))}" if data else ""
 
 
-def commit_line(label: str, r: TrialResult, urls: dict[str, str]) -> str:
+def commit_line(label: str, r: TrialResult, urls: CommitLinks) -> str:
     """`- **A**: `ref` = sha — subject`, the sha and the PR linked on GitHub."""
-    sha = f"[{r.spec.sha[:10]}]({urls['commit']})" if urls.get("commit") else r.spec.sha[:10]
-    pr = f" ([#{urls['pr'].rsplit('/', 1)[-1]}]({urls['pr']}))" if urls.get("pr") else ""
+    sha = f"[{r.spec.sha[:10]}]({urls.commit})" if urls.commit else r.spec.sha[:10]
+    pr = f" ([#{urls.pr.rsplit('/', 1)[-1]}]({urls.pr}))" if urls.pr else ""
     return f"- **{label}**: {r_ref(r)} = {sha} — {cell(r.spec.subject, 100)}{pr}"
 
 
@@ -333,55 +336,51 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     title, the recipe, the fingerprint and Reproduce, which the enclosing report shows once."""
     a, b = ab.a, ab.b
     h2 = level if embedded else level + 1
-    first = repeated_verdict_line(ab) if ab.assessment else verdict_line(a, b)
+    first = repeated_verdict_line(ab) if ab.assessment is not None else verdict_line(a, b)
     lines = [] if embedded else [heading(level, f"abbisect A/B: {code(ab.name)}"), "", first, ""]
-    urls_a, urls_b = ab.links.get("a", {}), ab.links.get("b", {})
+    links = ab.links or ABLinks()
+    urls_a, urls_b = links.a, links.b
     commits = [commit_line("A", a, urls_a), commit_line("B", b, urls_b)]
     if side_variable(a) or side_variable(b):  # a dependency is the variable: say which, per side
         commits = [f"{line}; {side_variable(r) or 'no pins'}" for line, r in zip(commits, (a, b))]
     lines += commits
-    if urls_b.get("compare"):
-        lines += [f"- [compare A…B]({urls_b['compare']})"]
+    if urls_b.compare:
+        lines += [f"- [compare A…B]({urls_b.compare})"]
     lines += [""]
     if ab.same_launch:
         lines += ["Launch command (identical on both sides; only the checkout differs):", fence(ab.launch_a or "(not launched)", "sh")]
     else:
         lines += ["⚠ The launch commands differ between sides:", fence(f"A: {ab.launch_a}\nB: {ab.launch_b}", "sh")]
-    sampling = ab.recipe["sampling"]
-    lines += ["", (f"Sampling: temperature {sampling['temperature']}, max_tokens {sampling['max_tokens']}, "
-                  f"seed {sampling['seed']}, API `{ab.recipe['api']}`."), ""]
-    lines += [caches_line(JitMode(ab.recipe["launch"].get("jit_cache", JitMode.USER)), [("A", ab.trials("a")), ("B", ab.trials("b"))]),
-              ""]
-    if ab.recipe.get("perf") and not embedded:
-        from abbisect.recipe.perf import Perf
+    rec = ab.recipe
+    sampling = rec.sampling
+    lines += ["", (f"Sampling: temperature {sampling.temperature}, max_tokens {sampling.max_tokens}, "
+                  f"seed {sampling.seed}, API `{rec.api}`."), ""]
+    lines += [caches_line(JitMode(rec.launch.jit_cache), [("A", ab.trials("a")), ("B", ab.trials("b"))]), ""]
+    if rec.perf is not None and not embedded:
         from abbisect.report.perf import perf_section
 
-        lines += perf_section(Perf.model_validate(ab.recipe["perf"]), ab.trials("a"), ab.trials("b"),
-                              ab.same_commit, heading(h2, "Performance"))
-    if ab.recipe.get("eval") and not embedded:
+        lines += perf_section(rec.perf, ab.trials("a"), ab.trials("b"), ab.same_commit, heading(h2, "Performance"))
+    if rec.eval is not None and not embedded:
         from abbisect.assess.accuracy import eval_run
-        from abbisect.recipe.eval import Eval
         from abbisect.report.accuracy import ab_accuracy
 
         runs = eval_run(ab.trials("a")), eval_run(ab.trials("b"))
         if runs[0] is not None and runs[1] is not None:
-            lines += [ab_accuracy(Eval.model_validate(ab.recipe["eval"]), runs[0], runs[1], ab.same_commit, h2), ""]
-    if ab.recipe.get("numerics") and not embedded:
+            lines += [ab_accuracy(rec.eval, runs[0], runs[1], ab.same_commit, h2), ""]
+    if rec.numerics is not None and not embedded:
         from abbisect.assess.numerics import ALPHA
-        from abbisect.recipe.numerics import Numerics
         from abbisect.report.numerics import numerics_section
 
-        alpha = ab.recipe.get("verdict", {}).get("alpha") or ALPHA
-        lines += numerics_section(Numerics.model_validate(ab.recipe["numerics"]), alpha, ab.trials("a"),
-                                  ab.trials("b"), ab.same_commit, h2)
-    if ab.assessment and not embedded:
+        alpha = rec.verdict.alpha or ALPHA
+        lines += numerics_section(rec.numerics, alpha, ab.trials("a"), ab.trials("b"), ab.same_commit, h2)
+    if ab.assessment is not None and not embedded:
         lines += [heading(h2, "Every launch"), "", launches_block(ab), ""]
-    lines += [heading(h2, "Summary" + (" of each side's first launch" if ab.assessment else "")), "",
+    lines += [heading(h2, "Summary" + (" of each side's first launch" if ab.assessment is not None else "")), "",
               summary_table([("A", a), ("B", b)]), "", SUMMARY_NOTE, ""]
     diff = ab.signature_diff
-    if diff.get("appeared") or diff.get("disappeared"):
-        lines += [(f"Log signatures appeared in B: {', '.join(f'`{s}`' for s in diff.get('appeared', [])) or 'none'}; "
-                  f"disappeared in B: {', '.join(f'`{s}`' for s in diff.get('disappeared', [])) or 'none'}."), ""]
+    if diff["appeared"] or diff["disappeared"]:
+        lines += [(f"Log signatures appeared in B: {', '.join(f'`{s}`' for s in diff['appeared']) or 'none'}; "
+                  f"disappeared in B: {', '.join(f'`{s}`' for s in diff['disappeared']) or 'none'}."), ""]
     if a.outputs or b.outputs:
         lines += [heading(h2, "Outputs"), "", outputs_table(a, b, ab.divergences, budget), ""]
     lines += [line.replace("### ", heading(h2, "")) if line.startswith("### ") else line

@@ -489,7 +489,7 @@ def bisect_json(run: BisectRun) -> dict:
             "failure": run.failure, "unstable": list(run.unstable),
             "confirmation": run.confirmation, "posterior": run.posterior or None, "changes": run.changes or None,
             "narrowing": narrow_json(run.narrowing) if run.narrowing else None,
-            "pins": {sha: dump(d) for sha, d in run.pins.items()}, "follow": run.follow or None,
+            "pins": {sha: dump(d) for sha, d in run.pins.items()}, "follow": dump(run.follow) if run.follow is not None else None,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
             "releases": dump(run.releases) if run.releases else None,
@@ -511,7 +511,7 @@ def trial_record(run: BisectRun, step: Step) -> dict:
             "commit_date": info.date, "parents": list(info.parents),
             "version": r.launch.facts.get("version") if r.launch else None,
             "fingerprint": r.extras.fingerprint, "timings": r.timings, "cached": r.cached,
-            "placement": r.extras.placement,
+            "placement": dump(r.extras.placement) if r.extras.placement is not None else None,
             # Where its JIT caches were, and how each launch of the commit started (cold, warm; unknown on the
             # user's caches): a performance step's launches are measured alike only when they started alike.
             "jit": {"folder": caches.folder, "starts": starts_of(step.trials)}

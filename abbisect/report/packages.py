@@ -6,23 +6,24 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from abbisect.environment.inventory import Dist, Inventory
 from abbisect.environment.pins import requirement_name
 from abbisect.report.text import fence
 
 
-def _shown(d: dict) -> str:
-    url = d.get("url") or ""
+def _shown(d: Dist) -> str:
+    url = d.url or ""
     sha = re.search(r"/([0-9a-f]{40})/?$", url)
     if sha:  # a worktree of a commit: the commit is what matters, not the cache path
-        return f"{d['version']} (commit {sha.group(1)[:10]})"
+        return f"{d.version} (commit {sha.group(1)[:10]})"
     if url and not url.startswith("file://"):
-        return f"{d['version']} @ {url}"
-    return d["version"]
+        return f"{d.version} @ {url}"
+    return d.version
 
 
-def _from_commit(dist: dict | None, shas: tuple[str, ...]) -> bool:
+def _from_commit(dist: Dist | None, shas: tuple[str, ...]) -> bool:
     """Installed from the checkout of one of these commits (its direct URL names the commit's worktree)."""
-    url = (dist or {}).get("url") or ""
+    url = (dist.url if dist is not None else None) or ""
     return any(sha in url for sha in shas)
 
 
@@ -38,7 +39,7 @@ class PackageDiff:
         return tuple(r[0] for r in self.rows if not r[3])
 
 
-def _closure(names: set[str], dists: dict) -> dict[str, str]:
+def _closure(names: set[str], dists: dict[str, Dist]) -> dict[str, str]:
     """Every package reachable from `names` by requirements -> the named package that pulls it in."""
     via: dict[str, str] = {}
     for root in sorted(names):
@@ -48,14 +49,14 @@ def _closure(names: set[str], dists: dict) -> dict[str, str]:
             if n in via:
                 continue
             via[n] = root
-            todo += (dists.get(n) or {}).get("requires", [])
+            todo += dists[n].requires if n in dists else ()
     return via
 
 
-def diff_packages(a: dict, b: dict, named: set[str], engine_shas: tuple[str, ...] = ()) -> PackageDiff:
+def diff_packages(a: Inventory, b: Inventory, named: set[str], engine_shas: tuple[str, ...] = ()) -> PackageDiff:
     """The packages that differ between two venvs, each with why it may: named by the sides, required by a
     named one, or the engine under test itself (installed from one of `engine_shas`' checkouts)."""
-    da, db = a.get("dists", {}), b.get("dists", {})
+    da, db = a.dists, b.dists
     via = {**_closure(named, db), **_closure(named, da)}
     rows = []
     for name in sorted(set(da) | set(db)):
@@ -76,8 +77,8 @@ def named_packages(*results) -> set[str]:
         named |= {requirement_name(p) for p in getattr(r.spec, "pins", [])}
         dep = getattr(r.spec, "dependency", None)
         if dep:
-            dists = (r.extras.packages or {}).get("dists", {})
-            named |= {n for n, d in dists.items() if dep["sha"] in (d.get("url") or "")}
+            dists = r.extras.packages.dists if r.extras.packages is not None else {}
+            named |= {n for n, d in dists.items() if dep["sha"] in (d.url or "")}
     return named
 
 
@@ -93,7 +94,7 @@ def render_packages(a, b, same_launch: bool) -> list[str]:
     """Markdown: the single variable, the engine and flags identical or not (`same_launch`), the package-list
     diff."""
     pa, pb = a.extras.packages, b.extras.packages
-    if not pa or not pb:
+    if pa is None or pb is None:
         return []
     named = named_packages(a, b)
     diff = diff_packages(pa, pb, named, (a.spec.sha, b.spec.sha))
@@ -118,7 +119,7 @@ def render_packages(a, b, same_launch: bool) -> list[str]:
         elif named:
             lines += ["Only the named package(s) and what they require differ.", ""]
     if diff.rows:  # identical lists are said in one line above; both in full are in results.json
-        freeze = "\n".join(["# A", *pa.get("freeze", []), "", "# B", *pb.get("freeze", [])])
+        freeze = "\n".join(["# A", *pa.freeze, "", "# B", *pb.freeze])
         lines += ["<details><summary>Full package lists (uv pip freeze) of both venvs</summary>", "",
                   fence(freeze), "", "</details>", ""]
     return lines

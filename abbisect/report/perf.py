@@ -34,8 +34,8 @@ def busy_host(trials: Trials) -> str:
     """A warning when the host was busy during the passes (load average per core above BUSY_PER_CORE), ""
     otherwise: a measurement on a busy host drifts with whatever else runs (results from before the core count
     was recorded say nothing)."""
-    seen = [(c["load1"], c["cores"]) for t in trials for p in t.extras.passes
-            if (c := p.conditions).get("load1") is not None and c.get("cores")]
+    seen = [(c.load1, c.cores) for t in trials for p in t.extras.passes
+            if (c := p.conditions).load1 is not None and c.cores]
     if not seen:
         return ""
     load, cores = max(seen, key=lambda lc: lc[0] / lc[1])
@@ -145,12 +145,12 @@ def conditions_table(a: Trials, b: Trials) -> str:
             got = [v for v in values if v is not None]
             return f"{min(got):,.4g}–{max(got):,.4g} {unit}" if got else "—"
 
-        gpus = [g for c in conds for g in c.get("gpus") or ()]
-        cores = {c["cores"] for c in conds if c.get("cores")}
-        rows.append([name, str(len(conds)), span([c.get("load1") for c in conds], "").rstrip()
+        gpus = [g for c in conds for g in c.gpus or ()]
+        cores = {c.cores for c in conds if c.cores}
+        rows.append([name, str(len(conds)), span([c.load1 for c in conds], "").rstrip()
                      + (f" on {'/'.join(str(n) for n in sorted(cores))} cores" if cores else ""),
-                     span([c.get("cpu_mhz") for c in conds], "MHz"), span([g.get("sm_mhz") for g in gpus], "MHz"),
-                     span([g.get("temp_c") for g in gpus], "°C"), span([g.get("power_w") for g in gpus], "W")])
+                     span([c.cpu_mhz for c in conds], "MHz"), span([g.sm_mhz for g in gpus], "MHz"),
+                     span([g.temp_c for g in gpus], "°C"), span([g.power_w for g in gpus], "W")])
     return table(["side", "passes", "load average", "CPU clock", "GPU SM clock", "GPU temperature", "GPU power"],
                  rows) if rows else ""
 

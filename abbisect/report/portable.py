@@ -10,7 +10,6 @@ stream); only a bisect's state.json, which `--resume` reads back on this machine
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import tempfile
@@ -60,13 +59,10 @@ def _is_local(url: str) -> bool:
 
 def model_sha256(model: PackagedModel, cache: Cache | Path) -> str | None:
     """The GGUF's sha256 recorded when the model was prepared (None before, or for older cache entries)."""
-    from abbisect.environment.weights import MARKER, model_dir
+    from abbisect.environment.weights import prepared
 
-    marker = model_dir(model, cache) / MARKER
-    try:
-        return json.loads(marker.read_text()).get("sha256")
-    except (OSError, ValueError):
-        return None
+    marker = prepared(model, cache)
+    return marker.sha256 if marker is not None else None
 
 
 def _local(value: str) -> bool:
@@ -89,7 +85,7 @@ def portable_recipe(recipe: Recipe, cache: Cache | Path) -> dict:
     """The recipe as a stranger can use it: prompts inlined, no path of this machine, defaults left out, the
     values of secret variables masked under their names (abbisect/infra/redact.py)."""
     data = recipe.model_dump(mode="json", exclude_defaults=True)
-    data["engine"] = {**data.get("engine", {}), "kind": recipe.engine.kind, "repo": engine_source(recipe)}
+    data["engine"] = {**data["engine"], "kind": recipe.engine.kind, "repo": engine_source(recipe)}
     if isinstance(recipe.model, PackagedModel):
         sha = model_sha256(recipe.model, cache)
         data["model"] = {**data["model"], **({"sha256": sha} if sha else {})}

@@ -22,7 +22,9 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, Self, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from abbisect.infra.cache import cache_path
 from abbisect.infra.errors import UserError
@@ -76,45 +78,161 @@ class Judged:
     why: str  # one line, from the result's own data (each side's outcome, the headline's reason)
 
 
-def ab_conclusion(data: Mapping[str, Any]) -> Judged:
+class _Read(BaseModel):
+    """What post reads of a result's JSON, and nothing else (every other key ignored)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+
+_Data = TypeVar("_Data", bound=_Read)
+
+
+class _Envelope(_Read):
+    schema_: Any = Field(None, alias="schema")  # "abbisect/run/v…" or "abbisect/bisect/v…"
+
+
+class _Verdict(_Read):
+    outcome: str
+    status: str
+
+
+class _Dependency(_Read):
+    sha: str | None = None
+
+
+class _Spec(_Read):
+    sha: str
+    pins: list[str] | None = None
+    dependency: _Dependency | None = None
+
+
+class _Side(_Read):
+    spec: _Spec
+    verdict: _Verdict
+
+
+class _Said(_Read):
+    outcome: str
+
+
+class _Call(_Read):
+    call: str | None = None
+
+
+class _Comparison(_Read):
+    comparison: _Call | None = None
+    text: str | None = None
+
+
+class _Assessment(_Read):
+    """Over several launches a side: each side's outcome and the assessor's comparison."""
+
+    a: _Said
+    b: _Said
+    comparison: _Comparison | None = None
+
+
+class _Engine(_Read):
+    kind: str | None = None
+
+
+class _Bisect(_Read):
+    over: Any = None
+
+
+class _Recipe(_Read):
+    name: str | None = None
+    model: Any = None  # a path or a packaged model's table, hashed as it is
+    engine: _Engine | None = None
+    bisect: _Bisect | None = None
+
+
+def _none_when_empty(v: object) -> object:
+    return v or None
+
+
+class RunData(_Read):
+    """results.json of `abbisect run`, as post reads it."""
+
+    recipe: _Recipe | None = None
+    a: _Side
+    b: _Side
+    assessment: _Assessment | None = None  # written as {} with one launch a side
+
+    _empty = field_validator("recipe", "assessment", mode="before")(_none_when_empty)
+
+    def side(self, s: str) -> _Side:
+        return self.a if s == "a" else self.b
+
+
+class _Confirmation(_Read):
+    level: str | None = None
+    sentence: str = ""
+
+
+class BisectData(_Read):
+    """bisect.json of `abbisect bisect`, as post reads it."""
+
+    recipe: _Recipe | None = None
+    mode: str | None = None
+    outcome: str | None = None
+    message: str | None = None
+    confirmation: _Confirmation | None = None
+    first_new: str | None = None
+    candidates: list[str] | None = None
+    posterior: Any = None
+    old: Any = None
+    new: Any = None
+
+    _empty = field_validator("recipe", "confirmation", mode="before")(_none_when_empty)
+
+
+def _read(cls: type[_Data], data: Mapping[str, Any] | _Read) -> _Data:
+    return data if isinstance(data, cls) else cls.model_validate(data)
+
+
+def ab_conclusion(data: Mapping[str, Any] | RunData) -> Judged:
     """An A/B's conclusion from its results.json: a side that could not be tested (outcome skip) makes it
     untestable; over several launches a side, the assessor's call (different, same, not sure); one launch a
     side, the two outcomes (a rule on one trial: what it says is the answer, the same or not)."""
-    assessment = data.get("assessment") or {}
-    outcomes = {s: str(assessment[s]["outcome"]) if assessment else str(data[s]["verdict"]["outcome"]) for s in "ab"}
+    run = _read(RunData, data)
+    assessment = run.assessment
+    outcomes = {s: (assessment.a if s == "a" else assessment.b).outcome if assessment else run.side(s).verdict.outcome
+                for s in "ab"}
     said = f"A is {outcomes['a']}, B is {outcomes['b']}"
     skipped = [s for s, o in outcomes.items() if o == "skip"]
     if skipped:
-        status = "; ".join(f"{s.upper()}: {data[s]['verdict']['status']}" for s in skipped)
+        status = "; ".join(f"{s.upper()}: {run.side(s).verdict.status}" for s in skipped)
         return Judged(Conclusion.UNTESTABLE, f"{said} ({status})")
     if assessment:
-        comparison = assessment.get("comparison") or {}
-        call = (comparison.get("comparison") or {}).get("call")
-        text = str(comparison.get("text") or "").strip()
+        comparison = assessment.comparison or _Comparison()
+        call = comparison.comparison.call if comparison.comparison else None
+        text = (comparison.text or "").strip()
         conclusion = {"different": Conclusion.DIFFERENT, "same": Conclusion.SAME}.get(str(call), Conclusion.NOT_SURE)
         return Judged(conclusion, f"{said}; {text}" if text else said)
     return Judged(Conclusion.DIFFERENT if outcomes["a"] != outcomes["b"] else Conclusion.SAME, said)
 
 
-def bisect_conclusion(data: Mapping[str, Any]) -> Judged:
+def bisect_conclusion(data: Mapping[str, Any] | BisectData) -> Judged:
     """A bisect's conclusion from its bisect.json: conclusive only when it names a commit and, where it was run
     again to confirm, the confirmation held."""
-    mode, outcome = str(data.get("mode") or ""), data.get("outcome")
-    message = str(data.get("message") or "").strip()
+    run = _read(BisectData, data)
+    mode, outcome = run.mode or "", run.outcome
+    message = (run.message or "").strip()
     if mode == "no-change":
         return Judged(Conclusion.NO_CHANGE, message or "both ends got the same verdict")
     if mode in ("untestable-end", "untestable-merge-base"):
         return Judged(Conclusion.UNTESTABLE, message or "an end could not be tested")
-    confirmation = data.get("confirmation") or {}
-    if outcome == "found" and data.get("first_new"):
-        level = confirmation.get("level")
+    confirmation = run.confirmation or _Confirmation()
+    if outcome == "found" and run.first_new:
+        level = confirmation.level
         if level not in (None, "confirmed"):
-            return Judged(Conclusion.NOT_SURE, f"{str(data['first_new'])[:10]} {level}: "
-                                               f"{confirmation.get('sentence', '')}".strip().rstrip(":"))
-        return Judged(Conclusion.FOUND, f"the commit that changes the verdict is {str(data['first_new'])[:10]}")
+            return Judged(Conclusion.NOT_SURE, f"{run.first_new[:10]} {level}: "
+                                               f"{confirmation.sentence}".strip().rstrip(":"))
+        return Judged(Conclusion.FOUND, f"the commit that changes the verdict is {run.first_new[:10]}")
     if outcome == "ambiguous":
-        candidates = ", ".join(str(c)[:10] for c in (data.get("candidates") or [])[:4])
-        if data.get("posterior"):
+        candidates = ", ".join(c[:10] for c in (run.candidates or [])[:4])
+        if run.posterior:
             return Judged(Conclusion.NOT_SURE, f"no commit holds enough of the posterior (likeliest: {candidates})")
         return Judged(Conclusion.AMBIGUOUS, f"only untestable commits are left: one of {candidates}")
     if outcome is None:
@@ -122,17 +240,18 @@ def bisect_conclusion(data: Mapping[str, Any]) -> Judged:
     return Judged(Conclusion.UNTESTABLE, message or "no candidate could be tested in the range")
 
 
-def result_key(kind: ResultKind, data: Mapping[str, Any]) -> str:
+def result_key(kind: ResultKind, data: Mapping[str, Any] | RunData | BisectData) -> str:
     """The stable id of the question a result answers (this module's docstring says what is the same)."""
-    recipe = data.get("recipe") or {}
-    if kind is ResultKind.RUN:
-        question: dict[str, Any] = {s: {"sha": data[s]["spec"]["sha"], "pins": list(data[s]["spec"].get("pins") or []),
-                                        "dependency": (data[s]["spec"].get("dependency") or {}).get("sha")}
+    run: RunData | BisectData = _read(RunData, data) if kind is ResultKind.RUN else _read(BisectData, data)
+    recipe = run.recipe or _Recipe()
+    if isinstance(run, RunData):
+        question: dict[str, Any] = {s: {"sha": (spec := run.side(s).spec).sha, "pins": list(spec.pins or []),
+                                        "dependency": spec.dependency.sha if spec.dependency else None}
                                     for s in "ab"}
     else:
-        question = {"old": data.get("old"), "new": data.get("new"), "over": (recipe.get("bisect") or {}).get("over")}
-    asked = {"kind": kind.value, "recipe": recipe.get("name"), "model": recipe.get("model"),
-             "engine": (recipe.get("engine") or {}).get("kind")}
+        question = {"old": run.old, "new": run.new, "over": recipe.bisect.over if recipe.bisect else None}
+    asked = {"kind": kind.value, "recipe": recipe.name, "model": recipe.model,
+             "engine": recipe.engine.kind if recipe.engine else None}
     canonical = json.dumps({**asked, **question}, sort_keys=True, default=str)
     return f"{kind.value}-{hashlib.sha256(canonical.encode()).hexdigest()[:20]}"
 
@@ -177,15 +296,19 @@ def read_result(folder: Path) -> Result:
         data = json.loads(js.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError):
         raise UserError(f"{js}: not JSON (the result folder is damaged; run it again)") from None
-    schema = data.get("schema") if isinstance(data, dict) else None
+    schema = _Envelope.model_validate(data).schema_ if isinstance(data, dict) else None
     if not str(schema).startswith(f"abbisect/{kind.value}/"):
         raise UserError(f"{js}: not abbisect's {kind.value} result (its schema is {schema!r})")
     try:
-        judged = ab_conclusion(data) if kind is ResultKind.RUN else bisect_conclusion(data)
-        key = result_key(kind, data)
-    except (KeyError, TypeError, AttributeError) as exc:
-        raise UserError(f"{js}: a field is missing or malformed ({type(exc).__name__}: {exc}); the result folder is "
+        read: RunData | BisectData = RunData.model_validate(data) if kind is ResultKind.RUN \
+            else BisectData.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "the top level"
+        raise UserError(f"{js}: a field is missing or malformed ({where}: {first['msg']}); the result folder is "
                         "damaged, run it again") from None
+    judged = ab_conclusion(read) if isinstance(read, RunData) else bisect_conclusion(read)
+    key = result_key(kind, read)
     return Result(kind, folder, md.read_text(encoding="utf-8", errors="replace"), data, judged, key)
 
 

@@ -16,6 +16,7 @@ from abbisect.score.degeneration import (
 from abbisect.score.signatures import (
     SEVERITIES,
     Signature,
+    SignatureDiff,
     SignatureMatch,
     diff_signatures,
     first_exception,
@@ -33,6 +34,7 @@ __all__ = [
     "OutputAnalysis",
     "Resemblance",
     "Signature",
+    "SignatureDiff",
     "SignatureMatch",
     "Thresholds",
     "analyze",

@@ -9,6 +9,7 @@ from importlib import resources
 from typing import Any
 
 import yaml
+from typing_extensions import TypedDict  # pydantic reads a TypedDict of typing_extensions on Python 3.11
 
 SEVERITIES = ("info", "warning", "error", "fatal")
 _FIELDS = ("id", "pattern", "severity", "engine", "meaning", "hint", "link")
@@ -147,7 +148,15 @@ def first_exception(text: str) -> tuple[int, str] | None:
     return None
 
 
-def diff_signatures(a: list[SignatureMatch], b: list[SignatureMatch]) -> dict[str, list[str]]:
+class SignatureDiff(TypedDict):
+    """Signature ids only in side B, only in side A, in both (results.json's "signature_diff")."""
+
+    appeared: list[str]
+    disappeared: list[str]
+    both: list[str]
+
+
+def diff_signatures(a: list[SignatureMatch], b: list[SignatureMatch]) -> SignatureDiff:
     """Signature ids only in side B ("appeared"), only in side A ("disappeared"), or in both."""
     ids_a = {m.id for m in a}
     ids_b = {m.id for m in b}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from abbisect import checkout
 from abbisect.environment import EnvResult, ensure_env, needs_source
-from abbisect.environment.inventory import installed_packages
+from abbisect.environment.inventory import Inventory, installed_packages
 from abbisect.environment.pins import after_engine
 from abbisect.environment.store import bin_dirs
 from abbisect.gpu.sharing import guard_for
@@ -75,7 +75,7 @@ class TrialRecord:
     described: threading.Thread | None = None  # the venv's fingerprint and packages, read in the background
     # What `described` read, apart from `extras` (which the stages replace meanwhile); `result()` adds them.
     fingerprint: dict | None = None
-    packages: dict | None = None
+    packages: Inventory | None = None
 
     def wait_described(self) -> None:
         if self.described is not None:

@@ -9,11 +9,14 @@ from __future__ import annotations
 import time
 from concurrent.futures import Future
 from dataclasses import dataclass, replace
+from types import EllipsisType
 from typing import Protocol
 
 from abbisect.gpu.sharing import SlotPlace
+from abbisect.infra.serial import load
 from abbisect.recipe.gpus import neighbours, parse_gpu_option
 from abbisect.recipe.status import Outcome, Status
+from abbisect.trial.provenance import LostAttempt, Node, Placement
 from abbisect.trial.spec import Extras, Progress, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
@@ -63,12 +66,16 @@ def on_slot(spec: TrialSpec, slot: Slot, run: str = "") -> TrialSpec:
     return replace(spec, recipe=recipe, slot=place)
 
 
-def placed(result: TrialResult, executor: str, slot: Slot, started: float, **more: object) -> TrialResult:
-    """The result with where and when it ran (the timeline of a parallel bisect is drawn from these); `more`:
-    what else an executor knows of the place (a cluster's node, the GPUs it gave, attempts lost on the way)."""
-    where = {"executor": executor, "slot": slot.index, "gpus": list(slot.gpus) if slot.gpus else None,
-             "share": slot.share, "shared_with": list(slot.shared_with),
-             "start": round(started, 3), "end": round(time.time(), 3), **more}
+def placed(result: TrialResult, executor: str, slot: Slot, started: float, node: dict | None = None,
+           gpus: list[int] | EllipsisType | None = ..., lost: list[dict] | None = None) -> TrialResult:
+    """The result with where and when it ran (the timeline of a parallel bisect is drawn from these); what else
+    an executor knows of the place: a cluster's node and the GPUs it gave (`...`: the slot's), as the node said
+    them, and the attempts lost on the way ({"node", "error"})."""
+    given = (slot.gpus or None) if gpus is ... else gpus
+    where = Placement(executor, slot.index, tuple(given) if given is not None else None, slot.share,
+                      slot.shared_with, round(started, 3), round(time.time(), 3),
+                      load(Node, node) if node else None,
+                      tuple(load(LostAttempt, x) for x in lost) if lost is not None else None)
     return replace(result, extras=replace(result.extras, placement=where))
 
 

@@ -9,15 +9,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, cast
-
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
 
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
+from abbisect.environment.inventory import Inventory
 from abbisect.gpu.sharing import SlotPlace
 from abbisect.infra.cache import Cache
+from abbisect.infra.serial import NoneLeftOut
 from abbisect.launch.jit import JitCache
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
@@ -27,6 +25,7 @@ from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.score import AnswerCheck, OutputAnalysis, SignatureMatch
 from abbisect.score.logprobs import NumericsRun
+from abbisect.trial.provenance import CacheOrigin, Placement
 from abbisect.verdict.rules import Verdict
 
 Progress = Callable[[str], None]
@@ -91,7 +90,7 @@ class LaunchInfo:
 
 
 @dataclass(frozen=True)
-class Extras:
+class Extras(NoneLeftOut):
     """What the optional stages of a trial add to its result, each None where that stage did not run. Written as
     results.json's and the trial cache's `"extras"` object, a key per field that is not None (an old dump, with
     fewer keys, reads back with the others None).
@@ -99,7 +98,7 @@ class Extras:
     The typed ones are read by the assessors; the others are JSON reports made elsewhere, kept as they came."""
 
     fingerprint: dict | None = None  # the venv's torch, triton, engine version, its GPU (gpu/fingerprint.py)
-    packages: dict | None = None  # the venv's full package list (environment/inventory.py)
+    packages: Inventory | None = None  # the venv's full package list (environment/inventory.py)
     probe: dict | None = None  # a kernel probe's result (trial/probe_trial.py), instead of a launch
     gpu_before: dict | None = None  # same-GPU hygiene's checks around the launch (gpu/sharing.py)
     server_times: dict | None = None  # wall clock: launched, ready, stopped
@@ -109,8 +108,8 @@ class Extras:
     numerics: NumericsRun | None = None  # the texts' token log-probabilities (query/logprobs.py)
     gpu_after: dict | None = None
     pass_outcomes: tuple[Outcome, ...] | None = None  # each pass's outcome (repeats.passes > 1)
-    placement: dict | None = None  # where and when it ran (trial/slots.py `placed`, an executor's node)
-    cache: dict | None = None  # a trial cache hit's origin: when stored, its logs (trial/trial_cache.py)
+    placement: Placement | None = None  # where and when it ran (trial/slots.py `placed`, an executor's node)
+    cache: CacheOrigin | None = None  # a trial cache hit's origin: when stored, its logs (trial/trial_cache.py)
     judge: dict | None = None  # an external judge's decision and the built-in verdict it replaced (trial/judges.py)
     executor_error: str | None = None  # why the executor could not carry the trial out (trial/slots.py)
 
@@ -118,16 +117,6 @@ class Extras:
     def passes(self) -> tuple[PerfPass, ...]:
         """The performance passes, in the order they ran (none without a perf stage)."""
         return self.perf.passes if self.perf is not None else ()
-
-    @classmethod
-    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
-        """The dataclass's own schema, written without its None fields (as the dict it replaces had no key)."""
-        written = core_schema.wrap_serializer_function_ser_schema(_without_none)
-        return cast(core_schema.CoreSchema, {**handler(source), "serialization": written})
-
-
-def _without_none(value: Extras, write: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
-    return {k: v for k, v in write(value).items() if v is not None}
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ from abbisect.recipe.fingerprint import fingerprint
 from abbisect.recipe.status import Outcome
 from abbisect.trial.dryrun import plan_for
 from abbisect.trial.pipeline import run_trial
+from abbisect.trial.provenance import CacheOrigin
 from abbisect.trial.spec import Progress, TrialResult, TrialSpec
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
@@ -111,8 +112,8 @@ class TrialCache:
         if _had_less_memory(result, spec):
             return None  # it may have run out of memory this run gives more of: run again
         logs = self.cache.trial_logs(key)
-        origin = {"stored": data.get("stored") or _mtime(path), "out_dir": result.spec.out_dir,
-                  "logs": sorted(p.name for p in logs.iterdir()) if logs.is_dir() else []}
+        origin = CacheOrigin(data.get("stored") or _mtime(path), result.spec.out_dir,
+                             tuple(sorted(p.name for p in logs.iterdir())) if logs.is_dir() else ())
         launch = result.launch
         if launch is not None:
             launch = replace(launch, log_path=str(Path(spec.out_dir) / Path(launch.log_path).name))
@@ -128,7 +129,7 @@ class TrialCache:
         if hit is not None:
             copied = self._copy_logs(spec)
             assert hit.extras.cache is not None  # `get` says where a hit came from
-            when = hit.extras.cache["stored"]
+            when = hit.extras.cache.stored
             progress(f"cached result from a run at {when}: {hit.verdict.status}"
                      + (f" (its logs copied: {', '.join(copied)})" if copied else ""))
             return hit

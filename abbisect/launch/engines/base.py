@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -55,6 +56,20 @@ def share_args(recipe: Recipe, flag: str | None) -> tuple[str, ...]:
 
 
 _NON_DEFAULT = re.compile(r"non-default args: (\{.*\})")
+
+
+@dataclass(frozen=True)
+class LoggedFacts:
+    """What an engine's own start log said of it (`facts`, kept as the engine module found it): its version and
+    its arguments (vLLM's non-default ones, SGLang's server_args), None where the log says none."""
+
+    version: str | None
+    args: object | None
+
+    @classmethod
+    def of(cls, facts: Mapping[str, object]) -> LoggedFacts:
+        version, args = facts.get("version"), facts.get("non_default_args", facts.get("server_args"))
+        return cls(str(version) if version else None, args)
 
 
 def vllm_style_facts(log_text: str, version_re: str) -> dict[str, object]:
