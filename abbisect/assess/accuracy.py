@@ -25,7 +25,7 @@ from abbisect.recipe.status import Outcome, Status
 from abbisect.stats import PairedComparison, classify_paired, compare_paired
 from abbisect.stats.decide import Call
 from abbisect.stats.effects import Effect
-from abbisect.stats.evidence import Items, Model
+from abbisect.stats.evidence import Items
 from abbisect.trial.spec import TrialResult
 
 # A trial of one of these statuses answered no item an accuracy can be told from.
@@ -66,11 +66,10 @@ class Accuracy:
         self.search_cap = max(self.cap, 4)
         self.least, self.alpha = self.section.min_effect, self.section.alpha
 
-    def model(self) -> Model:
+    def model(self) -> Items:
         return Items()
 
-    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
-        assert isinstance(model, Items)  # made by model()
+    def observe(self, model: Items, sha: str, round_no: int, trial: TrialResult) -> None:
         run = eval_run([trial])
         if run is not None:
             model.add(sha, {i.id: bool(i.correct) for i in run.items if i.correct is not None})

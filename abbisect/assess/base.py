@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 from abbisect.recipe.status import Outcome
 from abbisect.trial.spec import TrialResult
@@ -16,6 +16,7 @@ if TYPE_CHECKING:  # the statistics load with the assessors that use them, not w
 
 Sample = Sequence[TrialResult]  # every trial of one commit, in the order they ran
 Term = tuple[float, Sample, Sample]  # weight, before, after: one difference in a sum of them (Assessor.effect)
+M = TypeVar("M", bound="Model")  # the kind of evidence model an assessor makes and fills (Assessor.model)
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,7 @@ def placed(found: Classification, said: str, stats: dict, more: int, exhausted: 
     return Assessment(Outcome.SKIP, f"{exhausted} ({found.evidence})", stats)
 
 
-class Assessor(Protocol):
+class Assessor(Protocol[M]):
     """How a commit is judged from its trials. The A/B, the bisect (both its searches) and narrow ask every verdict
     the same things, never which kind it is: `kind` only names it in reports."""
 
@@ -91,11 +92,11 @@ class Assessor(Protocol):
         """The two sides compared, for the report ({} when one trial each says it all): "text", "comparison"
         (the numbers, with "call": same / different / unsure) and "worse" ("a", "b" or None)."""
 
-    def model(self) -> Model | None:
+    def model(self) -> M | None:
         """An empty model of this verdict's evidence for the posterior search (abbisect/stats/evidence.py); None
         for a rule on one trial, which depends on no chance."""
 
-    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
+    def observe(self, model: M, sha: str, round_no: int, trial: TrialResult) -> None:
         """One launch of `sha`, run in round `round_no`, added to `model` (one this assessor made)."""
 
     def observes(self, trial: TrialResult) -> bool:

@@ -20,7 +20,7 @@ from abbisect.recipe.status import Outcome
 from abbisect.stats import RateComparison, classify_rate, compare_rates, wilson
 from abbisect.stats.decide import Call
 from abbisect.stats.effects import Effect
-from abbisect.stats.evidence import Model, Rates
+from abbisect.stats.evidence import Rates
 from abbisect.trial.spec import TrialResult
 
 
@@ -61,11 +61,10 @@ class Flaky:
         self.min_effect, self.alpha = r.min_effect, r.alpha
         self.least = self.min_effect
 
-    def model(self) -> Model:
-        return Rates(self.min_effect)
+    def model(self) -> Rates:
+        return Rates(self.min_effect, unit=self.unit)
 
-    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
-        assert isinstance(model, Rates)  # made by model()
+    def observe(self, model: Rates, sha: str, round_no: int, trial: TrialResult) -> None:
         model.add(sha, *self.observed([trial]))
 
     def observes(self, trial: TrialResult) -> bool:

@@ -26,7 +26,7 @@ from abbisect.recipe.status import Outcome, Status
 from abbisect.score.logprobs import NumericsRun, Scored, Token
 from abbisect.stats.decide import Call
 from abbisect.stats.effects import NATS, Effect
-from abbisect.stats.evidence import Model, Samples
+from abbisect.stats.evidence import Samples
 from abbisect.stats.logprobs import (
     NumericsComparison,
     compare_runs,
@@ -115,11 +115,10 @@ class Numerics:
         self.cap = 1 if self.section.deterministic else self.section.max_launches
         self.search_cap = 2 if self.section.deterministic else max(self.cap, 4)
 
-    def model(self) -> Model:
+    def model(self) -> Distances:
         return Distances(len(self.section.texts))
 
-    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
-        assert isinstance(model, Distances)  # made by model()
+    def observe(self, model: Distances, sha: str, round_no: int, trial: TrialResult) -> None:
         runs = runs_of([trial])
         if runs:
             model.add_run(sha, round_no, runs[0], self.least)

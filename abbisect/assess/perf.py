@@ -29,7 +29,7 @@ from abbisect.recipe.status import Outcome, Status
 from abbisect.stats import SampleComparison, classify_sample, compare_samples
 from abbisect.stats.decide import Call
 from abbisect.stats.effects import Effect
-from abbisect.stats.evidence import Model, Samples
+from abbisect.stats.evidence import Samples
 from abbisect.trial.spec import TrialResult
 
 
@@ -152,11 +152,10 @@ class Perf:
         self.search_cap = self.cap
         self.least, self.alpha = math.log1p(recipe.perf.min_effect), recipe.perf.alpha
 
-    def model(self) -> Model:
-        return Samples(passes=self.perf.passes)
+    def model(self) -> Samples:
+        return Samples(passes=self.perf.passes, metric=self.metric, higher_is_better=better(self.metric))
 
-    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
-        assert isinstance(model, Samples)  # made by model()
+    def observe(self, model: Samples, sha: str, round_no: int, trial: TrialResult) -> None:
         model.add(sha, round_no, metric_values([trial], self.metric))
 
     def observes(self, trial: TrialResult) -> bool:
