@@ -163,7 +163,7 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
                       "a": {"outcome": seen[0].outcome, "evidence": seen[0].evidence, "stats": seen[0].stats},
                       "b": {"outcome": seen[1].outcome, "evidence": seen[1].evidence, "stats": seen[1].stats},
                       "comparison": assessor.compare(*sides)}
-        want = min(max(seen[0].more, seen[1].more), assessor.cap - len(got))
+        want = min(max(seen[0].wanted, seen[1].wanted), assessor.cap - len(got))
         if want > 0:
             progress(f"A and B after {len(got)} launch(es) each: {assessment['comparison'].get('text', '')}; "
                      f"{want} more of each")

@@ -128,10 +128,10 @@ class Accuracy:
                     Assessment(Outcome.SKIP, f"{b.evidence}: no item answered on both sides"))
         cmp = self._compare(p)
         stats = {"ends": dump(cmp), "items": p.n}
-        more = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
+        wanted = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
         why = f"{names} answer alike" if cmp.call is Call.SAME else f"not sure {names} differ"
         return ends_told(cmp.call is Call.DIFFERENT, cmp.difference > 0, (accuracy_text(ra), accuracy_text(rb)),
-                         f"{names}: {cmp.describe()}", f"{why}: {cmp.describe()}", stats, more)
+                         f"{names}: {cmp.describe()}", f"{why}: {cmp.describe()}", stats, wanted)
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         mine, g, b = eval_run(sample), eval_run(good), eval_run(bad)

@@ -22,24 +22,24 @@ M = TypeVar("M", bound="Model")  # the kind of evidence model an assessor makes 
 @dataclass(frozen=True)
 class Assessment:
     """What a commit's trials say: its outcome, in words, the numbers behind it (JSON for the report), and how
-    many more trials would likely settle it (0: settled, or nothing more can help)."""
+    many more trials would likely settle it, `wanted` (0: settled, or nothing more can help)."""
 
     outcome: Outcome
     evidence: str
     stats: dict = field(default_factory=dict)
-    more: int = 0
+    wanted: int = 0
 
 
 def ends_told(different: bool, a_worse: bool, texts: tuple[str, str], said: str, alike: str, stats: dict,
-              more: int) -> tuple[Assessment, Assessment]:
+              wanted: int) -> tuple[Assessment, Assessment]:
     """Two ends (or sides) after a statistical comparison: when `different`, the worse one bad (`a_worse`) and
     the other good, each told with `said`; else both good, told with `alike` (or why it is not sure), with
-    `more` trials each while not sure. `texts`: what each side measured."""
+    `wanted` trials more each while not sure. `texts`: what each side measured."""
     if different:
         oa, ob = (Outcome.BAD, Outcome.GOOD) if a_worse else (Outcome.GOOD, Outcome.BAD)
         return (Assessment(oa, f"{texts[0]}; {said}", stats), Assessment(ob, f"{texts[1]}; {said}", stats))
-    return (Assessment(Outcome.GOOD, f"{texts[0]}; {alike}", stats, more),
-            Assessment(Outcome.GOOD, f"{texts[1]}; {alike}", stats, more))
+    return (Assessment(Outcome.GOOD, f"{texts[0]}; {alike}", stats, wanted),
+            Assessment(Outcome.GOOD, f"{texts[1]}; {alike}", stats, wanted))
 
 
 def more_launches(first: int, cap: int, launches: int) -> int:
@@ -50,9 +50,9 @@ def more_launches(first: int, cap: int, launches: int) -> int:
     return max(0, min(first, cap - launches))
 
 
-def placed(found: Classification, said: str, stats: dict, more: int, exhausted: str) -> Assessment:
+def placed(found: Classification, said: str, stats: dict, wanted: int, exhausted: str) -> Assessment:
     """A candidate's assessment from where it stands between the ends: like the bad end → bad, like the good end
-    → good, else skipped for now with `more` trials to run, or (no more can be run) skipped for good with
+    → good, else skipped for now with `wanted` trials more to run, or (no more can be run) skipped for good with
     `exhausted` saying why. `said`: what the candidate measured."""
     from abbisect.stats.decide import Resemblance
 
@@ -60,8 +60,8 @@ def placed(found: Classification, said: str, stats: dict, more: int, exhausted: 
         return Assessment(Outcome.BAD, f"{said}: like the bad end ({found.evidence})", stats)
     if found.side is Resemblance.LIKE_GOOD:
         return Assessment(Outcome.GOOD, f"{said}: like the good end ({found.evidence})", stats)
-    if more:
-        return Assessment(Outcome.SKIP, f"{said}: not sure yet ({found.evidence})", stats, more)
+    if wanted:
+        return Assessment(Outcome.SKIP, f"{said}: not sure yet ({found.evidence})", stats, wanted)
     return Assessment(Outcome.SKIP, f"{exhausted} ({found.evidence})", stats)
 
 
@@ -82,11 +82,11 @@ class Assessor(Protocol[M]):
         """One commit on its own (a side of an A/B, `check`, a commit before the ends are settled)."""
 
     def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
-        """The two ends (or the sides of an A/B: `names`) against each other: each one's outcome, or `more` > 0
+        """The two ends (or the sides of an A/B: `names`) against each other: each one's outcome, or `wanted` > 0
         to run more of both."""
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
-        """Which end the candidate's trials resemble (good or bad), or `more` > 0, or skip when nothing can tell."""
+        """Which end the candidate's trials resemble (good or bad), or `wanted` > 0, or skip when nothing can tell."""
 
     def compare(self, a: Sample, b: Sample) -> dict:
         """The two sides compared, for the report ({} when one trial each says it all): "text", "comparison"

@@ -114,12 +114,12 @@ class Flaky:
                     Assessment(worse, f"{rate_text(kn, nn)}; {names} {cmp.describe()}", stats))
         launches = min(len(old), len(new))
         # alike: settled, no change to search for
-        more = 0 if cmp.call is Call.SAME else more_launches(self.first, self.cap, launches)
+        wanted = 0 if cmp.call is Call.SAME else more_launches(self.first, self.cap, launches)
         same = Outcome.BAD if (ko or kn) else Outcome.GOOD
         why = f"{names} fail alike" if cmp.call is Call.SAME else (
             f"not sure {names} differ after {launches} launches")
-        return (Assessment(same, f"{rate_text(ko, no)}; {why}: {cmp.describe()}", stats, more),
-                Assessment(same, f"{rate_text(kn, nn)}; {why}: {cmp.describe()}", stats, more))
+        return (Assessment(same, f"{rate_text(ko, no)}; {why}: {cmp.describe()}", stats, wanted),
+                Assessment(same, f"{rate_text(kn, nn)}; {why}: {cmp.describe()}", stats, wanted))
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         k, n = self.observed(sample)

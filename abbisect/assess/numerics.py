@@ -162,11 +162,11 @@ class Numerics:
             return a, b
         cmp = self._compare(ra, rb)
         stats = {"ends": _summary(cmp)}
-        more = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
+        wanted = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
         why = f"{names} score alike" if cmp.call is Call.SAME else f"not sure {names} differ"
         # the newer side moved: it is the one called bad (a fix moves the numbers as much as a bug)
         return ends_told(cmp.call is Call.DIFFERENT, False, (run_text(ra), run_text(rb)),
-                         f"{names}: {cmp.describe()}", f"{why}: {cmp.describe()}", stats, more)
+                         f"{names}: {cmp.describe()}", f"{why}: {cmp.describe()}", stats, wanted)
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         mine, g, b = merged(sample), merged(good), merged(bad)

@@ -213,11 +213,11 @@ class Perf:
         va, vb = metric_values(old, self.metric), metric_values(new, self.metric)
         cmp = self._compare(va, vb)
         stats = {"ends": dump(cmp), "metric": self.metric, "passes": min(len(va), len(vb))}
-        more = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
+        wanted = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
         why = f"{names} perform alike" if cmp.call is Call.SAME else f"not sure {names} differ"
         return ends_told(cmp.call is Call.DIFFERENT, worse_side(cmp, self.metric) == "a",
                          (self._said(va), self._said(vb)), f"{names}: {self.metric} {cmp.describe()}",
-                         f"{why}: {cmp.describe()}", stats, more)
+                         f"{why}: {cmp.describe()}", stats, wanted)
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         seen = self.alone(sample)

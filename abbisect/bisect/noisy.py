@@ -62,8 +62,8 @@ class NoisySearch:
         self.ask: tuple[str, ...] | None = None  # the eval items its every launch asks (a part's search)
 
     def walk(self, driver, run: BisectRun,
-             more: Callable[[NoisySearch, Posterior], dict] | None = None) -> BisectRun:
-        """Search the bisect's range and confirm the answer; `more`: what to do next with the search and its
+             search_changes: Callable[[NoisySearch, Posterior], dict] | None = None) -> BisectRun:
+        """Search the bisect's range and confirm the answer; `search_changes`: what to do next with the search and its
         posterior, before the answer is concluded (every other change of the range: abbisect/bisect/changes.py)."""
         oracle, recipe, a = self.oracle, self.recipe, self.oracle.assessor
         self.driver, self.run = driver, run
@@ -103,8 +103,8 @@ class NoisySearch:
             return self.untestable_end(untestable[0])
         post, run.confirmation = self.settle()
         primary = None
-        if more is not None:
-            run.changes = more(self, post)
+        if search_changes is not None:
+            run.changes = search_changes(self, post)
             primary = run.changes.get("primary")
             if primary and (run.confirmation.get("found") or {}).get("sha") != primary:  # named by a part's search
                 run.confirmation = run.changes.get("primary_confirmation") or run.confirmation
@@ -112,7 +112,7 @@ class NoisySearch:
 
     def settle(self) -> tuple[Posterior, dict]:
         """The search and its confirmation: the posterior after them, and what the confirmation says ({}: none ran)."""
-        recipe, a = self.recipe, self.oracle.assessor
+        recipe = self.recipe
         confirming = recipe.bisect.confirm != "never" or recipe.bisect.revert
         # A host that may drift (a performance verdict) is searched to the threshold first: a pair of fresh launches
         # can straddle a change of the host, and the search's rounds, each re-measuring an end, are what tell a

@@ -80,9 +80,9 @@ class SampleComparison:
 
     def describe(self) -> str:
         each = f"{self.n_a} passes each" if self.n_a == self.n_b else f"{self.n_a} vs {self.n_b} passes"
-        more = f"; ~{self.needed_n} passes each would settle it" if self.needed_n else ""
+        settle = f"; ~{self.needed_n} passes each would settle it" if self.needed_n else ""
         ci = f" [{pct(self.ci[0])}, {pct(self.ci[1])}]" if self.ci else ""
-        return f"{pct(self.change)}{ci}, {p_text(self.p)}, {self.call.text} ({each}{more})"
+        return f"{pct(self.change)}{ci}, {p_text(self.p)}, {self.call.text} ({each}{settle})"
 
 
 def _median_ratio(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], axis: int = -1) -> object:

@@ -63,12 +63,12 @@ def on_slot(spec: TrialSpec, slot: Slot, run: str = "") -> TrialSpec:
     return replace(spec, recipe=recipe, slot=place)
 
 
-def placed(result: TrialResult, executor: str, slot: Slot, started: float, **more: object) -> TrialResult:
-    """The result with where and when it ran (the timeline of a parallel bisect is drawn from these); `more`:
+def placed(result: TrialResult, executor: str, slot: Slot, started: float, **facts: object) -> TrialResult:
+    """The result with where and when it ran (the timeline of a parallel bisect is drawn from these); `facts`:
     what else an executor knows of the place (a cluster's node, the GPUs it gave, attempts lost on the way)."""
     where = {"executor": executor, "slot": slot.index, "gpus": list(slot.gpus) if slot.gpus else None,
              "share": slot.share, "shared_with": list(slot.shared_with),
-             "start": round(started, 3), "end": round(time.time(), 3), **more}
+             "start": round(started, 3), "end": round(time.time(), 3), **facts}
     return replace(result, extras=replace(result.extras, placement=where))
 
 
