@@ -220,7 +220,7 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
         compared = assessor.compare(*sides)
         told = [SideAssessed(s.outcome, s.evidence, s.stats) for s in seen]
         assessment = LaunchesAssessed(assessor.kind, len(got), told[0], told[1], compared.to_dict())
-        want = min(max(seen[0].more, seen[1].more), assessor.cap - len(got))
+        want = min(max(seen[0].wanted, seen[1].wanted), assessor.cap - len(got))
         if want > 0:
             progress(f"A and B after {len(got)} launch(es) each: {compared.text}; {want} more of each")
     a, b = got[0]

@@ -118,7 +118,7 @@ class Launcher:
         self.items += items_of([result]) if label != "confirm" else 0
         return result
 
-    def more(self, sha: str, label: str, have: list[TrialResult], n: int) -> list[TrialResult]:
+    def further(self, sha: str, label: str, have: list[TrialResult], n: int) -> list[TrialResult]:
         return [self(sha, label, len(have) + i) for i in range(n)]
 
 
@@ -129,17 +129,17 @@ def settled(world: seam.World, recipe: Recipe, first: int, cap: int, step: int, 
     a = assessor_for(recipe)  # as an A/B judged a side before: a batch was a rule on one launch
     launch = Launcher(world, recipe)
     shas = world.shas
-    old, new = launch.more(shas[0], "old end", [], first), launch.more(shas[-1], "new end", [], first)
+    old, new = launch.further(shas[0], "old end", [], first), launch.further(shas[-1], "new end", [], first)
     if not a.statistical:
         ends = a.alone(old).outcome, a.alone(new).outcome
     else:
         while True:
             x, y = a.settle_ends(old, new)
-            more = min(max(x.more, y.more), step)
-            if not more or min(len(old), len(new)) >= cap:
+            wanted = min(max(x.wanted, y.wanted), step)
+            if not wanted or min(len(old), len(new)) >= cap:
                 break
-            old += launch.more(shas[0], "old end", old, more)
-            new += launch.more(shas[-1], "new end", new, more)
+            old += launch.further(shas[0], "old end", old, wanted)
+            new += launch.further(shas[-1], "new end", new, wanted)
         ends = x.outcome, y.outcome
     out = {"found": None, "level": None, "items": 0}
     if Outcome.SKIP in ends or ends[0] == ends[1] or ends != (Outcome.GOOD, Outcome.BAD):
@@ -148,7 +148,7 @@ def settled(world: seam.World, recipe: Recipe, first: int, cap: int, step: int, 
     graph = Graph.from_parents({s: ((shas[i - 1],) if i > 1 else ()) for i, s in enumerate(shas) if i})
     state = start(graph, shas[-1], [shas[0]])
     while (sha := state.next_commit()) is not None:
-        trials = launch.more(sha, "candidate", [], first)
+        trials = launch.further(sha, "candidate", [], first)
         if not a.statistical:
             outcome = a.alone(trials).outcome
         else:
@@ -161,14 +161,14 @@ def settled(world: seam.World, recipe: Recipe, first: int, cap: int, step: int, 
                 for end, end_sha in ((old, shas[0]), (new, shas[-1])):
                     n = min(len(trials), cap) - len(end) if grow else 0
                     if n > 0:
-                        end += launch.more(end_sha, "end", end, n)
+                        end += launch.further(end_sha, "end", end, n)
                         grew = True
                 if grew:
                     continue
-                more = min(found.more, step) if found.more else 0
-                if not more or len(trials) >= cap:
+                wanted = min(found.wanted, step) if found.wanted else 0
+                if not wanted or len(trials) >= cap:
                     break
-                trials += launch.more(sha, "candidate", trials, more)
+                trials += launch.further(sha, "candidate", trials, wanted)
             outcome = found.outcome
         state = state.record(sha, {Outcome.GOOD: OLD, Outcome.BAD: NEW}.get(outcome, SKIP))
     res = state.result()
@@ -179,7 +179,7 @@ def settled(world: seam.World, recipe: Recipe, first: int, cap: int, step: int, 
         fresh: dict[str, list] = {parent: [], res.first_new: []}
         while True:  # the former confirm.confirm: the recipe's launches of each, more while not sure
             for sha in (parent, res.first_new):
-                fresh[sha] += launch.more(sha, "confirm", fresh[sha], first)
+                fresh[sha] += launch.further(sha, "confirm", fresh[sha], first)
             compared = a.compare(fresh[parent], fresh[res.first_new])
             call = compared.call
             if call != Call.UNSURE or len(fresh[res.first_new]) >= cap:

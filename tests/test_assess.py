@@ -59,12 +59,12 @@ def test_flaky_cap_compares_launches_with_launches_not_observations():
     candidate = flaky_launches(rec, "cand", [1, 0, 1, 0])  # 2 in 20: between the ends, not sure
     found = a.against(candidate, good, bad)
     assert found.outcome is Outcome.SKIP and found.stats["observations"] == 20
-    assert found.more == 2, found  # 4 launches of a cap of 16: two more, as launches come
+    assert found.wanted == 2, found  # 4 launches of a cap of 16: two more, as launches come
     at_cap = a.against(flaky_launches(rec, "cand", [1, 0] * 8), good, bad)
-    assert at_cap.more == 0 and "not sure after 16 launches" in at_cap.evidence, at_cap  # the cap
+    assert at_cap.wanted == 0 and "not sure after 16 launches" in at_cap.evidence, at_cap  # the cap
     # The ends, not sure of each other after 2 launches each (10 observations): two more each, not none.
     ends = a.settle_ends(flaky_launches(rec, "old", [0, 1]), flaky_launches(rec, "new", [1, 1]))
-    assert ends[0].more == ends[1].more == 2 and "after 2 launches" in ends[0].evidence, ends
+    assert ends[0].wanted == ends[1].wanted == 2 and "after 2 launches" in ends[0].evidence, ends
 
 
 def test_flaky_calls_are_read_from_the_enum_and_an_empty_sample_is_untestable():
@@ -75,7 +75,7 @@ def test_flaky_calls_are_read_from_the_enum_and_an_empty_sample_is_untestable():
     first, second = a.settle_ends(old, new)
     assert (first.outcome, second.outcome) == (Outcome.GOOD, Outcome.BAD) and "different" in second.evidence
     alike = a.settle_ends([trial(rec, "old", i) for i in range(40)], [trial(rec, "new", i) for i in range(40)])
-    assert alike[0].more == 0 and "fail alike" in alike[0].evidence
+    assert alike[0].wanted == 0 and "fail alike" in alike[0].evidence
     empty = a.alone([])
     assert empty.outcome is Outcome.SKIP and empty.evidence == "untestable: no trial"
 
@@ -92,7 +92,7 @@ def perf_trial(rec: Recipe, sha: str, n: int, errors: list[str | None], passes: 
     from abbisect.environment import EnvResult
     from abbisect.query.load import RequestRecord, Workload, summarise
     from abbisect.query.measure import Conditions, PerfRun, record
-    from abbisect.trial.pipeline import TrialRecord, _evidence
+    from abbisect.trial.pipeline import TrialRecord, _signals
     from abbisect.verdict.rules import judge
 
     assert rec.perf is not None
@@ -104,7 +104,7 @@ def perf_trial(rec: Recipe, sha: str, n: int, errors: list[str | None], passes: 
     trial = TrialRecord(spec, EnvResult(True, "k", "/venv", "python", True, 0.0, "log", ()), launch(),
                         extras=Extras(perf=PerfRun(load, rec.perf.metric,
                                                    tuple(record(result, rec.perf, Conditions()) for _ in range(passes)))))
-    trial.verdict = judge(_evidence(rec, trial), rec.verdict)
+    trial.verdict = judge(_signals(rec, trial), rec.verdict)
     return trial.result()
 
 
@@ -141,7 +141,7 @@ def test_failing_requests_decide_the_ends_and_a_candidate_that_answers_is_like_t
     good = [perf_trial(rec, "good", 0, [None] * 8)]
     bad = [perf_trial(rec, "bad", 0, [ERROR_EVENT] * 8)]  # every stream fails: bad, never "untestable"
     old, new = a.settle_ends(good, bad)
-    assert (old.outcome, new.outcome, old.more, new.more) == (Outcome.GOOD, Outcome.BAD, 0, 0)
+    assert (old.outcome, new.outcome, old.wanted, new.wanted) == (Outcome.GOOD, Outcome.BAD, 0, 0)
     seen = a.against([perf_trial(rec, "cand", 0, [None] * 8, tokens_s=80.0)], good, bad)
     assert seen.outcome is Outcome.GOOD and "its requests answered (the bad end's failed)" in seen.evidence
     assert a.against([perf_trial(rec, "cand", 0, [None, None] + [ERROR_EVENT] * 6)], good, bad).outcome is Outcome.BAD

@@ -330,3 +330,109 @@ def test_samples_find_a_slowdown_and_an_end_pins_a_rounds_drift():
     before, drift = pinned.model.means(pinned.z, pinned.mass, pinned.target("c00"), BEFORE)
     after, _ = pinned.model.means(pinned.z, pinned.mass, pinned.target("c08"), AFTER)
     assert after / before == pytest.approx(1.105, abs=0.02) and drift > 0.02
+
+
+# -- what a search asks a model, whatever its kind --------------------------------------------------------------
+def planted(kind: str, regression: bool) -> Rates | Samples | Items:
+    """Evidence of a change at c03 of line(6) (c00 … c05), of each kind: a regression (c03 and later worse) or a
+    fix (c00 … c02 worse). "throughput": higher is better; "latency": lower is."""
+    rng = np.random.default_rng(11)
+    shas, _ = line(6)
+    worse = {s: (s >= "c03") == regression for s in shas}
+    if kind == "rates":
+        rates = Rates(unit="outputs")
+        for sha in shas:
+            for _ in range(3):
+                rates.add(sha, 7 if worse[sha] else 0, 8)
+        return rates
+    if kind in ("throughput", "latency"):
+        up = kind == "latency"
+        samples = Samples(passes=5, metric=kind, higher_is_better=not up)
+        for rnd, sha in enumerate(shas):
+            shift = 0.2 * worse[sha] * (1 if up else -1)
+            samples.add(sha, rnd, list(np.exp(math.log(50) + shift + rng.normal(0, 0.01, 5))))
+        return samples
+    items = Items()
+    for sha in shas:
+        items.add(sha, {f"i{k:02d}": not (worse[sha] and k < 12) for k in range(40)})
+    return items
+
+
+@pytest.mark.parametrize("regression", [True, False])
+@pytest.mark.parametrize("kind", ["rates", "throughput", "latency", "items"])
+def test_a_model_tells_which_state_is_worse(kind, regression):
+    """The search asks the model, not its kind: each state's value if c03 is the change, and which is worse."""
+    _, g = line(6)
+    model = planted(kind, regression)
+    post = Posterior(Space.of(g), model)
+    assert post.decide(0.9).found == "c03"
+    before, after = (model.value(post.z, *post.under("c03", s), s)[0] for s in (BEFORE, AFTER))
+    assert model.worse(before, after) == (AFTER if regression else BEFORE)
+    if kind == "rates":  # 21 of 24 outputs failed on the worse side, none on the other
+        assert max(before, after) == pytest.approx(7 / 8, abs=0.05) and min(before, after) < 0.05
+    elif kind == "items":  # 12 of 40 items wrong on the worse side
+        assert max(before, after) == pytest.approx(1.0, abs=0.02) and min(before, after) == pytest.approx(0.7, abs=0.03)
+    else:
+        assert max(before, after) / min(before, after) == pytest.approx(math.exp(0.2), abs=0.02)
+        better = after if model.worse(before, after) == BEFORE else before
+        assert better == pytest.approx(50, rel=0.02)  # the unchanged side, 50 a pass
+
+
+def test_a_model_says_its_states_in_its_own_words():
+    assert Rates(unit="outputs").said(BEFORE, 0.05, 0.01) == "fails 5.0% (± 1.0%) of outputs"
+    samples = Samples(metric="tpot_median", higher_is_better=False)
+    assert samples.said(BEFORE, 2.5, 0.012) == "tpot_median 2.5"
+    assert samples.said(AFTER, 3125.0, 0.012) == "tpot_median 3,125 (rounds drift ± 1.2%)"  # the drift once
+    assert Items().said(AFTER, 0.625, 0.0) == "62.5% of the items asked right"
+    # which way is worse: the model's own
+    assert Samples(higher_is_better=True).worse(2.0, 1.0) == AFTER and Samples(higher_is_better=False).worse(2.0, 1.0) \
+        == BEFORE
+    assert Rates().worse(0.1, 0.3) == AFTER and Items().worse(0.9, 0.7) == AFTER and Items().worse(0.7, 0.9) == BEFORE
+
+
+def test_only_samples_drift_and_a_drifting_host_drifts_more():
+    """The rounds' drift is a performance model's: a host whose rounds move by ±6 % drifts more than a steady
+    one; a failure rate and eval items share no round offset (None)."""
+    _, g = line(6)
+    space = Space.of(g)
+
+    def drift(moves: float) -> float:
+        rng = np.random.default_rng(2)
+        m = Samples(passes=5)
+        for rnd, sha in enumerate(["c00", "c05", "c02", "c00", "c04", "c05", "c01", "c00"]):
+            offset = moves * (1 if rnd % 2 else -1)
+            m.add(sha, rnd, list(np.exp(math.log(50) + 0.2 * (sha >= "c03") + offset + rng.normal(0, 0.01, 5))))
+        post = Posterior(space, m)
+        found = m.drift(post.z, post.mass, post.target("c00"))
+        assert found is not None and m.drifts
+        assert found == m.means(post.z, post.mass, post.target("c00"), BEFORE)[1]
+        return found
+
+    assert drift(0.06) > 2 * drift(0.0)
+    for model in (planted("rates", True), planted("items", True)):
+        post = Posterior(space, model)
+        assert model.drift(post.z, post.mass, post.target("c00")) is None and not model.drifts
+
+
+def test_only_items_focus_a_launch_on_the_items_telling_the_ends_apart():
+    """An accuracy's candidate is asked the items the ends answer differently first (at least as many as they
+    differ on), and its predictions are of those; a rate or a metric asks no chosen items."""
+    _, g = line(6)
+    space = Space.of(g)
+    empty = Items()
+    post = Posterior(space, empty)
+    assert empty.focus(post.z, post.mass, 400, ["c00", "c05"]) == () and empty.ask == ()  # nothing answered yet
+    items = Items()
+    for sha in ("c00", "c05"):  # the ends: 25 of 60 items answered differently
+        items.add(sha, {f"i{k:02d}": not (sha == "c05" and k < 25) for k in range(60)})
+    post = Posterior(space, items)
+    chosen = items.focus(post.z, post.mass, 400, ["c00", "c05"])
+    assert items.asks_items and items.ask == chosen
+    assert 25 <= len(chosen) <= 60 and set(chosen[:25]) == {f"i{k:02d}" for k in range(25)}
+    assert len(items.focus(post.z, post.mass, 10, ["c00", "c05"])) == 10  # never more than `most`
+    everything = items.predictive(post.z, post.mass, post.target("c03"), False)
+    items.ask = ("i30",)  # one item the ends agree on: a launch asking it tells (almost) nothing
+    assert items.predictive(post.z, post.mass, post.target("c03"), False).shape[1] < everything.shape[1]
+    for model in (planted("rates", True), planted("throughput", True)):
+        post = Posterior(space, model)
+        assert model.focus(post.z, post.mass, 400, ["c00", "c05"]) == () and not model.asks_items

@@ -21,7 +21,7 @@ from abbisect.infra.logstream import CappedLog
 from abbisect.recipe import Verdicts
 from abbisect.score.scanner import LineScanner
 from abbisect.score.signatures import load_catalogue
-from abbisect.verdict.rules import Evidence, judge
+from abbisect.verdict.rules import Signals, judge
 
 CRASH_HISTORY = [
     Commit("Initial engine", tag="good"),
@@ -246,11 +246,11 @@ def test_a_failed_build_still_shows_its_signatures(tmp_path, crash_repo, cache_d
     assert "static_assertion_failed" in (out / "report.md").read_text().replace("\\", "")
 
 
-def _evidence(**kw) -> Evidence:
+def _evidence(**kw) -> Signals:
     base = {"build_ok": True, "build_error": None, "ready": "ready", "rejected_flags": (), "first_exception": None,
             "n_outputs": 4, "n_errors": 0, "degenerate": (), "late_loops": (), "answer_misses": (),
             "serious_signatures": (), "bad_signatures": ()}
-    return Evidence(**{**base, **kw})
+    return Signals(**{**base, **kw})
 
 
 def test_verdict_crash_while_serving_comes_before_errors_and_request_errors_are_bad():

@@ -6,7 +6,7 @@ from dataclasses import replace
 
 from abbisect.gpu.fingerprint import Fingerprint, GpuInfo
 from abbisect.matrix.cells import (
-    Evidence,
+    Finding,
     Matrix,
     Stack,
     build_cells,
@@ -50,8 +50,8 @@ def ev(
     report="r/report.md",
     status=None,
     ref="",
-) -> Evidence:
-    return Evidence(
+) -> Finding:
+    return Finding(
         model=model,
         model_id=model,
         engine="vllm",

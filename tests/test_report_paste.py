@@ -16,8 +16,7 @@ from abbisect.ab import compare
 from abbisect.bisect.bisection import Mode
 from abbisect.checkout import Revision
 from abbisect.environment.store import EnvResult
-from abbisect.matrix.cells import Evidence as CellEvidence
-from abbisect.matrix.cells import Matrix, Stack, build_cells
+from abbisect.matrix.cells import Finding, Matrix, Stack, build_cells
 from abbisect.matrix.markdown import render_matrix
 from abbisect.narrow.deltas import Delta, Launch
 from abbisect.narrow.narrowing import NarrowRun, Probe
@@ -167,7 +166,7 @@ def test_narrow_md_shows_flags_already_in_the_launch_as_code():
 
 def test_the_matrix_mentions_no_one():
     stack = Stack("k1", "1x H200", "NVIDIA H200 (sm_90)")
-    e = CellEvidence(model="m @zoe", model_id="org/@m", engine="vllm", engine_repo="vllm-project/vllm",
+    e = Finding(model="m @zoe", model_id="org/@m", engine="vllm", engine_repo="vllm-project/vllm",
                      engine_version="0.11", commit="c1", ref="fix@yan", subject=HOSTILE, stack=stack,
                      status=f"degenerate {ANSI}", outcome="bad", date="2026-01-01T00:00:00Z", report="r/report.md",
                      source="run @xavier", recipe="r", commit_date=None, parents=())

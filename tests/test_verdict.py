@@ -11,21 +11,21 @@ from pydantic import ValidationError
 from abbisect.recipe import Verdicts
 from abbisect.recipe.status import BAD_RULES, SKIP_RULES, Status
 from abbisect.trial.slots import infra_result
-from abbisect.verdict.rules import PROBE_STATUS, Evidence, judge, status_of
+from abbisect.verdict.rules import PROBE_STATUS, Signals, judge, status_of
 
 _HEALTHY = {"build_ok": True, "build_error": None, "ready": "ready", "rejected_flags": (), "first_exception": None,
             "n_outputs": 4, "n_errors": 0, "degenerate": (), "late_loops": (), "answer_misses": (),
             "serious_signatures": (), "bad_signatures": ()}
 
 
-def evidence(**kw) -> Evidence:
-    return Evidence(**{**_HEALTHY, **kw})
+def evidence(**kw) -> Signals:
+    return Signals(**{**_HEALTHY, **kw})
 
 
 @dataclass(frozen=True)
 class Row:
     status: Status
-    evidence: Evidence
+    evidence: Signals
     default: str  # the outcome under Verdicts()
     flipped_by: dict  # a recipe's verdict section that changes it
     flipped: str  # the outcome under that recipe

@@ -35,7 +35,7 @@ from abbisect.recipe.status import Outcome, Status
 from abbisect.stats import PairedComparison, classify_paired, compare_paired
 from abbisect.stats.decide import Call
 from abbisect.stats.effects import Effect
-from abbisect.stats.evidence import Items, Model
+from abbisect.stats.evidence import Items
 from abbisect.trial.spec import TrialResult
 
 # A trial of one of these statuses answered no item an accuracy can be told from.
@@ -76,11 +76,10 @@ class Accuracy:
         self.search_cap = max(self.cap, 4)
         self.least, self.alpha = self.section.min_effect, self.section.alpha
 
-    def model(self) -> Model:
+    def model(self) -> Items:
         return Items()
 
-    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
-        assert isinstance(model, Items)  # made by model()
+    def observe(self, model: Items, sha: str, round_no: int, trial: TrialResult) -> None:
         run = eval_run([trial])
         if run is not None:
             model.add(sha, {i.id: bool(i.correct) for i in run.items if i.correct is not None})
@@ -139,10 +138,10 @@ class Accuracy:
                     Assessment(Outcome.SKIP, f"{b.evidence}: no item answered on both sides"))
         cmp = self._compare(p)
         stats = {"ends": dump(cmp), "items": p.n}
-        more = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
+        wanted = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
         why = f"{names} answer alike" if cmp.call is Call.SAME else f"not sure {names} differ"
         return ends_told(cmp.call is Call.DIFFERENT, cmp.difference > 0, (accuracy_text(ra), accuracy_text(rb)),
-                         f"{names}: {cmp.describe()}", f"{why}: {cmp.describe()}", stats, more)
+                         f"{names}: {cmp.describe()}", f"{why}: {cmp.describe()}", stats, wanted)
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         mine, g, b = eval_run(sample), eval_run(good), eval_run(bad)

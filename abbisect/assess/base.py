@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
 from abbisect.infra.serial import dump
 from abbisect.recipe.status import Outcome
@@ -19,17 +19,18 @@ if TYPE_CHECKING:  # the statistics load with the assessors that use them, not w
 
 Sample = Sequence[TrialResult]  # every trial of one commit, in the order they ran
 Term = tuple[float, Sample, Sample]  # weight, before, after: one difference in a sum of them (Assessor.effect)
+M = TypeVar("M", bound="Model")  # the kind of evidence model an assessor makes and fills (Assessor.model)
 
 
 @dataclass(frozen=True)
 class Assessment:
     """What a commit's trials say: its outcome, in words, the numbers behind it (JSON for the report), and how
-    many more trials would likely settle it (0: settled, or nothing more can help)."""
+    many more trials would likely settle it, `wanted` (0: settled, or nothing more can help)."""
 
     outcome: Outcome
     evidence: str
     stats: dict = field(default_factory=dict)
-    more: int = 0
+    wanted: int = 0
 
 
 class Worse(StrEnum):
@@ -95,15 +96,15 @@ class Comparison:
 
 
 def ends_told(different: bool, a_worse: bool, texts: tuple[str, str], said: str, alike: str, stats: dict,
-              more: int) -> tuple[Assessment, Assessment]:
+              wanted: int) -> tuple[Assessment, Assessment]:
     """Two ends (or sides) after a statistical comparison: when `different`, the worse one bad (`a_worse`) and
     the other good, each told with `said`; else both good, told with `alike` (or why it is not sure), with
-    `more` trials each while not sure. `texts`: what each side measured."""
+    `wanted` trials more each while not sure. `texts`: what each side measured."""
     if different:
         oa, ob = (Outcome.BAD, Outcome.GOOD) if a_worse else (Outcome.GOOD, Outcome.BAD)
         return (Assessment(oa, f"{texts[0]}; {said}", stats), Assessment(ob, f"{texts[1]}; {said}", stats))
-    return (Assessment(Outcome.GOOD, f"{texts[0]}; {alike}", stats, more),
-            Assessment(Outcome.GOOD, f"{texts[1]}; {alike}", stats, more))
+    return (Assessment(Outcome.GOOD, f"{texts[0]}; {alike}", stats, wanted),
+            Assessment(Outcome.GOOD, f"{texts[1]}; {alike}", stats, wanted))
 
 
 def more_launches(first: int, cap: int, launches: int) -> int:
@@ -114,9 +115,9 @@ def more_launches(first: int, cap: int, launches: int) -> int:
     return max(0, min(first, cap - launches))
 
 
-def placed(found: Classification, said: str, stats: dict, more: int, exhausted: str) -> Assessment:
+def placed(found: Classification, said: str, stats: dict, wanted: int, exhausted: str) -> Assessment:
     """A candidate's assessment from where it stands between the ends: like the bad end → bad, like the good end
-    → good, else skipped for now with `more` trials to run, or (no more can be run) skipped for good with
+    → good, else skipped for now with `wanted` trials more to run, or (no more can be run) skipped for good with
     `exhausted` saying why. `said`: what the candidate measured."""
     from abbisect.stats.decide import Resemblance
 
@@ -124,12 +125,12 @@ def placed(found: Classification, said: str, stats: dict, more: int, exhausted: 
         return Assessment(Outcome.BAD, f"{said}: like the bad end ({found.evidence})", stats)
     if found.side is Resemblance.LIKE_GOOD:
         return Assessment(Outcome.GOOD, f"{said}: like the good end ({found.evidence})", stats)
-    if more:
-        return Assessment(Outcome.SKIP, f"{said}: not sure yet ({found.evidence})", stats, more)
+    if wanted:
+        return Assessment(Outcome.SKIP, f"{said}: not sure yet ({found.evidence})", stats, wanted)
     return Assessment(Outcome.SKIP, f"{exhausted} ({found.evidence})", stats)
 
 
-class Assessor(Protocol):
+class Assessor(Protocol[M]):
     """How a commit is judged from its trials. The A/B, the bisect (both its searches) and narrow ask every verdict
     the same things, never which kind it is: `kind` only names it in reports."""
 
@@ -146,21 +147,21 @@ class Assessor(Protocol):
         """One commit on its own (a side of an A/B, `check`, a commit before the ends are settled)."""
 
     def settle_ends(self, old: Sample, new: Sample, names: str = "the ends") -> tuple[Assessment, Assessment]:
-        """The two ends (or the sides of an A/B: `names`) against each other: each one's outcome, or `more` > 0
+        """The two ends (or the sides of an A/B: `names`) against each other: each one's outcome, or `wanted` > 0
         to run more of both."""
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
-        """Which end the candidate's trials resemble (good or bad), or `more` > 0, or skip when nothing can tell."""
+        """Which end the candidate's trials resemble (good or bad), or `wanted` > 0, or skip when nothing can tell."""
 
     def compare(self, a: Sample, b: Sample) -> Comparison:
         """The two sides compared: the call (same, different, not sure; None when nothing could be compared or
         one trial a side says it all), the worse side, the words and the numbers behind them."""
 
-    def model(self) -> Model | None:
+    def model(self) -> M | None:
         """An empty model of this verdict's evidence for the posterior search (abbisect/stats/evidence.py); None
         for a rule on one trial, which depends on no chance."""
 
-    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
+    def observe(self, model: M, sha: str, round_no: int, trial: TrialResult) -> None:
         """One launch of `sha`, run in round `round_no`, added to `model` (one this assessor made)."""
 
     def observes(self, trial: TrialResult) -> bool:

@@ -20,7 +20,7 @@ from abbisect.recipe.status import Outcome
 from abbisect.stats import RateComparison, classify_rate, compare_rates, wilson
 from abbisect.stats.decide import Call
 from abbisect.stats.effects import Effect
-from abbisect.stats.evidence import Model, Rates
+from abbisect.stats.evidence import Rates
 from abbisect.trial.spec import TrialResult
 
 
@@ -61,11 +61,10 @@ class Flaky:
         self.min_effect, self.alpha = r.min_effect, r.alpha
         self.least = self.min_effect
 
-    def model(self) -> Model:
-        return Rates(self.min_effect)
+    def model(self) -> Rates:
+        return Rates(self.min_effect, unit=self.unit)
 
-    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
-        assert isinstance(model, Rates)  # made by model()
+    def observe(self, model: Rates, sha: str, round_no: int, trial: TrialResult) -> None:
         model.add(sha, *self.observed([trial]))
 
     def observes(self, trial: TrialResult) -> bool:
@@ -115,12 +114,12 @@ class Flaky:
                     Assessment(worse, f"{rate_text(kn, nn)}; {names} {cmp.describe()}", stats))
         launches = min(len(old), len(new))
         # alike: settled, no change to search for
-        more = 0 if cmp.call is Call.SAME else more_launches(self.first, self.cap, launches)
+        wanted = 0 if cmp.call is Call.SAME else more_launches(self.first, self.cap, launches)
         same = Outcome.BAD if (ko or kn) else Outcome.GOOD
         why = f"{names} fail alike" if cmp.call is Call.SAME else (
             f"not sure {names} differ after {launches} launches")
-        return (Assessment(same, f"{rate_text(ko, no)}; {why}: {cmp.describe()}", stats, more),
-                Assessment(same, f"{rate_text(kn, nn)}; {why}: {cmp.describe()}", stats, more))
+        return (Assessment(same, f"{rate_text(ko, no)}; {why}: {cmp.describe()}", stats, wanted),
+                Assessment(same, f"{rate_text(kn, nn)}; {why}: {cmp.describe()}", stats, wanted))
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         k, n = self.observed(sample)

@@ -25,7 +25,7 @@ from abbisect.recipe.status import Outcome, Status
 from abbisect.score.logprobs import NumericsRun, Scored, Token
 from abbisect.stats.decide import Call
 from abbisect.stats.effects import NATS, Effect
-from abbisect.stats.evidence import Model, Samples
+from abbisect.stats.evidence import Samples
 from abbisect.stats.logprobs import (
     NumericsComparison,
     compare_runs,
@@ -114,11 +114,10 @@ class Numerics:
         self.cap = 1 if self.section.deterministic else self.section.max_launches
         self.search_cap = 2 if self.section.deterministic else max(self.cap, 4)
 
-    def model(self) -> Model:
+    def model(self) -> Distances:
         return Distances(len(self.section.texts))
 
-    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
-        assert isinstance(model, Distances)  # made by model()
+    def observe(self, model: Distances, sha: str, round_no: int, trial: TrialResult) -> None:
         runs = runs_of([trial])
         if runs:
             model.add_run(sha, round_no, runs[0], self.least)
@@ -162,11 +161,11 @@ class Numerics:
             return a, b
         cmp = self._compare(ra, rb)
         stats = {"ends": _summary(cmp)}
-        more = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
+        wanted = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
         why = f"{names} score alike" if cmp.call is Call.SAME else f"not sure {names} differ"
         # the newer side moved: it is the one called bad (a fix moves the numbers as much as a bug)
         return ends_told(cmp.call is Call.DIFFERENT, False, (run_text(ra), run_text(rb)),
-                         f"{names}: {cmp.describe()}", f"{why}: {cmp.describe()}", stats, more)
+                         f"{names}: {cmp.describe()}", f"{why}: {cmp.describe()}", stats, wanted)
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         mine, g, b = merged(sample), merged(good), merged(bad)

@@ -29,7 +29,7 @@ from abbisect.recipe.status import Outcome, Status
 from abbisect.stats import SampleComparison, classify_sample, compare_samples
 from abbisect.stats.decide import Call
 from abbisect.stats.effects import Effect
-from abbisect.stats.evidence import Model, Samples
+from abbisect.stats.evidence import Samples
 from abbisect.trial.spec import TrialResult
 
 
@@ -152,11 +152,10 @@ class Perf:
         self.search_cap = self.cap
         self.least, self.alpha = math.log1p(recipe.perf.min_effect), recipe.perf.alpha
 
-    def model(self) -> Model:
-        return Samples(passes=self.perf.passes)
+    def model(self) -> Samples:
+        return Samples(passes=self.perf.passes, metric=self.metric, higher_is_better=better(self.metric))
 
-    def observe(self, model: Model, sha: str, round_no: int, trial: TrialResult) -> None:
-        assert isinstance(model, Samples)  # made by model()
+    def observe(self, model: Samples, sha: str, round_no: int, trial: TrialResult) -> None:
         model.add(sha, round_no, metric_values([trial], self.metric))
 
     def observes(self, trial: TrialResult) -> bool:
@@ -214,11 +213,11 @@ class Perf:
         va, vb = metric_values(old, self.metric), metric_values(new, self.metric)
         cmp = self._compare(va, vb)
         stats = {"ends": dump(cmp), "metric": self.metric, "passes": min(len(va), len(vb))}
-        more = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
+        wanted = 0 if cmp.call.settled else more_launches(self.first, self.cap, min(len(old), len(new)))
         why = f"{names} perform alike" if cmp.call is Call.SAME else f"not sure {names} differ"
         return ends_told(cmp.call is Call.DIFFERENT, worse_side(cmp, self.metric) is Worse.A,
                          (self._said(va), self._said(vb)), f"{names}: {self.metric} {cmp.describe()}",
-                         f"{why}: {cmp.describe()}", stats, more)
+                         f"{why}: {cmp.describe()}", stats, wanted)
 
     def against(self, sample: Sample, good: Sample, bad: Sample) -> Assessment:
         seen = self.alone(sample)

@@ -23,7 +23,7 @@ from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.bisect.pinchange import PinDiff, pin_diff
-from abbisect.bisect.policies import EndsFirst, LazyEnds, Multisection, Rounds, Sequential
+from abbisect.bisect.policies import EndsFirst, LazyEnds, Multisection, RoundPolicy, Sequential
 from abbisect.bisect.search import Graph, SearchResult, SearchState
 from abbisect.bisect.state import write_state
 from abbisect.trial.judges import Judge
@@ -36,7 +36,7 @@ class Driver:
                  redact: Callable[[Any], Any] | None = None) -> None:
         self.oracle, self.say, self.judge, self.redact = oracle, progress, judge, redact
         self.recipe, self.variable = oracle.recipe, oracle.variable
-        self.rounds: Rounds = Multisection(oracle.slots) if oracle.parallel else Sequential()
+        self.rounds: RoundPolicy = Multisection(oracle.slots) if oracle.parallel else Sequential()
         self.save_lock = threading.Lock()
         self.t0 = time.monotonic()
 
@@ -55,8 +55,8 @@ class Driver:
                 return LazyEnds().walk(self, run)
             self.say(f"bisect.ends lazy is not possible here: {run.ends_fallback}; testing both ends first")
         if self.oracle.assessor.statistical:  # a verdict that depends on chance: one posterior over the range
-            more = every_change if run.recipe.bisect.changes == "all" else None  # every change in the range
-            return NoisySearch(self.oracle, self.save).walk(self, run, more)
+            search_changes = every_change if run.recipe.bisect.changes == "all" else None  # every change in the range
+            return NoisySearch(self.oracle, self.save).walk(self, run, search_changes)
         return EndsFirst().walk(self, run)
 
     # -- what the policies call ----------------------------------------------------------------------

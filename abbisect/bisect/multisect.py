@@ -88,7 +88,9 @@ def still_useful(state: SearchState, sha: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Rounds:
+class Multisected:
+    """A whole multisection: its result and the commits each round tested."""
+
     result: SearchResult
     rounds: tuple[tuple[str, ...], ...]  # the commits tested in each round, replacements included
 
@@ -97,7 +99,7 @@ class Rounds:
         return sum(len(r) for r in self.rounds)
 
 
-def multisect(graph: Graph, new: str, olds: Iterable[str], verdict: Callable[[str], str], k: int) -> Rounds:
+def multisect(graph: Graph, new: str, olds: Iterable[str], verdict: Callable[[str], str], k: int) -> Multisected:
     """A whole search with `k` slots and immediate verdicts (what a driver does with real trials): each
     round tests up to k commits; a skipped commit is replaced within the round while slots and useful
     commits remain."""
@@ -117,4 +119,4 @@ def multisect(graph: Graph, new: str, olds: Iterable[str], verdict: Callable[[st
             batch = list(pick(state, skipped, busy=())) if skipped and not state.done() else []
             batch = [s for s in batch if s not in tested][:skipped]
         rounds.append(tuple(tested))
-    return Rounds(state.result(), tuple(rounds))
+    return Multisected(state.result(), tuple(rounds))

@@ -31,9 +31,8 @@ from abbisect.bisect.policies import EndsFirst
 from abbisect.bisect.posterior import Option, Posterior, Space
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult, start
 from abbisect.checkout import Revision
-from abbisect.recipe.perf import better
 from abbisect.recipe.status import Outcome
-from abbisect.stats.evidence import AFTER, BEFORE, Items, Rates, Samples
+from abbisect.stats.evidence import AFTER, BEFORE
 from abbisect.trial.spec import TrialResult
 
 NO_CHANGE_PRIOR = 0.5  # the ends were named good and bad, but whether they differ is for the evidence to say
@@ -54,7 +53,7 @@ class NoisySearch:
         self.threshold = self.recipe.bisect.posterior
         self.evidence = Evidence(self.recipe, a)
         self.cap = a.search_cap
-        self.asks_items = isinstance(a.model(), Items)  # a candidate is asked the items telling the ends apart
+        self.asks_items = self.evidence.model(()).asks_items  # a candidate is asked the items telling the ends apart
         self.labels: dict[str, str] = {}  # a launch's label when not its role (a confirmation's)
         self.fresh = False  # never from the trial cache (a confirmation's launches)
         self.prior: dict[str, float] = {}
@@ -63,8 +62,8 @@ class NoisySearch:
         self.ask: tuple[str, ...] | None = None  # the eval items its every launch asks (a part's search)
 
     def walk(self, driver, run: BisectRun,
-             more: Callable[[NoisySearch, Posterior], dict] | None = None) -> BisectRun:
-        """Search the bisect's range and confirm the answer; `more`: what to do next with the search and its
+             search_changes: Callable[[NoisySearch, Posterior], dict] | None = None) -> BisectRun:
+        """Search the bisect's range and confirm the answer; `search_changes`: what to do next with the search and its
         posterior, before the answer is concluded (every other change of the range: abbisect/bisect/changes.py)."""
         oracle, recipe, a = self.oracle, self.recipe, self.oracle.assessor
         self.driver, self.run = driver, run
@@ -104,8 +103,8 @@ class NoisySearch:
             return self.untestable_end(untestable[0])
         post, run.confirmation = self.settle()
         primary = None
-        if more is not None:
-            run.changes = more(self, post)
+        if search_changes is not None:
+            run.changes = search_changes(self, post)
             primary = run.changes.get("primary")
             if primary and (run.confirmation.get("found") or {}).get("sha") != primary:  # named by a part's search
                 run.confirmation = run.changes.get("primary_confirmation") or run.confirmation
@@ -113,12 +112,12 @@ class NoisySearch:
 
     def settle(self) -> tuple[Posterior, dict]:
         """The search and its confirmation: the posterior after them, and what the confirmation says ({}: none ran)."""
-        recipe, a = self.recipe, self.oracle.assessor
+        recipe = self.recipe
         confirming = recipe.bisect.confirm != "never" or recipe.bisect.revert
         # A host that may drift (a performance verdict) is searched to the threshold first: a pair of fresh launches
         # can straddle a change of the host, and the search's rounds, each re-measuring an end, are what tell a
         # drift from the change.
-        early = confirming and not getattr(a.model(), "drifts", False)
+        early = confirming and not self.evidence.model(()).drifts
         handoff = min(HANDOFF, self.threshold) if early else self.threshold
         said: dict = {}
         post = self.search(stop=handoff)
@@ -179,7 +178,7 @@ class NoisySearch:
         """Whether the next round must measure an end again beside its candidates: how much the host drifts is
         learnt only that way, so at least every third round; and every round once the rounds are seen to drift
         by more than a third of the smallest change that matters."""
-        if not isinstance(post.model, Samples) or len(self.run.rounds) < 2:
+        if not post.model.drifts or len(self.run.rounds) < 2:
             return False
         if not {sha for r in self.run.rounds[-2:] for sha in r["commits"]} & set(self.ends):
             return True
@@ -188,10 +187,9 @@ class NoisySearch:
     def drift(self, post: Posterior) -> str | None:
         """The host's drift check: the rounds of a performance search are seen to drift by more than a third of
         the smallest change that matters (what, in words), else None."""
-        if not isinstance(post.model, Samples):
+        drift = post.model.drift(post.z, post.mass, post.target(next(iter(self.ends))))
+        if drift is None:
             return None
-        old = next(iter(self.ends))
-        drift = post.model.means(post.z, post.mass, post.target(old), BEFORE)[1]
         least = self.recipe.perf.min_effect if self.recipe.perf else 0.03
         return (f"the host's rounds drift by ± {drift:.1%}, more than a third of perf.min_effect ({least:.0%})"
                 if drift >= least / 3 else None)
@@ -225,8 +223,7 @@ class NoisySearch:
         self.evidence.failure = self.worse_failure(steps)
         model = self.evidence.model(steps)
         post = Posterior(self.space, model)
-        if isinstance(model, Items):  # a candidate is asked the items that tell the states apart
-            model.ask = model.telling(post.z, post.mass, self.items_per_launch(), self.disagreements(model))
+        model.focus(post.z, post.mass, self.items_per_launch(), list(self.ends))  # an accuracy's next items
         return post
 
     def worse_failure(self, steps: Sequence[Step]) -> str:
@@ -297,17 +294,8 @@ class NoisySearch:
         if not self.asks_items or sha in self.ends:
             return None
         model = self.evidence.model(self.steps())
-        if not isinstance(model, Items) or not model.asked:
-            return None
         post = Posterior(self.space, model)
-        return model.telling(post.z, post.mass, self.items_per_launch(), self.disagreements(model)) or None
-
-    def disagreements(self, model: Items) -> int:
-        """At least this many items a candidate is asked: as many as the ends answer differently, 20 or more."""
-        ends = [model.asked[e] for e in self.ends if e in model.asked]
-        both = set.intersection(*(set(e) for e in ends)) if len(ends) > 1 else set()
-        differ = sum(1 for i in both if len({e[i][0] / e[i][1] for e in ends}) > 1)
-        return max(20, differ)
+        return model.focus(post.z, post.mass, self.items_per_launch(), list(self.ends)) or None
 
     def record(self, sha: str, result: TrialResult, seconds: float, number: int) -> None:
         step = self.step_of(sha)
@@ -350,40 +338,17 @@ class NoisySearch:
     def state_values(self, post: Posterior, culprit: str) -> dict[int, tuple[float, float]]:
         """Each state's (value, spread) if `culprit` is the answer: a failure rate (its sd), a metric's mean (the
         rounds' drift), or the share of the items asked that were right (0)."""
-        model, z = post.model, post.z
-        if isinstance(model, Rates):
-            return {s: model.rate(z, *post.under(culprit, s), s) for s in (BEFORE, AFTER)}
-        if isinstance(model, Samples):
-            return {s: model.means(z, *post.under(culprit, s), s) for s in (BEFORE, AFTER)}
-        assert isinstance(model, Items)
-        before, after, _ = model.correct(z, post.under(culprit, AFTER)[0])
-        return {BEFORE: (float(before.mean()), 0.0), AFTER: (float(after.mean()), 0.0)}
+        return {s: post.model.value(post.z, *post.under(culprit, s), s) for s in (BEFORE, AFTER)}
 
     def worse_state(self, post: Posterior, culprit: str) -> int:
         """Which state is worse if `culprit` is the answer: AFTER (a regression) or BEFORE (a fix)."""
         values = self.state_values(post, culprit)
-        before, after = values[BEFORE][0], values[AFTER][0]
-        if isinstance(post.model, Rates):
-            return AFTER if after >= before else BEFORE
-        if isinstance(post.model, Samples):
-            metric = self.recipe.perf.metric if self.recipe.perf else "output_throughput"
-            return AFTER if (after < before) == better(metric) else BEFORE
-        return AFTER if after <= before else BEFORE
+        return post.model.worse(values[BEFORE][0], values[AFTER][0])
 
     def states_said(self, post: Posterior, culprit: str) -> dict[str, str]:
         """What the two states are, in words, if `culprit` is the answer."""
         values = self.state_values(post, culprit)
-        out = {}
-        for name, state in (("before", BEFORE), ("after", AFTER)):
-            value, spread = values[state]
-            if isinstance(post.model, Rates):
-                out[name] = f"fails {value:.1%} (± {spread:.1%}) of {self.oracle.assessor.unit}"
-            elif isinstance(post.model, Samples):
-                metric = self.recipe.perf.metric if self.recipe.perf else ""
-                out[name] = f"{metric} {value:,.4g}" + (f" (rounds drift ± {spread:.1%})" if name == "after" else "")
-            else:
-                out[name] = f"{value:.1%} of the items asked right"
-        return out
+        return {name: post.model.said(state, *values[state]) for name, state in (("before", BEFORE), ("after", AFTER))}
 
     def conclude(self, post: Posterior, primary: str | None = None) -> BisectRun:
         """The answer: the commit the posterior names, or `primary`, the change that accounts for most of the ends'

@@ -45,7 +45,7 @@ class Walker(Protocol):
     variable: Variable
     recipe: Recipe
     judge: Judge | None
-    rounds: Rounds
+    rounds: RoundPolicy
 
     def say(self, message: str) -> None: ...
 
@@ -100,7 +100,9 @@ def take(driver: Walker, state: SearchState, steps: list[Step], direction: Direc
 
 
 # -- round policies -------------------------------------------------------------------------------------
-class Rounds(Protocol):
+class RoundPolicy(Protocol):
+    """How a plain bisect's commits are tested: one at a time, or rounds of several at once."""
+
     def ahead(self, driver: Walker, state: SearchState | None) -> tuple[str, ...]:
         """Commits to test while the two ends run (the slots the ends leave free)."""
 

@@ -35,7 +35,10 @@ class Stack:
 
 
 @dataclass(frozen=True)
-class Evidence:
+class Finding:
+    """What one trial found of one cell (its outcome, where it ran, the report that proves it): the evidence a
+    cell is built from."""
+
     model: str
     model_id: str  # checkpoint identity: package/file#variant, the model string, or what the launch names
     engine: str  # engine kind
@@ -69,9 +72,9 @@ class Evidence:
 
 @dataclass(frozen=True)
 class Cell:
-    evidence: Evidence  # the newest
+    evidence: Finding  # the newest
     n_evidence: int = 1  # trials: results replayed from the trial cache are not counted (they ran once before)
-    conflicts: tuple[Evidence, ...] = ()  # evidence for this cell whose outcome differs from the newest
+    conflicts: tuple[Finding, ...] = ()  # evidence for this cell whose outcome differs from the newest
     transition: str = ""  # "good → bad" when the outcome changed since the previous tested commit
     transition_from: str = ""  # that previous commit
     adjacent: bool = False  # the previous tested commit is this commit's parent
@@ -126,7 +129,7 @@ class Cell:
         return {**self.row(), "conflicts": [_evidence_dict(c) for c in self.conflicts]}
 
 
-def _evidence_dict(e: Evidence) -> dict[str, Any]:
+def _evidence_dict(e: Finding) -> dict[str, Any]:
     d = asdict(e)
     stack = d.pop("stack")
     return {
@@ -250,11 +253,11 @@ def evidence_from_trial(
     role: str = "",
     commit_date: str | None = None,
     parents: tuple[str, ...] = (),
-) -> Evidence:
+) -> Finding:
     """One TrialResult dict (results.json's sides, check's trial.json, the trial cache)."""
     spec = trial["spec"]
     verdict = trial["verdict"]
-    return Evidence(
+    return Finding(
         **_base(recipe or spec["recipe"]),
         engine_version=_version(trial),
         commit=spec["sha"],
@@ -300,7 +303,7 @@ def dependency_of(spec: Mapping[str, Any]) -> str:
     return ", ".join(spec.get("pins") or [])
 
 
-def evidence_from_run(data: Mapping[str, Any], report: str, date: str) -> list[Evidence]:
+def evidence_from_run(data: Mapping[str, Any], report: str, date: str) -> list[Finding]:
     """results.json of `abbisect run`: both sides, with their commits' dates and parents where recorded."""
     when = data.get("started") or date
     commits = data.get("commits") or {}
@@ -313,7 +316,7 @@ def evidence_from_run(data: Mapping[str, Any], report: str, date: str) -> list[E
     return out
 
 
-def evidence_from_bisect(data: Mapping[str, Any], report: str, date: str) -> list[Evidence]:
+def evidence_from_bisect(data: Mapping[str, Any], report: str, date: str) -> list[Finding]:
     """bisect.json: every step, with its trial's fingerprint and engine version where recorded."""
     base = _base(data["recipe"])
     trials = {t["n"]: t for t in data.get("trials") or []}
@@ -326,7 +329,7 @@ def evidence_from_bisect(data: Mapping[str, Any], report: str, date: str) -> lis
         commit_date = t.get("commit_date") or (found.get("date") if found.get("sha") == step["sha"] else None)
         # A step's trial is labelled by its role, not by a ref; the cell takes a ref from other evidence.
         out.append(
-            Evidence(
+            Finding(
                 **base,
                 engine_version=str(t.get("version") or ""),
                 commit=t.get("sha", step["sha"]),
@@ -360,16 +363,16 @@ def _when(iso: str | None) -> datetime:
     return d if d.tzinfo else d.replace(tzinfo=UTC)
 
 
-def build_cells(evidence: Iterable[Evidence]) -> list[Cell]:
+def build_cells(evidence: Iterable[Finding]) -> list[Cell]:
     """One cell per (model, engine, repo, commit, stack): newest evidence wins, differing outcomes kept."""
-    by_cell: dict[tuple[str, ...], list[Evidence]] = {}
+    by_cell: dict[tuple[str, ...], list[Finding]] = {}
     for e in evidence:
         by_cell.setdefault(e.cell_key, []).append(e)
     cells = []
     for items in by_cell.values():
         items.sort(key=lambda e: _when(e.date))
         newest = items[-1]
-        # Evidence may know the commit's date or parents where the newest does not (e.g. a bisect's record).
+        # A finding may know the commit's date or parents where the newest does not (e.g. a bisect's record).
         newest = replace(
             newest,
             commit_date=newest.commit_date or next((e.commit_date for e in items if e.commit_date), None),

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from abbisect.infra import git
-from abbisect.matrix.cells import Evidence, evidence_from_bisect, evidence_from_run, evidence_from_trial
+from abbisect.matrix.cells import Finding, evidence_from_bisect, evidence_from_run, evidence_from_trial
 
 # The files each command writes; anything else in a results folder is logs, CSV or a report.
 KINDS = {"results.json": "run", "bisect.json": "bisect", "trial.json": "check"}
@@ -32,7 +32,7 @@ class Source:
 
 @dataclass
 class Loaded:
-    evidence: list[Evidence] = field(default_factory=list)
+    evidence: list[Finding] = field(default_factory=list)
     sources: list[Source] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
@@ -121,7 +121,7 @@ def _repos(sources: list[Source]) -> dict[str, Path]:
     return repos
 
 
-def with_commit_dates(evidence: list[Evidence], repos: dict[str, Path]) -> list[Evidence]:
+def with_commit_dates(evidence: list[Finding], repos: dict[str, Path]) -> list[Finding]:
     """Fill in commit dates and parents that the result files did not record, from git where it can answer."""
     wanted: dict[Path, set[str]] = {}
     for e in evidence:

@@ -42,16 +42,18 @@ ERROR_THRESHOLD = 0.05  # a few timeouts on a loaded host must not void 1,319 it
 EXPECTED_ACCURACY = 0.8  # the plan's assumption when the recipe gives none (and no A-vs-A measured one)
 
 
-class _Strict(BaseModel):
+class _EvalModel(BaseModel):
+    """Strict as the recipe's models are (abbisect/recipe/strict.py), but an item's text may be longer."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, str_max_length=MAX_ITEM_CHARS)
 
 
-class Message(_Strict):
+class Message(_EvalModel):
     role: Literal["system", "user", "assistant"]
     content: str
 
 
-class EvalItem(_Strict):
+class EvalItem(_EvalModel):
     """One item of an eval set (the module's docstring has the format)."""
 
     id: str = Field(min_length=1, max_length=200)
@@ -163,7 +165,7 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-class Eval(_Strict):
+class Eval(_EvalModel):
     """The `eval:` section: the set, how it is sent, and what difference matters (recipes/README.md)."""
 
     set: str = Field(description="a .jsonl file of items (from the recipe's folder) or builtin:NAME "
@@ -217,15 +219,15 @@ class Eval(_Strict):
             return plan
         pct = plan.percent
         if plan.needed_n is None:
-            more = "no number of items reaches it"
+            would = "no number of items reaches it"
         elif plan.needed_n <= size:
-            more = f"{plan.needed_n:,} items would (eval.n; the set has {size:,})"
+            would = f"{plan.needed_n:,} items would (eval.n; the set has {size:,})"
         else:
-            more = f"{plan.needed_n:,} items would, more than the set's {size:,}"
+            would = f"{plan.needed_n:,} items would, more than the set's {size:,}"
         smallest = (f"the smallest drop {plan.n:,} items find with {pct(plan.target)} power is "
                     f"{plan.detectable * 100:.1f} points (raise eval.min_effect to {plan.detectable:.3f})"
                     if plan.detectable is not None else f"{plan.n:,} items find no drop with {pct(plan.target)} power")
         raise ValueError(f"under-powered: {plan.n:,} items find a drop of {self.min_effect * 100:g} points with "
-                         f"{pct(plan.power)} power, under the {pct(self.power)} asked (eval.power); {more}, or "
+                         f"{pct(plan.power)} power, under the {pct(self.power)} asked (eval.power); {would}, or "
                          f"{smallest}; assumed {plan.assumptions()}")
 

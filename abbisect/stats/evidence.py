@@ -36,9 +36,11 @@ Array = np.ndarray
 
 
 class Model(Protocol):
-    """One kind of evidence: its log likelihood under each hypothesis, and what a further launch would show."""
+    """One kind of evidence: its log likelihood under each hypothesis, what a further launch would show, and what
+    a search asks of it without knowing its kind (what the states look like, which is worse, in words)."""
 
     drifts: bool  # a round's launches share an offset (re-measuring an end in a round pins it down)
+    asks_items: bool  # a candidate's launch asks the items that tell the states apart (`focus` chooses them)
 
     def commits(self) -> tuple[str, ...]:
         """The commits with evidence, in a fixed order (the columns of `z` below)."""
@@ -51,6 +53,27 @@ class Model(Protocol):
         over the rows of `z`; `target`: the launched commit's state under each hypothesis (each row averages
         the hypotheses that put it in that state); `referenced`: an end is launched in the same round (it
         pins the round's offset)."""
+
+    def value(self, z: Array, w: Array, target: Array, state: int) -> tuple[float, float]:
+        """What `state` looks like given the posterior `w` over the rows of `z` (`target`: the state of the commit
+        asked about under each row, as in `predictive`): its value — a failure rate, a metric's mean, the share
+        of the items asked answered right — and the spread shown beside it (the rate's sd, the rounds' drift,
+        none)."""
+
+    def worse(self, before: float, after: float) -> int:
+        """The worse state, given the two states' values: AFTER (a regression) or BEFORE (a fix)."""
+
+    def said(self, state: int, value: float, spread: float) -> str:
+        """A state's value and spread (`value`) in the report's words."""
+
+    def drift(self, z: Array, w: Array, target: Array) -> float | None:
+        """How much the host's rounds drift (a round offset's typical size, relative), seen from a commit before
+        the change (`target`: its state under each row); None: launches share no offset of their round."""
+
+    def focus(self, z: Array, w: Array, most: int, ends: Sequence[str]) -> tuple[str, ...]:
+        """The items a candidate's next launch asks — those telling the states apart, at most `most`, at least
+        as many as the `ends` answer differently — and from now on the ones `predictive` is of; () for evidence
+        whose launches ask no chosen items."""
 
 
 def logsumexp(a: Array, axis: int | tuple[int, ...] | None = None, keepdims: bool = False) -> Array:
@@ -86,12 +109,15 @@ class Rates:
     """k of n observations failed, per launch (module docstring). Each state's rate is "never fails" (`never`),
     "always fails" (`always`) or uniform, and under a change the two states' rates differ by at least
     `min_difference` (else a change would be no change, and no evidence could ever tell them apart). `phis`: how
-    alike a launch's own observations fail (small: alike; inf: independent), a mixture."""
+    alike a launch's own observations fail (small: alike; inf: independent), a mixture. `unit`: what one
+    observation is, in the report's words ("launches", "outputs")."""
 
     drifts = False
+    asks_items = False
 
     def __init__(self, min_difference: float = 0.15, phis: Sequence[float] = (1.0, 8.0, math.inf),
-                 never: float = 0.4, always: float = 0.1) -> None:
+                 never: float = 0.4, always: float = 0.1, unit: str = "launches") -> None:
+        self.unit = unit
         self.phis = tuple(phis)
         self.log_phi_prior = np.full(len(self.phis), -math.log(len(self.phis)))
         slab = np.log(_THETA) + np.log1p(-_THETA)  # a uniform rate, times the logit's Jacobian
@@ -178,12 +204,24 @@ class Rates:
         """(phis, grid): the posterior of (φ, θ) of the state the launched commit is in, over the hypotheses."""
         return np.einsum("h,hfj->fj", _state_weights(w, target, state), self._joint(z, state))
 
-    def rate(self, z: Array, w: Array, target: Array, state: int) -> tuple[float, float]:
+    def value(self, z: Array, w: Array, target: Array, state: int) -> tuple[float, float]:
         """The posterior mean failure rate of a state and its standard deviation."""
         p = self._state_posterior(z, w, target, state).sum(axis=0)
         theta = np.concatenate([_THETA, [0.0, 1.0]])
         mean = float(p @ theta)
         return mean, float(math.sqrt(max(float(p @ theta**2) - mean**2, 0.0)))
+
+    def worse(self, before: float, after: float) -> int:
+        return AFTER if after >= before else BEFORE  # the state that fails more often
+
+    def said(self, state: int, value: float, spread: float) -> str:
+        return f"fails {value:.1%} (± {spread:.1%}) of {self.unit}"
+
+    def drift(self, z: Array, w: Array, target: Array) -> float | None:
+        return None
+
+    def focus(self, z: Array, w: Array, most: int, ends: Sequence[str]) -> tuple[str, ...]:
+        return ()
 
     def predictive(self, z: Array, w: Array, target: Array, referenced: bool) -> Array:
         m = self.observations()
@@ -233,13 +271,16 @@ class _Launch:
 class Samples:
     """A launch's passes of a metric, as log values (module docstring). `lambdas`: the sizes of a launch's
     own offset and `kappas` of a round's, relative to a pass's noise σ, both mixtures; the means' prior is
-    centred on the median launch with `mean_prior_sd` (log units), σ's around `noise_guess`."""
+    centred on the median launch with `mean_prior_sd` (log units), σ's around `noise_guess`. `metric`: the
+    metric's name in the report's words; `higher_is_better`: which way of it is better."""
 
     drifts = True
+    asks_items = False
 
     def __init__(self, passes: int = 5, lambdas: Sequence[float] = (0.3, 1.0, 3.0, 8.0),
                  kappas: Sequence[float] = (0.0, 1.0, 4.0, 16.0), mean_prior_sd: float = 0.5,
-                 noise_guess: float = 0.02) -> None:
+                 noise_guess: float = 0.02, metric: str = "", higher_is_better: bool = True) -> None:
+        self.metric, self.higher_is_better = metric, higher_is_better
         self.passes = passes
         self.lambdas, self.kappas = tuple(lambdas), tuple(kappas)
         self.mean_prior_sd, self.noise_guess = mean_prior_sd, noise_guess
@@ -321,6 +362,21 @@ class Samples:
         drift = float(np.einsum("hlk,k,hlk->", weight, np.array(self.kappas), np.sqrt(fit["s2"])))
         return math.exp(mu), drift
 
+    def value(self, z: Array, w: Array, target: Array, state: int) -> tuple[float, float]:
+        return self.means(z, w, target, state)
+
+    def worse(self, before: float, after: float) -> int:
+        return AFTER if (after < before) == self.higher_is_better else BEFORE
+
+    def said(self, state: int, value: float, spread: float) -> str:
+        return f"{self.metric} {value:,.4g}" + (f" (rounds drift ± {spread:.1%})" if state == AFTER else "")
+
+    def drift(self, z: Array, w: Array, target: Array) -> float | None:
+        return self.means(z, w, target, BEFORE)[1]
+
+    def focus(self, z: Array, w: Array, most: int, ends: Sequence[str]) -> tuple[str, ...]:
+        return ()
+
     def predictive(self, z: Array, w: Array, target: Array, referenced: bool) -> Array:
         fit = self.fits(z)
         post = np.exp(fit["ll"] - logsumexp(fit["ll"], axis=(1, 2), keepdims=True))  # (h, λ, κ)
@@ -350,6 +406,7 @@ class Items:
     (its predictions are of those; empty: every item seen)."""
 
     drifts = False
+    asks_items = True
 
     def __init__(self, changed: Sequence[float] = (0.005, 0.02, 0.08, 0.25), right: float = 0.6,
                  wrong: float = 0.2) -> None:
@@ -433,6 +490,32 @@ class Items:
         names = self.items()
         order = np.argsort(-changed, kind="stable")
         return tuple(names[i] for i in order[: min(most, max(least, 2 * keen))])
+
+    def disagreements(self, ends: Sequence[str]) -> int:
+        """At least this many items a candidate is asked: as many as the `ends` answer differently, 20 or more."""
+        asked = [self.asked[e] for e in ends if e in self.asked]
+        both = set.intersection(*(set(e) for e in asked)) if len(asked) > 1 else set()
+        differ = sum(1 for i in both if len({e[i][0] / e[i][1] for e in asked}) > 1)
+        return max(20, differ)
+
+    def focus(self, z: Array, w: Array, most: int, ends: Sequence[str]) -> tuple[str, ...]:
+        self.ask = self.telling(z, w, most, self.disagreements(ends)) if self.asked else ()
+        return self.ask
+
+    def value(self, z: Array, w: Array, target: Array, state: int) -> tuple[float, float]:
+        """The share of the items asked that a state answers right (over the hypotheses of a change: `target` is
+        not asked), no spread."""
+        before, after, _ = self.correct(z, w)
+        return float((after if state == AFTER else before).mean()), 0.0
+
+    def worse(self, before: float, after: float) -> int:
+        return AFTER if after <= before else BEFORE  # the state that answers fewer items right
+
+    def said(self, state: int, value: float, spread: float) -> str:
+        return f"{value:.1%} of the items asked right"
+
+    def drift(self, z: Array, w: Array, target: Array) -> float | None:
+        return None
 
     def predictive(self, z: Array, w: Array, target: Array, referenced: bool) -> Array:
         """The count of wrong answers among the items asked (normal approximation, binned)."""

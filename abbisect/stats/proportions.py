@@ -21,6 +21,7 @@ from abbisect.stats.decide import (
     p_text,
     pts,
     settle_n,
+    sizes_text,
     z,
 )
 
@@ -65,10 +66,9 @@ class RateComparison:
         return abs(self.difference) >= self.min_difference
 
     def describe(self) -> str:
-        runs = f"{self.n_a} runs each" if self.n_a == self.n_b else f"{self.n_a} vs {self.n_b} runs"
-        more = f"; ~{self.needed_n} runs each would settle it" if self.needed_n else ""
         return (f"failed {self.k_a}/{self.n_a} → {self.k_b}/{self.n_b} ({pts(self.difference)} "
-                f"[{pts(self.ci[0])}, {pts(self.ci[1])}]), {p_text(self.p)}, {self.call.text} ({runs}{more})")
+                f"[{pts(self.ci[0])}, {pts(self.ci[1])}]), {p_text(self.p)}, {self.call.text} "
+                f"({sizes_text(self.n_a, self.n_b, 'runs', self.needed_n)})")
 
 
 def compare_rates(k_a: int, n_a: int, k_b: int, n_b: int, *, min_difference: float = 0.5,
@@ -144,10 +144,10 @@ class PairedComparison:
         return abs(self.difference) >= self.min_change
 
     def describe(self) -> str:
-        more = f"; ~{self.needed_n} items would settle it" if self.needed_n else ""
+        settle = f"; ~{self.needed_n} items would settle it" if self.needed_n else ""
         return (f"accuracy {self.accuracy_a:.3f} → {self.accuracy_b:.3f} ({pts(self.difference)} "
                 f"[{pts(self.ci[0])}, {pts(self.ci[1])}]), {self.lost} lost / {self.gained} gained, "
-                f"{p_text(self.p)}, {self.call.text} ({self.n} items{more})")
+                f"{p_text(self.p)}, {self.call.text} ({self.n} items{settle})")
 
 
 def _mean_difference(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], axis: int = -1) -> object:

@@ -23,6 +23,7 @@ from abbisect.stats.decide import (
     p_text,
     pct,
     settle_n,
+    sizes_text,
     z,
 )
 
@@ -79,10 +80,9 @@ class SampleComparison:
         return abs(self.change) >= self.min_effect
 
     def describe(self) -> str:
-        each = f"{self.n_a} passes each" if self.n_a == self.n_b else f"{self.n_a} vs {self.n_b} passes"
-        more = f"; ~{self.needed_n} passes each would settle it" if self.needed_n else ""
         ci = f" [{pct(self.ci[0])}, {pct(self.ci[1])}]" if self.ci else ""
-        return f"{pct(self.change)}{ci}, {p_text(self.p)}, {self.call.text} ({each}{more})"
+        sizes = sizes_text(self.n_a, self.n_b, "passes", self.needed_n)
+        return f"{pct(self.change)}{ci}, {p_text(self.p)}, {self.call.text} ({sizes})"
 
 
 def _median_ratio(x: npt.NDArray[np.float64], y: npt.NDArray[np.float64], axis: int = -1) -> object:

@@ -48,7 +48,7 @@ from abbisect.score.degeneration import OutputAnalysis
 from abbisect.testing.fakes import FakeHistory, ancestors, line
 from abbisect.trial.executors import Slot
 from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
-from abbisect.verdict.rules import Evidence, Verdict, judge
+from abbisect.verdict.rules import Signals, Verdict, judge
 
 # The performance kind's noise models, each a launch's offset and a pass's own offset (standard deviations on the
 # log scale) beside the requests' `sigma`: `sim`, the simulation's first guess; the others measured on the toy
@@ -169,7 +169,7 @@ class World:
                                    8, 48, 0.1, copy=i // 4, batch=6) for i, bad in enumerate(looped))
         analyses = tuple(OutputAnalysis("degenerate" if bad else "healthy", "loop" if bad else "", ())
                          for bad in looped)
-        ev = Evidence(True, None, "ready", (), None, 8, 0, tuple(f"p{i % 4}: loop" for i, b in enumerate(looped) if b),
+        ev = Signals(True, None, "ready", (), None, 8, 0, tuple(f"p{i % 4}: loop" for i, b in enumerate(looped) if b),
                       (), (), (), ())
         return self._result(spec, judge(ev, spec.recipe.verdict), outputs=outputs, analyses=analyses,
                             answers=(None,) * 8)

@@ -50,7 +50,7 @@ from abbisect.score import (
 )
 from abbisect.score.scanner import LineScanner
 from abbisect.trial.spec import Extras, LaunchInfo, Progress, TrialResult, TrialSpec
-from abbisect.verdict.rules import Evidence, Verdict, judge
+from abbisect.verdict.rules import Signals, Verdict, judge
 
 LOG_TAIL_LINES = 30
 INTERRUPTED_GRACE_S = 2.0
@@ -182,9 +182,9 @@ def _trial(spec: TrialSpec, progress: Progress | None = None) -> TrialResult:
     say("score")
     ts = time.monotonic()
     _score(rec, recipe, prompts)
-    rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
+    rec.verdict = judge(_signals(recipe, rec), recipe.verdict)
     if recipe.repeats.passes > 1:  # each pass is one observation of a flaky verdict (abbisect/assess)
-        outcomes = tuple(judge(_evidence(recipe, rec, k), recipe.verdict).outcome for k in range(recipe.repeats.passes))
+        outcomes = tuple(judge(_signals(recipe, rec, k), recipe.verdict).outcome for k in range(recipe.repeats.passes))
         rec.extras = replace(rec.extras, pass_outcomes=outcomes)
     rec.timings["score"] = round(time.monotonic() - ts, 4)
     return rec.result()
@@ -215,7 +215,7 @@ def _build(rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> Env
         # Signatures are shown whatever status wins: a build log names its compiler error too.
         build_scan = _scan_file(Path(env.log), _catalogue(recipe))
         rec.signatures, rec.first_exception = tuple(build_scan.matches), build_scan.first_exception
-        rec.verdict = judge(_evidence(recipe, rec), recipe.verdict)
+        rec.verdict = judge(_signals(recipe, rec), recipe.verdict)
         return None
     # The full package list proves what differs between two sides (and what does not). It is read while
     # the server loads; with GPUs (or a kernel probe) before, since reading it may open a CUDA context that
@@ -437,7 +437,7 @@ def _fingerprint(python: str, recipe: Recipe, spec: TrialSpec) -> dict:
     return fp.to_dict()
 
 
-def _evidence(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) -> Evidence:
+def _signals(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) -> Signals:
     """What the verdict needs of the trial (of one of its passes, with `only_pass`: a launch-level failure is
     every pass's, a crash while serving that of the passes it cut short)."""
     env, info, signatures, exc = rec.env, rec.launch, rec.signatures, rec.first_exception
@@ -450,7 +450,7 @@ def _evidence(recipe: Recipe, rec: TrialRecord, only_pass: int | None = None) ->
     warn = recipe.scoring.warn_severity
     named = set(recipe.verdict.bad_signatures)
     rejected = tuple(g for s in signatures if s.id == "flag_rejected" for g in (s.groups or (s.line,)) if g)
-    return Evidence(
+    return Signals(
         build_ok=env.ok,
         build_error=env.error,
         ready=info.status if info else None,

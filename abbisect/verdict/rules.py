@@ -16,7 +16,7 @@ PROBE_STATUS = {"good": Status.OK, "bad": Status.DOES_NOT_FIT, "skip": Status.IN
 
 
 @dataclass(frozen=True)
-class Evidence:
+class Signals:
     """The signals of one side, reduced to what the verdict needs (built by the trial)."""
 
     build_ok: bool
@@ -56,11 +56,11 @@ SHOWN = 8  # items of one kind a verdict lists before it says how many more
 
 def _listed(items: tuple[str, ...]) -> list[str]:
     """Every item up to SHOWN, then one line saying how many more (a count is never followed by fewer)."""
-    more = len(items) - SHOWN
-    return [*items[:SHOWN], *([f"… and {more} more (all in results.json)"] if more > 0 else [])]
+    unlisted = len(items) - SHOWN
+    return [*items[:SHOWN], *([f"… and {unlisted} more (all in results.json)"] if unlisted > 0 else [])]
 
 
-def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[Status, list[str]]:
+def status_of(ev: Signals, degenerate_fraction: float) -> tuple[Status, list[str]]:
     if not ev.build_ok:
         return Status.BUILD_FAILED, [f"venv build failed: {ev.build_error}"]
     if ev.ready == "exited":
@@ -105,7 +105,7 @@ def status_of(ev: Evidence, degenerate_fraction: float) -> tuple[Status, list[st
     return Status.OK, reasons or ["no degenerate output, no serious log signature"]
 
 
-def judge(ev: Evidence, rules: Verdicts) -> Verdict:
+def judge(ev: Signals, rules: Verdicts) -> Verdict:
     status, reasons = status_of(ev, rules.degenerate_fraction)
     if ev.batch_variant and status is not Status.BATCH_VARIANT:  # shown whatever decided the status
         reasons = [*reasons, f"also: {len(ev.batch_variant)} answer(s) change with the batch at temperature 0",
