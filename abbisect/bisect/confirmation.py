@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from abbisect.bisect.bisection import BisectRun, Role, Step
+from abbisect.bisect.findings import Confirmation as Confirmed
+from abbisect.bisect.findings import Counted, Judged, Level, Masses
 from abbisect.bisect.launches import CONFIRM, Evidence, fresh, phase_of
 from abbisect.bisect.oracle import Oracle
 from abbisect.bisect.posterior import Option, Posterior
@@ -64,7 +66,7 @@ class Confirmation:
     def __init__(self, search: Searching) -> None:
         self.search = search
 
-    def run(self, found: str, post: Posterior, attempt: int) -> tuple[dict, Posterior]:
+    def run(self, found: str, post: Posterior, attempt: int) -> tuple[Confirmed, Posterior]:
         """The found commit and its parent judged on all their launches, the search's and fresh ones: fresh
         launches of both, a pair a round (at once where slots allow), until each has `repeats.launches` of them,
         then more of either as the posterior asks, until the found commit holds `bisect.posterior` of the mass or
@@ -102,7 +104,7 @@ class Confirmation:
             s.say(f"{label}: the {s.labels[sha].rsplit('-', 1)[1]}'s search launches no longer count: {why}")
         changed = None if post.model.drifts else self.control(parent, found, regression, label)
         if changed:  # the host, not the commits: nothing fresh can confirm or refute the answer now
-            level, post = "host changed", s.posterior()
+            level, post = Level.HOST_CHANGED, s.posterior()
         else:
             if leading or guarded:  # more as the posterior asks; it stops once the found commit is no longer the
                 # likeliest answer, unless the guard took evidence away on a host that may drift: then only the
@@ -114,12 +116,12 @@ class Confirmation:
                 post = s.posterior()
             decision = post.decide(s.threshold)
             as_found = (s.worse_state(post, found) == AFTER) == regression
-            level = ("confirmed" if decision.found == found and as_found else
-                     "not reproduced" if decision.found or decision.no_change or not as_found
-                     or post.decide(0.0).found != found else "not sure")
+            level = (Level.CONFIRMED if decision.found == found and as_found else
+                     Level.NOT_REPRODUCED if decision.found or decision.no_change or not as_found
+                     or post.decide(0.0).found != found else Level.NOT_SURE)
         summary = self.summary(post, parent, found, regression, level, changed, attempt, s.rounds - start)
         s.labels, s.fresh = {}, False
-        if level != "confirmed":  # searched on with every launch counting: its rounds measure the host again
+        if not level.held:  # searched on with every launch counting: its rounds measure the host again
             s.evidence.dropped, s.evidence.drifted = {}, ""
             post = s.posterior()
         return summary, post
@@ -168,8 +170,8 @@ class Confirmation:
         return (f"the {s.role(control)}, launched again, no longer behaves as the commits {state} did in the search "
                 f"({cmp.get('text', '')})")
 
-    def summary(self, post: Posterior, parent: str, found: str, regression: bool, level: str, changed: str | None,
-                attempt: int, rounds: int) -> dict:
+    def summary(self, post: Posterior, parent: str, found: str, regression: bool, level: Level, changed: str | None,
+                attempt: int, rounds: int) -> Confirmed:
         """What the report says of this confirmation (BisectRun.confirmation)."""
         s = self.search
         a = s.oracle.assessor
@@ -179,33 +181,33 @@ class Confirmation:
                   if (step := s.step_of(sha)) is not None else 0 for sha in (parent, found)}
         said = (f"{new[found]} fresh launches of the found commit and {new[parent]} of its parent beside "
                 f"{counts[found]} and {counts[parent]} of the search")
-        sentence = {"confirmed": f"the found commit holds {mass[found]:.1%} of the posterior, {said}: its parent "
-                                 "is like the old end and it is like the new end",
-                    "not sure": f"the found commit holds only {mass[found]:.1%} of the posterior, {said}, each at its "
-                                "cap: the answer is not sure",
-                    "not reproduced": f"{said}, the found commit holds {mass[found]:.1%}: it and its parent do not "
-                                      "differ as the ends do, so the answer is not reproduced",
-                    "host changed": f"{changed}: the host changed between the search and the confirmation, so the "
-                                    "answer is not confirmed; run the bisect again on a quiet host"}[level]
+        sentence = {Level.CONFIRMED: f"the found commit holds {mass[found]:.1%} of the posterior, {said}: its parent "
+                                     "is like the old end and it is like the new end",
+                    Level.NOT_SURE: f"the found commit holds only {mass[found]:.1%} of the posterior, {said}, each at "
+                                    "its cap: the answer is not sure",
+                    Level.NOT_REPRODUCED: f"{said}, the found commit holds {mass[found]:.1%}: it and its parent do "
+                                          "not differ as the ends do, so the answer is not reproduced",
+                    Level.HOST_CHANGED: f"{changed}: the host changed between the search and the confirmation, so "
+                                        "the answer is not confirmed; run the bisect again on a quiet host"}[level]
         trials = {sha: [t for t in step.trials if s.evidence.kept(sha, t)] if (step := s.step_of(sha)) else []
                   for sha in (parent, found)}
         seen = {sha: a.alone(ts) for sha, ts in trials.items()}
         bad = Outcome.BAD if regression else Outcome.GOOD
         side = {sha: post.after(sha) for sha in (parent, found)}
         control = next((sha for sha in s.labels if sha not in (parent, found)), None)
-        return {"launches": new[found], "parent_launches": new[parent],
-                "control_launches": sum(self.fresh_launches(e) for e in s.ends if e in s.labels and e not in side),
-                "counted": counts[found], "parent_counted": counts[parent], "rounds": rounds, "attempt": attempt,
-                "level": level, "held": level == "confirmed", "sentence": sentence,
-                "compared": a.compare(trials[parent], trials[found]),
-                "guard": {who: s.evidence.dropped.get(sha) or s.evidence.drifted or None
-                          for who, sha in (("parent", parent), ("found", found))}
-                | ({str(s.role(control)): changed} if control is not None and changed else {}),
-                "mass": {"found": round(mass.get(found, 0.0), 6), "parent": round(mass.get(parent, 0.0), 6),
-                         "no_change": round(post.no_change, 6)},
-                **{who: {"sha": sha, "outcome": bad if side[sha] >= 0.5 else bad.inverted(),
-                         "evidence": f"{seen[sha].evidence}; after the change with probability {side[sha]:.1%}"}
-                   for who, sha in (("parent", parent), ("found", found))}}
+        judged = {sha: Judged(sha, bad if side[sha] >= 0.5 else bad.inverted(),
+                              f"{seen[sha].evidence}; after the change with probability {side[sha]:.1%}")
+                  for sha in (parent, found)}
+        counted = Counted(
+            parent_launches=new[parent],
+            control_launches=sum(self.fresh_launches(e) for e in s.ends if e in s.labels and e not in side),
+            counted=counts[found], parent_counted=counts[parent], rounds=rounds, attempt=attempt,
+            guard={who: s.evidence.dropped.get(sha) or s.evidence.drifted or None
+                   for who, sha in (("parent", parent), ("found", found))}
+            | ({str(s.role(control)): changed} if control is not None and changed else {}),
+            mass=Masses(round(mass.get(found, 0.0), 6), round(mass.get(parent, 0.0), 6), round(post.no_change, 6)))
+        return Confirmed(level, sentence, judged[parent], judged[found], new[found],
+                         a.compare(trials[parent], trials[found]), counted)
 
     def search_launches(self, sha: str) -> int:
         s = self.search

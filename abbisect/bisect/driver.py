@@ -142,9 +142,9 @@ def named_pins(run: BisectRun) -> dict[str, PinDiff]:
         return {}
     subdir = run.recipe.engine.subdir if run.variable.kind is VariableKind.ENGINE_COMMITS else ""
     parents = {run.result.first_new: run.found_parent}
-    for row in run.changes.get("changes") or ():
-        info = run.commits.get(row["sha"])
-        parents.setdefault(row["sha"], info.parents[0] if info and info.parents else None)
+    for change in run.changes.changes if run.changes else ():
+        info = run.commits.get(change.sha)
+        parents.setdefault(change.sha, info.parents[0] if info and info.parents else None)
     out = {}
     for sha, parent in parents.items():
         try:

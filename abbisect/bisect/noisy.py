@@ -25,10 +25,12 @@ from abbisect.assess.base import Assessor
 from abbisect.assess.failure import fingerprint
 from abbisect.bisect.bisection import BisectRun, Mode, Role, Step
 from abbisect.bisect.confirmation import Confirmation
+from abbisect.bisect.findings import Change, Changes, PosteriorSummary, Round, States
+from abbisect.bisect.findings import Confirmation as Confirmed
 from abbisect.bisect.launches import Evidence, phase_of, prior_weights
 from abbisect.bisect.oracle import Oracle
 from abbisect.bisect.policies import EndsFirst
-from abbisect.bisect.posterior import Option, Posterior, Space
+from abbisect.bisect.posterior import Decision, Option, Posterior, Space
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult, start
 from abbisect.checkout import Revision
 from abbisect.recipe.perf import better
@@ -63,7 +65,7 @@ class NoisySearch:
         self.ask: tuple[str, ...] | None = None  # the eval items its every launch asks (a part's search)
 
     def walk(self, driver, run: BisectRun,
-             more: Callable[[NoisySearch, Posterior], dict] | None = None) -> BisectRun:
+             more: Callable[[NoisySearch, Posterior], Changes | None] | None = None) -> BisectRun:
         """Search the bisect's range and confirm the answer; `more`: what to do next with the search and its
         posterior, before the answer is concluded (every other change of the range: abbisect/bisect/changes.py)."""
         oracle, recipe, a = self.oracle, self.recipe, self.oracle.assessor
@@ -106,13 +108,15 @@ class NoisySearch:
         primary = None
         if more is not None:
             run.changes = more(self, post)
-            primary = run.changes.get("primary")
-            if primary and (run.confirmation.get("found") or {}).get("sha") != primary:  # named by a part's search
-                run.confirmation = run.changes.get("primary_confirmation") or run.confirmation
+            primary = run.changes.primary if run.changes is not None else None
+            if run.changes is not None and primary is not None and (run.confirmation is None
+                                                                    or run.confirmation.found.sha != primary.sha):
+                run.confirmation = run.changes.primary_confirmation or run.confirmation  # named by a part's search
         return self.conclude(post, primary)
 
-    def settle(self) -> tuple[Posterior, dict]:
-        """The search and its confirmation: the posterior after them, and what the confirmation says ({}: none ran)."""
+    def settle(self) -> tuple[Posterior, Confirmed | None]:
+        """The search and its confirmation: the posterior after them, and what the confirmation says (None: none
+        ran)."""
         recipe, a = self.recipe, self.oracle.assessor
         confirming = recipe.bisect.confirm != "never" or recipe.bisect.revert
         # A host that may drift (a performance verdict) is searched to the threshold first: a pair of fresh launches
@@ -120,17 +124,16 @@ class NoisySearch:
         # drift from the change.
         early = confirming and not getattr(a.model(), "drifts", False)
         handoff = min(HANDOFF, self.threshold) if early else self.threshold
-        said: dict = {}
+        said: Confirmed | None = None
         post = self.search(stop=handoff)
         for attempt in range(1, CONFIRMATIONS + 1):  # confirmed, or searched on with its launches as evidence
             decision = post.decide(handoff)
             if not decision.found or not confirming:
                 break
             said, post = Confirmation(self).run(decision.found, post, attempt)
-            if said["level"] in ("confirmed", "host changed") or attempt == CONFIRMATIONS \
-                    or self.launches() >= self.budget:
+            if said.level.final or attempt == CONFIRMATIONS or self.launches() >= self.budget:
                 break
-            self.say(f"confirmation {attempt}: {said['sentence']}; searching on with its launches as evidence")
+            self.say(f"confirmation {attempt}: {said.sentence}; searching on with its launches as evidence")
             post = self.search(stop=handoff)
         return post, said
 
@@ -181,7 +184,7 @@ class NoisySearch:
         by more than a third of the smallest change that matters."""
         if not isinstance(post.model, Samples) or len(self.run.rounds) < 2:
             return False
-        if not {sha for r in self.run.rounds[-2:] for sha in r["commits"]} & set(self.ends):
+        if not {sha for r in self.run.rounds[-2:] for sha in r.commits} & set(self.ends):
             return True
         return self.drift(post) is not None
 
@@ -286,8 +289,8 @@ class NoisySearch:
         else:
             for k, (sha, attempt) in enumerate(jobs):
                 self.record(*one(k, sha, attempt), number)
-        run.rounds.append({"round": number, "commits": [s for s, _ in jobs], "seconds": round(time.monotonic() - t_round, 2),
-                           "remaining": len(self.space.culprits)})
+        run.rounds.append(Round(number, tuple(s for s, _ in jobs), round(time.monotonic() - t_round, 2),
+                                len(self.space.culprits)))
 
     def items_for(self, sha: str) -> tuple[str, ...] | None:
         """The eval items a candidate's launch asks: those telling the states apart, once there are any; an end
@@ -385,16 +388,17 @@ class NoisySearch:
                 out[name] = f"{value:.1%} of the items asked right"
         return out
 
-    def conclude(self, post: Posterior, primary: str | None = None) -> BisectRun:
+    def conclude(self, post: Posterior, primary: Change | None = None) -> BisectRun:
         """The answer: the commit the posterior names, or `primary`, the change that accounts for most of the ends'
         difference when every change was searched for (`run.changes`)."""
         run, driver = self.run, self.driver
         decision = post.decide(self.threshold)
-        likeliest = primary or next((s for s, _ in decision.likely if s is not None), self.space.culprits[-1])
+        likeliest = primary.sha if primary else next((s for s, _ in decision.likely if s is not None),
+                                                     self.space.culprits[-1])
         worse = self.worse_state(post, likeliest)
         run.mode = Mode.REGRESSION if worse == AFTER else Mode.FIX
         if primary is not None:
-            run.mode = Mode.REGRESSION if run.changes["primary_sign"] == "regression" else Mode.FIX
+            run.mode = Mode.REGRESSION if primary.effect is not None and primary.effect.regression else Mode.FIX
         bad_state = worse
         for step in run.steps:
             q = post.after(step.sha) if step.sha in self.graph else 0.0
@@ -428,9 +432,9 @@ class NoisySearch:
         marks = tuple((s.sha, {Outcome.SKIP: SKIP}.get(s.outcome, NEW if (s.outcome == Outcome.BAD) ==
                                                      (run.mode is Mode.REGRESSION) else OLD))
                       for s in run.steps if s.sha in self.graph)
-        found = primary or decision.found
+        found = primary.sha if primary else decision.found
         if found:
-            named = tuple(c["sha"] for c in run.changes.get("changes", ())) or (found,)
+            named = (tuple(c.sha for c in run.changes.changes) if run.changes else ()) or (found,)
             result = SearchResult("found", found, named, 0, marks)
             if run.merge_bases:
                 self.pick_side(found)
@@ -451,19 +455,19 @@ class NoisySearch:
                          f"base {run.merge_bases[0][:10]} were searched at once, and the change is on "
                          f"{tip.ref}'s side.")
 
-    def report(self, post: Posterior, decision, likeliest: str) -> dict:
+    def report(self, post: Posterior, decision: Decision, likeliest: str) -> PosteriorSummary:
         """What bisect.md and bisect.json show of the posterior (gathered now: the renderers are pure)."""
         mass = post.culprit_mass()
         tested = {s.sha for s in self.run.steps}
         shown = {sha: round(m, 6) for sha, m in mass.items() if m >= 1e-4 or sha in tested}
-        return {"kind": self.oracle.assessor.kind, "threshold": self.threshold, "launches": self.launches(),
-                "old": next(iter(self.ends)),
-                "rounds": self.rounds_run(), "budget": self.budget, "culprits": len(self.space.culprits),
-                "order": [s for s in self.space.culprits if s in shown], "mass": shown,
-                "no_change": round(post.no_change, 6), "entropy_bits": round(post.entropy(), 3),
-                "answer": decision.found, "answer_mass": round(mass.get(decision.found, 0.0), 6)
-                if decision.found else None, "likeliest": likeliest,
-                "likely": [[s, round(m, 6)] for s, m in decision.likely],
-                "prior": {sha: w for sha, w in self.prior.items()}, "unlikely": list(self.recipe.bisect.prior.unlikely),
-                "states": self.states_said(post, likeliest),
-                "after": {s.sha: s.stats.get("p_after") for s in self.run.steps if s.sha in self.graph}}
+        states = self.states_said(post, likeliest)
+        return PosteriorSummary(
+            kind=self.oracle.assessor.kind, threshold=self.threshold, launches=self.launches(),
+            old=next(iter(self.ends)), rounds=self.rounds_run(), budget=self.budget,
+            culprits=len(self.space.culprits), order=tuple(s for s in self.space.culprits if s in shown), mass=shown,
+            no_change=round(post.no_change, 6), entropy_bits=round(post.entropy(), 3), answer=decision.found,
+            answer_mass=round(mass.get(decision.found, 0.0), 6) if decision.found else None, likeliest=likeliest,
+            likely=tuple((s, round(m, 6)) for s, m in decision.likely), prior=dict(self.prior),
+            unlikely=tuple(self.recipe.bisect.prior.unlikely), states=States(states["before"], states["after"]),
+            # a step's chance of being after the change, once the whole range's search concluded it
+            after={s.sha: s.stats.get("p_after") for s in self.run.steps if s.sha in self.graph})
