@@ -133,8 +133,8 @@ class ChangeSearch:
         need = {s: want - len(self.fresh_trials(s)) for s in (parent, sha)}
         if max(need.values()) <= 0:
             return
-        meter = self.main.part(self.old, self.new, phase)
-        meter.labels, meter.fresh = {parent: f"{CONFIRM}-measure-parent", sha: f"{CONFIRM}-measure-found"}, True
+        meter = self.main.part(self.old, self.new, phase).labelled({parent: f"{CONFIRM}-measure-parent",
+                                                                    sha: f"{CONFIRM}-measure-found"})
         self.main.say(f"measuring {sha[:10]} against its parent on fresh launches (the search's launches chose it, "
                       f"so they tell its effect too large): {max(need.values())} more of each at most")
         for k in range(max(need.values())):
@@ -175,8 +175,7 @@ class ChangeSearch:
             if fewest >= reach or not (size > half or size + told < self.a.least):
                 return ends, left
             least_launched = [sha for sha in bounds if counts[sha] == fewest]
-            measure = self.main.part(self.old, self.new, phase)
-            measure.ask = self.telling()
+            measure = self.main.part(self.old, self.new, phase, self.telling())
             self.main.say(f"what is left of the ends' difference, {left.left.describe()}, is not sure yet: launching "
                           f"{len(least_launched)} commit(s) that bound it again")
             measure.launch_round(least_launched)
@@ -228,8 +227,7 @@ class ChangeSearch:
             if not set(ask) <= have:
                 lacking.append(sha)
         if lacking:
-            filler = self.main.part(self.old, self.new, phase)
-            filler.ask = ask
+            filler = self.main.part(self.old, self.new, phase, ask)
             self.main.say(f"asking {len(lacking)} commit(s) that bound the parts the {len(ask)} items telling the "
                           "ends apart")
             filler.launch_round(lacking)
@@ -305,8 +303,7 @@ class ChangeSearch:
                      + ("" if left.another else f", not sure; but the ends of {part.old[:10]}..{part.new[:10]} "
                         "differ")
                      + f": searching {part.old[:10]}..{part.new[:10]} for another change (search {phase})")
-            sub = main.part(part.old, part.new, phase)
-            sub.ask = self.telling()
+            sub = main.part(part.old, part.new, phase, self.telling())
             post, confirmation = sub.settle()
             outcome = (Ended(confirmation.level) if confirmation is not None else
                        Ended.NO_CHANGE if post.decide(sub.threshold).no_change else Ended.NOT_SURE)

@@ -8,17 +8,14 @@ answer handed over at half the mass costs a pair of launches or two, which the s
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
-from typing import Protocol
+from collections.abc import Sequence
 
-from abbisect.bisect.bisection import BisectRun, Role, Step
+from abbisect.bisect.bisection import Role
 from abbisect.bisect.findings import Confirmation as Confirmed
 from abbisect.bisect.findings import Counted, Judged, Level, Masses
-from abbisect.bisect.launches import CONFIRM, Evidence, fresh, phase_of
-from abbisect.bisect.oracle import Oracle
+from abbisect.bisect.launches import CONFIRM, fresh, phase_of
+from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.posterior import Option, Posterior
-from abbisect.bisect.search import Graph
-from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.stats.decide import Call
 from abbisect.stats.evidence import AFTER
@@ -31,42 +28,26 @@ def call_of(compared: dict) -> str | None:
     return (compared.get("comparison") or {}).get("call")
 
 
-class Searching(Protocol):
-    """What a confirmation asks of the search whose answer it confirms (bisect/noisy.py's NoisySearch)."""
-
-    run: BisectRun
-    oracle: Oracle
-    recipe: Recipe
-    evidence: Evidence
-    graph: Graph
-    ends: dict[str, Role]
-    labels: dict[str, str]
-    fresh: bool
-    rounds: int
-    phase: int
-    threshold: float
-    say: Callable[[str], None]
-
-    def step_of(self, sha: str) -> Step | None: ...
-    def role(self, sha: str) -> Role: ...
-    def label(self, sha: str) -> str: ...
-    def launches(self) -> int: ...
-    def launch_round(self, shas: list[str]) -> None: ...
-    def posterior(self) -> Posterior: ...
-    def drift(self, post: Posterior) -> str | None: ...
-    def worse_state(self, post: Posterior, culprit: str) -> int: ...
-
-    def search(self, options: Callable[[], list[Option]] | None = None, stop: float | None = None,
-               limit: int | None = None, until: Callable[[Posterior], bool] | None = None) -> Posterior: ...
+def confirm(search: NoisySearch, found: str, post: Posterior, attempt: int) -> tuple[Confirmed, Posterior]:
+    """The `attempt`-th confirmation of `search`'s answer `found` (its posterior `post`): what it says, and the
+    posterior after it (`Confirmation.run`)."""
+    return Confirmation(search, found, post, attempt).run()
 
 
 class Confirmation:
-    """One confirmation of `search`'s answer: `run` launches and judges, and says what it found."""
+    """One confirmation of `search`'s answer `found`: `run` launches (through the search, under the
+    confirmation's labels: `launcher`) and judges, and says what it found."""
 
-    def __init__(self, search: Searching) -> None:
-        self.search = search
+    def __init__(self, search: NoisySearch, found: str, post: Posterior, attempt: int) -> None:
+        self.search, self.found, self.post, self.attempt = search, found, post, attempt
+        self.parent = (search.graph.parents.get(found) or (next(iter(search.ends)),))[0]
+        self.name = f"{CONFIRM}{attempt if attempt > 1 else ''}"
+        # who each launched commit is, in its label and in what the report says: the pair, and a control or the ends
+        self.who = {self.parent: "parent", found: "found"}
+        self.labels = {sha: f"{self.name}-{who}" for sha, who in self.who.items()}
+        self.launcher = search.labelled(self.labels)
 
-    def run(self, found: str, post: Posterior, attempt: int) -> tuple[Confirmed, Posterior]:
+    def run(self) -> tuple[Confirmed, Posterior]:
         """The found commit and its parent judged on all their launches, the search's and fresh ones: fresh
         launches of both, a pair a round (at once where slots allow), until each has `repeats.launches` of them,
         then more of either as the posterior asks, until the found commit holds `bisect.posterior` of the mass or
@@ -76,18 +57,15 @@ class Confirmation:
         (`control`). Everything else stays as the search has it: the rates learnt, "no change" a hypothesis, no
         commit named below the threshold. Returns what the report says (BisectRun.confirmation) and the posterior
         after it."""
-        s = self.search
+        s, v, found, parent, post, label = self.search, self.launcher, self.found, self.parent, self.post, self.name
         a = s.oracle.assessor
-        parent = (s.graph.parents.get(found) or (next(iter(s.ends)),))[0]
         regression = s.worse_state(post, found) == AFTER
-        label = f"{CONFIRM}{attempt if attempt > 1 else ''}"
-        s.labels, s.fresh = {parent: f"{label}-parent", found: f"{label}-found"}, True
         pair = [parent, found]
         if post.model.drifts:  # the old end launched beside them each round pins its offset, and the ends may be
             # measured again: a drift of the host is measured, not mistaken for the change
-            s.labels.update({e: f"{label}-{role}" for e, role in s.ends.items() if e not in s.labels})
+            self.label_ends({e: str(role) for e, role in s.ends.items() if e not in self.labels})
             pair += [e for e in s.ends if e not in pair][:1]
-        start, counted = s.rounds, {sha: self.search_launches(sha) for sha in (parent, found)}
+        start, counted = s.next_round(), {sha: self.search_launches(sha) for sha in (parent, found)}
         least = s.recipe.repeats.launches
         s.say(f"{label}: {found[:10]} holds {post.culprit_mass().get(found, 0.0):.0%}; launching it and its parent "
               f"{parent[:10]} at least {least} time(s) each, fresh, beside their {counted[parent]} and "
@@ -96,12 +74,12 @@ class Confirmation:
         width = max(len(s.oracle.slots), len(pair))  # a round fills the slots
         while leading and (need := {sha: n for sha in pair if (n := least - self.fresh_launches(sha)) > 0}):
             cycle = [sha for k in range(max(need.values())) for sha in pair if need.get(sha, 0) > k]
-            s.launch_round(cycle[:width])
+            v.launch_round(cycle[:width])
             leading = s.posterior().decide(0.0).found == found
         # on a host that may drift the ends beside them pin each round's offset: the drift model measures it
         guarded = self.guard((parent, found))
         for sha, why in guarded.items():
-            s.say(f"{label}: the {s.labels[sha].rsplit('-', 1)[1]}'s search launches no longer count: {why}")
+            s.say(f"{label}: the {self.who[sha]}'s search launches no longer count: {why}")
         changed = None if post.model.drifts else self.control(parent, found, regression, label)
         if changed:  # the host, not the commits: nothing fresh can confirm or refute the answer now
             level, post = Level.HOST_CHANGED, s.posterior()
@@ -109,7 +87,7 @@ class Confirmation:
             if leading or guarded:  # more as the posterior asks; it stops once the found commit is no longer the
                 # likeliest answer, unless the guard took evidence away on a host that may drift: then only the
                 # fresh launches can say
-                post = s.search(self.confirm_options, limit=s.launches() + 2 * a.cap,
+                post = v.search(self.confirm_options, limit=s.launches() + 2 * a.cap,
                                 until=None if guarded and post.model.drifts else
                                 lambda p: p.decide(0.0).found != found)
             else:
@@ -119,12 +97,17 @@ class Confirmation:
             level = (Level.CONFIRMED if decision.found == found and as_found else
                      Level.NOT_REPRODUCED if decision.found or decision.no_change or not as_found
                      or post.decide(0.0).found != found else Level.NOT_SURE)
-        summary = self.summary(post, parent, found, regression, level, changed, attempt, s.rounds - start)
-        s.labels, s.fresh = {}, False
+        summary = self.summary(post, parent, found, regression, level, changed, self.attempt,
+                               s.next_round() - start)
         if not level.held:  # searched on with every launch counting: its rounds measure the host again
-            s.evidence.dropped, s.evidence.drifted = {}, ""
+            s.evidence.unguard()
             post = s.posterior()
         return summary, post
+
+    def label_ends(self, whos: dict[str, str]) -> None:
+        """Launch these ends (or a control) too, each under the confirmation's label for it."""
+        self.who.update(whos)
+        self.labels.update({sha: f"{self.name}-{who}" for sha, who in whos.items()})
 
     def control(self, parent: str, found: str, regression: bool, label: str) -> str | None:
         """Whether the host changed since the search (a machine turned busy that now crashes a good commit too),
@@ -135,7 +118,7 @@ class Confirmation:
         test is not sure), as a control; its fresh launches unlike those commits' search
         launches (the assessor's comparison at its alpha) mean the host changed. (A host that may drift is the drift
         model's to measure: the ends are launched beside the pair every round.)"""
-        s = self.search
+        s, v = self.search, self.launcher
         a = s.oracle.assessor
         suspect, who = (parent, "parent") if regression else (found, "found commit")
         if regression:  # before the parent, the old end too
@@ -150,7 +133,7 @@ class Confirmation:
         if control is None or not reference or not new or a.compare(reference, new).get("worse") != "b":
             return None
         state = "before the change" if regression else "after it"
-        s.labels[control] = f"{label}-{s.role(control)}"
+        self.label_ends({control: str(s.role(control))})
         s.say(f"{label}: the {who} did worse in its fresh launches than the commits {state} in the search: "
               f"launching the {s.role(control)} {control[:10]} again, as a control")
         # as many launches as the suspect's fresh ones (`repeats.launches` at most), and up to three times
@@ -162,7 +145,7 @@ class Confirmation:
             unsure = call_of(cmp) == Call.UNSURE and cmp.get("worse") == "b"
             if n >= 3 * s.recipe.repeats.launches or (n >= least and not unsure):
                 break
-            s.launch_round([control] * min(max(least - n, 1), width))
+            v.launch_round([control] * min(max(least - n, 1), width))
         if call_of(cmp) != Call.DIFFERENT:
             s.say(f"{label}: the control behaves as the commits {state} did in the search ({cmp.get('text', '')}): "
                   "the host did not change")
@@ -194,13 +177,13 @@ class Confirmation:
         seen = {sha: a.alone(ts) for sha, ts in trials.items()}
         bad = Outcome.BAD if regression else Outcome.GOOD
         side = {sha: post.after(sha) for sha in (parent, found)}
-        control = next((sha for sha in s.labels if sha not in (parent, found)), None)
+        control = next((sha for sha in self.labels if sha not in (parent, found)), None)
         judged = {sha: Judged(sha, bad if side[sha] >= 0.5 else bad.inverted(),
                               f"{seen[sha].evidence}; after the change with probability {side[sha]:.1%}")
                   for sha in (parent, found)}
         counted = Counted(
             parent_launches=new[parent],
-            control_launches=sum(self.fresh_launches(e) for e in s.ends if e in s.labels and e not in side),
+            control_launches=sum(self.fresh_launches(e) for e in s.ends if e in self.labels and e not in side),
             counted=counts[found], parent_counted=counts[parent], rounds=rounds, attempt=attempt,
             guard={who: s.evidence.dropped.get(sha) or s.evidence.drifted or None
                    for who, sha in (("parent", parent), ("found", found))}
@@ -218,7 +201,7 @@ class Confirmation:
         """`sha`'s launches under its label of this confirmation (a resumed one finds those it already made)."""
         s = self.search
         step = s.step_of(sha)
-        return [t for t in step.trials if t.spec.side == s.label(sha)] if step is not None else []
+        return [t for t in step.trials if t.spec.side == self.launcher.label(sha)] if step is not None else []
 
     def fresh_launches(self, sha: str) -> int:
         return len(self.fresh_trials(sha))
@@ -244,11 +227,11 @@ class Confirmation:
             if call_of(cmp) == Call.DIFFERENT:
                 dropped[sha] = (f"its {len(new)} fresh launch(es) differ from its {len(searched)} in the search "
                                 f"({cmp.get('text', '')})")
-        s.evidence.dropped.update(dropped)
+        s.evidence.drop(dropped)
         if drift is not None:
-            s.evidence.drifted, s.evidence.anchors = (f"{drift}: only the ends' launches in the search count, "
-                                                      "beside the fresh ones"), frozenset(s.ends)
-            dropped.update({sha: s.evidence.drifted for sha in shas if sha not in dropped})
+            why = f"{drift}: only the ends' launches in the search count, beside the fresh ones"
+            s.evidence.drift(why, frozenset(s.ends))
+            dropped.update({sha: why for sha in shas if sha not in dropped})
         return dropped
 
     def confirm_options(self) -> list[Option]:
@@ -256,4 +239,4 @@ class Confirmation:
         fresh launches."""
         s = self.search
         cap = s.oracle.assessor.cap
-        return [Option(sha, 1.0, sha in s.ends, cap - self.fresh_launches(sha)) for sha in s.labels]
+        return [Option(sha, 1.0, sha in s.ends, cap - self.fresh_launches(sha)) for sha in self.labels]

@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from abbisect.bisect import confirm
+from abbisect.bisect import confirm as rerun
 from abbisect.bisect.bisection import BisectRun, EndsMode, Role, Step
 from abbisect.bisect.changes import every_change
+from abbisect.bisect.confirmation import confirm
 from abbisect.bisect.ends import ends_first_because
 from abbisect.bisect.kinds import VariableKind
-from abbisect.bisect.noisy import NoisySearch
+from abbisect.bisect.noisy import NoisySearch, Range
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.bisect.pinchange import PinDiff, pin_diff
 from abbisect.bisect.policies import EndsFirst, LazyEnds, Multisection, Rounds, Sequential
@@ -56,7 +57,7 @@ class Driver:
             self.say(f"bisect.ends lazy is not possible here: {run.ends_fallback}; testing both ends first")
         if self.oracle.assessor.statistical:  # a verdict that depends on chance: one posterior over the range
             more = every_change if run.recipe.bisect.changes == "all" else None  # every change in the range
-            return NoisySearch(self.oracle, self.save).walk(self, run, more)
+            return NoisySearch(self.oracle, self, run, Range.whole(self.variable, run), confirm, self.save).walk(more)
         return EndsFirst().walk(self, run)
 
     # -- what the policies call ----------------------------------------------------------------------
@@ -117,8 +118,8 @@ class Driver:
             run.links = self.variable.links(found, run.found_parent)
             if parent_link := self.variable.links(run.found_parent, None).get("commit"):
                 run.links["parent"] = parent_link
-            if confirm.wanted(run, self.oracle.assessor.statistical):
-                confirm.confirm(self.oracle, run)
+            if rerun.wanted(run, self.oracle.assessor.statistical):
+                rerun.confirm(self.oracle, run)
                 self.save(run)
         return self.finish(run)
 
