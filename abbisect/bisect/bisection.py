@@ -155,7 +155,7 @@ class BisectRun:
     ends_lazy: list[str] = field(default_factory=list)
     failure: str = ""  # how the bad end fails (verdict.same_failure): another failure is skipped, not blamed
     unstable: tuple[str, ...] = ()  # prompts the good end answers differently twice (differs_from_good's noise)
-    # the answer run again, and the revert (bisect/confirm.py; a statistical search's: bisect/confirmation.py)
+    # the answer run again, and the revert (bisect/confirm.py; a statistical search's: bisect/confirm_posterior.py)
     confirmation: Confirmation | None = None
     posterior: PosteriorSummary | None = None  # a statistical search's posterior, for the report (bisect/noisy.py)
     # bisect.changes: all — every change named in the range and what is left of the ends' difference (bisect/changes.py)

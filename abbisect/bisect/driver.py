@@ -18,7 +18,7 @@ from typing import Any
 from abbisect.bisect import confirm as rerun
 from abbisect.bisect.bisection import BisectRun, EndsMode, Role, Step
 from abbisect.bisect.changes import every_change
-from abbisect.bisect.confirmation import confirm
+from abbisect.bisect.confirm_posterior import confirm
 from abbisect.bisect.ends import ends_first_because
 from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.noisy import NoisySearch, Range

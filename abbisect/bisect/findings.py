@@ -1,7 +1,7 @@
 """What a bisect's searches found, as values: a round of launches, the posterior a statistical search ended with,
 a confirmation of the answer (how sure it is: `Level`), each change of the range and what they account for.
 
-The searches (bisect/noisy.py, confirmation.py, changes.py, confirm.py) make them, `BisectRun` carries them, the
+The searches (bisect/noisy.py, confirm_posterior.py, changes.py, confirm.py) make them, `BisectRun` carries them, the
 reports read their attributes; `json()` writes each once, at the edge, as bisect.json has it.
 """
 
@@ -128,7 +128,7 @@ class Masses:
 
 @dataclass(frozen=True)
 class Counted:
-    """What a statistical search's confirmation counts beside its fresh launches (bisect/confirmation.py)."""
+    """What a statistical search's confirmation counts beside its fresh launches (bisect/confirm_posterior.py)."""
 
     parent_launches: int  # fresh launches of the parent (the found commit's are `Confirmation.launches`)
     control_launches: int  # fresh launches of an end launched as a control
@@ -144,7 +144,7 @@ class Counted:
 class Confirmation:
     """The answer run again: the found commit and its parent, fresh, and how sure that leaves the answer. A rule on
     one trial is confirmed by one launch of each (bisect/confirm.py); a statistical search's confirmation counts
-    the search's launches too (`counted`, bisect/confirmation.py)."""
+    the search's launches too (`counted`, bisect/confirm_posterior.py)."""
 
     level: Level
     sentence: str

@@ -6,7 +6,7 @@ Round by round: both ends (and the merge base of ends on different branches) are
 launch's evidence updates the posterior, and the next round holds the launches expected to reduce its entropy
 most per unit of cost (k slots: k launches chosen jointly; a performance round may re-measure an end beside a
 candidate, so a drift of the host is measured, not mistaken for a change). Once one commit holds half the mass
-(on a host that may drift: `bisect.posterior`), the confirmation takes over (abbisect/bisect/confirmation.py),
+(on a host that may drift: `bisect.posterior`), the confirmation takes over (abbisect/bisect/confirm_posterior.py),
 its fresh launches counted with the search's until the commit holds `bisect.posterior`; or the search stops when
 "no change" does, or at the cap, "not sure" with the posterior shown. A part of the range is searched the same
 way for a further change (`part`, driven by abbisect/bisect/changes.py). Each commit is one `Step` holding all its
@@ -99,7 +99,7 @@ class Range:
 
 class NoisySearch:
     """The posterior search (module docstring) of a `Range` over an oracle's launches: `walk` searches a bisect's
-    range (the driver saves and concludes it), `settle` searches and confirms (`confirm`, bisect/confirmation.py),
+    range (the driver saves and concludes it), `settle` searches and confirms (`confirm`, bisect/confirm_posterior.py),
     `part` makes the search of a part of it, `labelled` the same search launching fresh under a confirmation's
     labels."""
 

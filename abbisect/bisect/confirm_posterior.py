@@ -1,4 +1,5 @@
-"""The confirmation of a posterior search's answer (issue 40's contract): the found commit and its parent judged on
+"""The confirmation of a posterior search's answer (issue 40's contract; a rule's answer is run again by
+bisect/confirm.py): the found commit and its parent judged on
 all their launches, the search's and fresh ones, the fresh ones a guard against drift and chance — a commit whose
 fresh launches differ from its search launches keeps only its fresh ones while the confirmation runs, and a
 control (the good end launched again, when the pair's good side did worse fresh) that no longer behaves as the
@@ -30,11 +31,11 @@ def call_of(compared: dict) -> str | None:
 
 def confirm(search: NoisySearch, found: str, post: Posterior, attempt: int) -> tuple[Confirmed, Posterior]:
     """The `attempt`-th confirmation of `search`'s answer `found` (its posterior `post`): what it says, and the
-    posterior after it (`Confirmation.run`)."""
-    return Confirmation(search, found, post, attempt).run()
+    posterior after it (`PosteriorConfirmation.run`)."""
+    return PosteriorConfirmation(search, found, post, attempt).run()
 
 
-class Confirmation:
+class PosteriorConfirmation:
     """One confirmation of `search`'s answer `found`: `run` launches (through the search, under the
     confirmation's labels: `launcher`) and judges, and says what it found."""
 
