@@ -57,10 +57,9 @@ def predicted(seed: int, commits: int, noise: str) -> dict:
     world = seam.World("perf", commits, at[0], seed=seed, changes=((at[0], SIZE), (at[1], SIZE)), **seam.NOISE[noise])
     run, _ = seam.bisect(world, seam.recipe_for("perf", bisect={"changes": "all"}))
     planted = {f"c{a:03d}" for a in at}
-    rows = run.changes.get("changes", ())
-    named = {r["sha"] for r in rows}
-    covered = [r["effect"]["lo"] <= math.log1p(SIZE) <= r["effect"]["hi"] for r in rows
-               if r["sha"] in planted and r["effect"]]
+    rows = run.changes.changes if run.changes else ()
+    named = {r.sha for r in rows}
+    covered = [r.effect.lo <= math.log1p(SIZE) <= r.effect.hi for r in rows if r.sha in planted and r.effect]
     return {"both": planted <= named, "wrong": len(named - planted), "covered": covered, "launches": run.launches}
 
 

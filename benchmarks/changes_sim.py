@@ -63,17 +63,17 @@ def one(name: str, seed: int, changes: str, commits: int, noise: str = "sim") ->
     run, _ = seam.bisect(world, recipe)
     planted = {f"c{a:03d}": k for k, a in enumerate(at)}
     if changes == "all":
-        named = {r["sha"]: r for r in run.changes.get("changes", ())}
+        named = {r.sha: r for r in (run.changes.changes if run.changes else ())}
     else:
         named = {run.result.first_new: None} if run.result and run.result.first_new else {}
     covered = []
     for sha, r in named.items():
-        if sha in planted and r is not None and r["effect"] is not None:
+        if sha in planted and r is not None and r.effect is not None:
             want = planted_effect(world, run, planted[sha])
-            covered.append(r["effect"]["lo"] <= want <= r["effect"]["hi"])
+            covered.append(r.effect.lo <= want <= r.effect.hi)
     return {"planted": sorted(planted), "named": sorted(named), "all": set(planted) <= set(named),
             "some": bool(set(planted) & set(named)), "wrong": sorted(set(named) - set(planted)),
-            "covered": covered, "launches": run.launches, "said": (run.changes or {}).get("said", "")}
+            "covered": covered, "launches": run.launches, "said": run.changes.said if run.changes else ""}
 
 
 def main() -> None:

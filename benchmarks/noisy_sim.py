@@ -95,13 +95,13 @@ def posterior(world: seam.World, recipe: Recipe, slots: int) -> dict:
     run, _ = seam.bisect(world, recipe, slots)
     c = run.confirmation
     search = sum(1 for s in run.steps for t in s.trials if not fresh(t))  # the confirmations' left out
-    wall = sum(len(r["commits"]) if slots == 1 else math.ceil(len(r["commits"]) / slots) for r in run.rounds)
+    wall = sum(len(r.commits) if slots == 1 else math.ceil(len(r.commits) / slots) for r in run.rounds)
     if not run.posterior:  # a rule on one launch: plain bisection, one launch at a time
         wall = run.launches
     found = run.result.first_new if run.result else None
     return {"found": found, "ending": run.mode.ending or (run.result.outcome if run.result else ""),
-            "level": c.get("level"), "search": search, "total": run.launches, "wall": wall,
-            "items": sum(items_of(s.trials) for s in run.steps), "mass": (run.posterior or {}).get("answer_mass")}
+            "level": c.level if c else None, "search": search, "total": run.launches, "wall": wall,
+            "items": sum(items_of(s.trials) for s in run.steps), "mass": run.posterior.answer_mass if run.posterior else None}
 
 
 class Launcher:

@@ -66,10 +66,10 @@ def test_a_finished_bisect_rendered_again_says_what_the_original_said(tmp_path):
     again, _ = seam.bisect(again_world, recipe, out=tmp_path / "run", replay=recorded,
                            before=spent_of(tmp_path / "run", state))
     assert asked == []  # every launch replayed
-    assert again.posterior["rounds"] == whole.posterior["rounds"]
-    assert again.posterior["launches"] == whole.posterior["launches"]
+    assert again.posterior.rounds == whole.posterior.rounds
+    assert again.posterior.launches == whole.posterior.launches
     assert (again.launches, again.builds) == (whole.launches, whole.builds)
-    rounds = f"launches in {whole.posterior['rounds']} rounds"
+    rounds = f"launches in {whole.posterior.rounds} rounds"
     assert rounds in render_bisect(whole, []) and rounds in render_bisect(again, [])
 
 
@@ -82,18 +82,18 @@ def test_with_two_changes_the_answer_is_the_one_with_the_larger_effect():
     for seed in range(12):
         world = seam.World("perf", 48, 18, seed=seed, changes=((18, 0.06), (38, 0.06)))
         run, _ = seam.bisect(world, seam.recipe_for("perf"))
-        rows = run.changes["changes"]
-        if [r["sha"] for r in rows] != ["c018", "c038"]:
+        rows = run.changes.changes
+        if [r.sha for r in rows] != ["c018", "c038"]:
             continue
-        larger = max(rows, key=lambda r: (abs(r["effect"]["value"]), -int(r["sha"][1:])))
-        assert run.result.first_new == larger["sha"] and run.mode is Mode.REGRESSION
-        assert run.confirmation["found"]["sha"] == larger["sha"]  # How sure speaks of the answer
-        assert headline(run) == f"The commit that broke it: `{larger['sha']}` (the largest effect of the 2 changes named)"
+        larger = max(rows, key=lambda r: (abs(r.effect.value), -int(r.sha[1:])))
+        assert run.result.first_new == larger.sha and run.mode is Mode.REGRESSION
+        assert run.confirmation.found.sha == larger.sha  # How sure speaks of the answer
+        assert headline(run) == f"The commit that broke it: `{larger.sha}` (the largest effect of the 2 changes named)"
         md = render_bisect(run, [])
-        assert f"The found commit below, whose kind the exit code tells, is `{larger['sha']}`: of the changes " \
+        assert f"The found commit below, whose kind the exit code tells, is `{larger.sha}`: of the changes " \
                "named, the one with the largest effect." in md
-        first = min(rows, key=lambda r: r["phase"])  # the change the search met first
-        if first["sha"] != larger["sha"]:
+        first = min(rows, key=lambda r: r.phase)  # the change the search met first
+        if first.sha != larger.sha:
             case = seed
             break
     assert case is not None, "no seed met the smaller change first: the case is not exercised"

@@ -23,7 +23,7 @@ from abbisect.testing import seam
 
 
 def named(run) -> list[str]:
-    return [r["sha"] for r in run.changes.get("changes", ())]
+    return [r.sha for r in (run.changes.changes if run.changes else ())]
 
 
 # -- the pure parts ---------------------------------------------------------------------------------------------
@@ -71,16 +71,16 @@ def test_effects_add_up_along_the_range_and_carry_their_sign():
 def test_two_changes_are_named_and_account_for_the_ends(changes, signs):
     world = seam.World("perf", 48, changes[0][0], seed=1, changes=changes)
     run, _ = seam.bisect(world, seam.recipe_for("perf"))
-    assert named(run) == [f"c{at:03d}" for at, _ in changes] and run.changes["accounted"], run.changes["said"]
-    rows = run.changes["changes"]
-    assert [r["effect"]["sign"] for r in rows] == signs and all(r["level"] == "confirmed" for r in rows)
+    assert named(run) == [f"c{at:03d}" for at, _ in changes] and run.changes.accounted, run.changes.said
+    rows = run.changes.changes
+    assert [r.effect.sign for r in rows] == signs and all(r.level == "confirmed" for r in rows)
     for r, (_, size) in zip(rows, changes):
-        assert r["effect"]["lo"] <= math.log1p(size) <= r["effect"]["hi"], r["effect"]
-    left = run.changes["left"]
-    assert left["lo"] <= 0 <= left["hi"], left  # nothing else was planted
+        assert r.effect.lo <= math.log1p(size) <= r.effect.hi, r.effect
+    left = run.changes.left
+    assert left.lo <= 0 <= left.hi, left  # nothing else was planted
     assert run.result.first_new in named(run) and run.result.candidates == tuple(named(run))
     # each part searched again is a search of its own, its launches labelled with its number
-    assert run.changes["parts"] and all(p["phase"] >= 2 for p in run.changes["parts"])
+    assert run.changes.parts and all(p.phase >= 2 for p in run.changes.parts)
     labels = {t.spec.side.split(" ")[0] for s in run.steps for t in s.trials}
     assert {"change2"} <= labels
 
@@ -95,8 +95,8 @@ def test_what_is_left_is_measured_again_on_the_commits_bounding_it_while_not_sur
         said: list[str] = []
         world = seam.World("perf", 48, 18, seed=seed, changes=((18, 0.12), (38, -0.05)))
         run, _ = seam.bisect(world, seam.recipe_for("perf"), say=said.append)
-        assert named(run) == ["c018", "c038"], run.changes["said"]
-        assert [r["effect"]["sign"] for r in run.changes["changes"]] == ["regression", "fix"]
+        assert named(run) == ["c018", "c038"], run.changes.said
+        assert [r.effect.sign for r in run.changes.changes] == ["regression", "fix"]
         not_sure = [i for i, m in enumerate(said) if "is not sure yet: launching" in m]
         for i in not_sure:
             found = [m for m in re.findall(r"confirm: (c\d+) holds .* its parent (c\d+)", "\n".join(said[:i]))]
@@ -106,7 +106,7 @@ def test_what_is_left_is_measured_again_on_the_commits_bounding_it_while_not_sur
             launched = [m.group(1) for m in map(re.compile(r"(c\d+): launch \d+").search, said[i + 1:until]) if m]
             assert launched and set(launched) <= bounds, (said[i], launched, bounds)
         # the launches of a part's search are labelled with its number, after the bounds were measured again
-        assert all(p["phase"] >= 2 for p in run.changes["parts"])
+        assert all(p.phase >= 2 for p in run.changes.parts)
         if not_sure:
             seen_not_sure = True
             break
@@ -145,27 +145,27 @@ def test_one_change_stays_one_and_nothing_is_searched_again():
     it alone: the ends, the change and its parent), and no part of the range is searched."""
     world = seam.World("perf", 48, 21, seed=2, changes=((21, 0.10),))
     run, _ = seam.bisect(world, seam.recipe_for("perf"))
-    assert named(run) == ["c021"] and run.changes["accounted"] and run.changes["parts"] == []
+    assert named(run) == ["c021"] and run.changes.accounted and run.changes.parts == ()
     again = {s.sha for s in run.steps for t in s.trials if t.spec.side.startswith("change")}
     assert again <= {"c000", "c020", "c021", "c047"}, again
     # judged on its interval at 1 − alpha, the one told: surely small, or said plainly to be too wide
-    assert ("1 change accounts for the ends' difference" in run.changes["said"]) == run.changes["sure"]
-    assert run.changes["sure"] or "holds 0, but is too wide" in run.changes["said"]
+    assert ("1 change accounts for the ends' difference" in run.changes.said) == run.changes.sure
+    assert run.changes.sure or "holds 0, but is too wide" in run.changes.said
 
 
 def test_two_accuracy_drops_are_both_named():
     world = seam.World("accuracy", 48, 15, seed=3, changes=((15, 0.08), (33, 0.08)))
     run, _ = seam.bisect(world, seam.recipe_for("accuracy"))
-    assert named(run) == ["c015", "c033"] and run.changes["accounted"], run.changes["said"]
-    assert all(r["effect"]["sign"] == "regression" and r["effect"]["unit"] == "accuracy" for r in run.changes["changes"])
+    assert named(run) == ["c015", "c033"] and run.changes.accounted, run.changes.said
+    assert all(r.effect.sign == "regression" and r.effect.unit == "accuracy" for r in run.changes.changes)
 
 
 def test_one_is_todays_behaviour_and_a_rule_keeps_one_answer():
     world = seam.World("perf", 48, 18, seed=1, changes=((18, 0.12), (38, -0.05)))
     run, _ = seam.bisect(world, seam.recipe_for("perf", bisect={"changes": "one"}))
-    assert run.result.first_new == "c018" and run.changes == {}
+    assert run.result.first_new == "c018" and run.changes is None
     rules, _ = seam.bisect(seam.World("flaky", 16, 9, seed=0, rate=1.0), seam.recipe_for("flaky", repeats={"launches": 1}))
-    assert rules.result.first_new == "c009" and rules.changes == {} and not rules.posterior
+    assert rules.result.first_new == "c009" and rules.changes is None and not rules.posterior
 
 
 def test_the_report_opens_with_the_changes_table_and_the_json_carries_it():
@@ -177,7 +177,7 @@ def test_the_report_opens_with_the_changes_table_and_the_json_carries_it():
     head, rest = md.split("### Changes", 1)
     headline = head.split("### ", 1)[1]
     assert head.count("###") == 1 and headline.startswith("2 changes") and "`c018` (+" in headline
-    if not run.changes["sure"]:  # what is left, said plainly: not sure
+    if not run.changes.sure:  # what is left, said plainly: not sure
         assert headline.startswith("2 changes: `c018` (+") and "is too wide to rule out another change" in head
     table = rest.split("\n\n")[2]
     assert "| 1 | `c018` |" in table and "| regression | +" in table and "| 2 | `c038` |" in table
@@ -204,7 +204,7 @@ def test_a_resume_in_the_middle_of_a_second_search_ends_as_the_run_never_cut(tmp
     resumed, _ = seam.bisect(world, recipe, out=tmp_path / "cut", replay=recorded)
     assert not {(spec.sha, spec.attempt) for spec in asked} & done, "a recorded launch ran again"
     assert named(resumed) == named(whole) == ["c018", "c038"]
-    assert [r["effect"]["sign"] for r in resumed.changes["changes"]] == ["regression", "fix"]
+    assert [r.effect.sign for r in resumed.changes.changes] == ["regression", "fix"]
     assert asked, "the resumed bisect launched nothing after the cut"
     # every recorded launch is in the resumed run's record (replayed, not lost)
     kept = {(s.sha, t.spec.attempt) for s in resumed.steps for t in s.trials}

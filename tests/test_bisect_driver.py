@@ -80,7 +80,7 @@ def test_every_policy_finds_the_first_changed_commit(tmp_path, ends, slots, dire
     assert len(verdicts.asked) == len(set(verdicts.asked)), "no commit is tested twice"
     assert run.found_parent == shas[first - 1] and run.commits[shas[first]].subject == f"subject of {shas[first]}"
     if slots > 1:
-        assert run.rounds and max(len(r["commits"]) for r in run.rounds) <= slots
+        assert run.rounds and max(len(r.commits) for r in run.rounds) <= slots
 
 
 @pytest.mark.parametrize("seed", range(30))

@@ -22,15 +22,15 @@ def test_a_one_in_three_crash_is_named_and_confirmed(slots):
     world = seam.World("flaky", 16, 9, seed=2)
     run, _ = seam.bisect(world, seam.recipe_for("flaky"), slots=slots)
     assert found(run) == "c009" and run.mode is Mode.REGRESSION
-    assert run.posterior["answer"] == "c009" and run.posterior["answer_mass"] >= 0.99
-    assert run.confirmation["level"] == "confirmed"
+    assert run.posterior.answer == "c009" and run.posterior.answer_mass >= 0.99
+    assert run.confirmation.level == "confirmed"
     # every commit called good or bad is called so truly (a commit not sure is skipped, never guessed)
     for s in run.steps:
         if s.outcome is not Outcome.SKIP:
             assert (s.outcome is Outcome.BAD) == world.after(s.sha), (s.sha, s.outcome, s.evidence)
     if slots > 1:
-        assert max(len(r["commits"]) for r in run.rounds) <= 4
-        assert any(len(set(r["commits"])) > 1 for r in run.rounds)  # rounds of different commits, not copies
+        assert max(len(r.commits) for r in run.rounds) <= 4
+        assert any(len(set(r.commits)) > 1 for r in run.rounds)  # rounds of different commits, not copies
 
 
 def test_the_report_tells_each_state_as_the_answer_has_it():
@@ -42,9 +42,10 @@ def test_the_report_tells_each_state_as_the_answer_has_it():
     seen = {side: [t.verdict.outcome is Outcome.BAD for s in run.steps if world.after(s.sha) is side
                    for t in s.trials] for side in (False, True)}
     assert not any(seen[False]) and sum(seen[True]) >= 3
-    said = {k: float(v.split()[1].rstrip("%")) / 100 for k, v in run.posterior["states"].items()}
-    assert said["before"] <= 0.01, run.posterior["states"]
-    assert abs(said["after"] - sum(seen[True]) / len(seen[True])) <= 0.1, run.posterior["states"]
+    states = run.posterior.states
+    said = {k: float(v.split()[1].rstrip("%")) / 100 for k, v in (("before", states.before), ("after", states.after))}
+    assert said["before"] <= 0.01, states
+    assert abs(said["after"] - sum(seen[True]) / len(seen[True])) <= 0.1, states
 
 
 def test_four_slots_need_fewer_rounds_than_one():
@@ -65,22 +66,22 @@ def test_a_batch_bug_seen_in_3_of_8_outputs_is_judged_as_a_rate():
     after = [t for s in run.steps if world.after(s.sha) for t in s.trials]
     read_good = [t for t in after if t.verdict.outcome is Outcome.GOOD and t.verdict.status == "ok"]
     assert len(read_good) * 2 > len(after), "the rules alone call most launches of a bad commit good"
-    assert found(run) == "c013" and run.confirmation["level"] == "confirmed"
+    assert found(run) == "c013" and run.confirmation.level == "confirmed"
 
 
 def test_a_slowdown_is_found_with_a_drifting_host():
     world = seam.World("perf", 40, 17, seed=3, drift=0.08, drift_period=2)
     run, _ = seam.bisect(world, seam.recipe_for("perf"))
-    assert found(run) == "c017" and run.confirmation["level"] == "confirmed"
+    assert found(run) == "c017" and run.confirmation.level == "confirmed"
     # the ends are measured again as the search goes (rounds with an end beside a candidate)
     ends = {"c000", "c039"}
-    assert any(set(r["commits"]) & ends and set(r["commits"]) - ends for r in run.rounds[1:])
+    assert any(set(r.commits) & ends and set(r.commits) - ends for r in run.rounds[1:])
 
 
 def test_an_accuracy_drop_is_found_asking_candidates_only_the_telling_items():
     world = seam.World("accuracy", 30, 11, seed=5)
     run, _ = seam.bisect(world, seam.recipe_for("accuracy"))
-    assert found(run) == "c011" and run.confirmation["level"] == "confirmed"
+    assert found(run) == "c011" and run.confirmation.level == "confirmed"
     candidates = [t for s in run.steps if not s.is_end for t in s.trials]
     assert candidates and all(t.spec.items is not None and len(t.spec.items) < 280 for t in candidates)
 
@@ -91,7 +92,7 @@ def test_ends_that_do_not_differ_are_no_change(rate):
     world = seam.World("flaky", 12, 6, seed=1, rate=rate)
     run, _ = seam.bisect(world, seam.recipe_for("flaky"))
     assert run.mode is Mode.NO_CHANGE and run.result is None
-    assert "do not differ" in run.message and run.posterior["no_change"] >= 0.99
+    assert "do not differ" in run.message and run.posterior.no_change >= 0.99
 
 
 def test_at_the_cap_it_is_not_sure_and_names_nothing():
@@ -101,8 +102,8 @@ def test_at_the_cap_it_is_not_sure_and_names_nothing():
     world = seam.World("flaky", 12, 6, seed=1)
     run, _ = seam.bisect(world, seam.recipe_for("flaky", repeats={"launches": 2, "max_launches": 2}))
     assert run.result is not None and run.result.outcome == "ambiguous" and run.result.first_new is None
-    assert run.posterior["answer"] is None and max(run.posterior["mass"].values()) < 0.99
-    assert run.confirmation["level"] in ("not sure", "not reproduced") and not run.confirmation["held"]
+    assert run.posterior.answer is None and max(run.posterior.mass.values()) < 0.99
+    assert run.confirmation.level in ("not sure", "not reproduced") and not run.confirmation.held
 
 
 def test_ends_on_two_branches_search_both_sides_of_their_merge_base():
@@ -114,7 +115,7 @@ def test_ends_on_two_branches_search_both_sides_of_their_merge_base():
     run, _ = seam.bisect(world, seam.recipe_for("flaky"), ends=("r3", "m6"))
     assert run.merge_bases == ("base",) and found(run) == "m3"
     assert run.old.sha == "base" and run.new.sha == "m6" and run.excluded == ("r3",)
-    assert "both sides of their merge base" in run.ends_note and run.confirmation["level"] == "confirmed"
+    assert "both sides of their merge base" in run.ends_note and run.confirmation.level == "confirmed"
 
 
 def test_the_prior_gives_commits_touching_only_docs_less_mass():
@@ -122,7 +123,7 @@ def test_the_prior_gives_commits_touching_only_docs_less_mass():
     recipe = seam.recipe_for("flaky", bisect={"prior": {"unlikely": ["docs/", "*.md"], "weight": 0.1}})
     paths = {"c003": ("docs/guide.md",), "c004": ("README.md",), "c005": ("docs/a.md", "src/engine.py")}
     run, _ = seam.bisect(world, recipe, paths=paths)
-    assert run.posterior["prior"] == {"c003": 0.1, "c004": 0.1}
+    assert run.posterior.prior == {"c003": 0.1, "c004": 0.1}
     assert found(run) == "c006"
 
 
@@ -144,7 +145,7 @@ def test_a_resumed_search_rebuilds_the_posterior_and_runs_no_launch_twice(tmp_pa
     assert all(s.replayed for s in resumed.steps if s.sha in recorded)
     # the same seeded launches after the resume: the same search as the uninterrupted one
     assert [s.sha for s in resumed.steps] == [s.sha for s in whole.steps]
-    assert resumed.posterior["mass"] == pytest.approx(whole.posterior["mass"], abs=1e-6)
+    assert resumed.posterior.mass == pytest.approx(whole.posterior.mass, abs=1e-6)
 
 
 def test_the_confirmation_counts_the_search_and_a_resume_inside_it_runs_no_fresh_launch_twice(tmp_path):
@@ -153,13 +154,14 @@ def test_the_confirmation_counts_the_search_and_a_resume_inside_it_runs_no_fresh
     launches it made and ends as the run that was never cut."""
     recipe = seam.recipe_for("flaky")
     whole, _ = seam.bisect(seam.World("flaky", 16, 9, seed=2), recipe, out=tmp_path / "whole")
-    c = whole.confirmation
-    assert found(whole) == "c009" and c["level"] == "confirmed" and c["mass"]["found"] >= 0.99
-    assert c["launches"] >= 6 and c["parent_launches"] >= 6 and c["counted"] + c["parent_counted"] > 0
+    c = whole.confirmation.counted
+    assert found(whole) == "c009" and whole.confirmation.level == "confirmed" and c.mass.found >= 0.99
+    launches = whole.confirmation.launches
+    assert launches >= 6 and c.parent_launches >= 6 and c.counted + c.parent_counted > 0
     steps = {s.sha: s for s in whole.steps}
     labels = [t.spec.side for sha in ("c008", "c009") for t in steps[sha].trials]
-    assert labels.count("confirm-found") == c["launches"] and labels.count("confirm-parent") == c["parent_launches"]
-    assert sum(not lab.startswith(("confirm", "change")) for lab in labels) == c["counted"] + c["parent_counted"]
+    assert labels.count("confirm-found") == launches and labels.count("confirm-parent") == c.parent_launches
+    assert sum(not lab.startswith(("confirm", "change")) for lab in labels) == c.counted + c.parent_counted
     assert whole.launches == sum(len(s.trials) for s in whole.steps)  # every launch is in the run's steps
     with pytest.raises(KeyboardInterrupt):
         seam.bisect(seam.cut(seam.World("flaky", 16, 9, seed=2), 5, "confirm"), recipe, out=tmp_path / "cut")
@@ -169,10 +171,10 @@ def test_the_confirmation_counts_the_search_and_a_resume_inside_it_runs_no_fresh
     asked = seam.asked(world)
     resumed, _ = seam.bisect(world, recipe, out=tmp_path / "cut", replay=recorded)
     fresh = [(spec.sha, spec.attempt) for spec in asked if spec.side.startswith("confirm")]
-    assert found(resumed) == "c009" and resumed.confirmation["level"] == "confirmed"
-    assert c["control_launches"] == 0  # a confirmation that holds launches no control
-    assert len(fresh) == c["launches"] + c["parent_launches"] + c["control_launches"] - 5, fresh
-    assert resumed.confirmation["launches"] == c["launches"] and resumed.confirmation["mass"] == c["mass"]
+    assert found(resumed) == "c009" and resumed.confirmation.level == "confirmed"
+    assert c.control_launches == 0  # a confirmation that holds launches no control
+    assert len(fresh) == launches + c.parent_launches + c.control_launches - 5, fresh
+    assert resumed.confirmation.launches == launches and resumed.confirmation.counted.mass == c.mass
 
 
 def _first_confirmation(run) -> list[tuple[str, str]]:
@@ -188,16 +190,16 @@ def test_a_confirmation_ends_once_its_answer_loses_the_lead_and_the_search_goes_
     recipe = seam.recipe_for("flaky", bisect={"changes": "one"})
     said: list[str] = []
     run, _ = seam.bisect(seam.World("flaky", 20, 13, seed=3), recipe, say=said.append)
-    assert found(run) == "c013" and run.confirmation["level"] == "confirmed" and run.confirmation["attempt"] == 2
+    assert found(run) == "c013" and run.confirmation.level == "confirmed" and run.confirmation.counted.attempt == 2
     assert _first_confirmation(run) == [("c019", "confirm-found"), ("c018", "confirm-parent")]
     assert any(m.startswith("confirmation 1:") and "not reproduced; searching on" in m for m in said)
     said.clear()
     run, _ = seam.bisect(seam.World("flaky", 24, 11, seed=3), recipe, say=said.append)
-    assert found(run) == "c011" and run.confirmation["level"] == "confirmed"
+    assert found(run) == "c011" and run.confirmation.level == "confirmed"
     first = _first_confirmation(run)
     assert first.count(("c000", "confirm-old end")) == 2 and len(first) == 4, first
     assert any("the host did not change" in m for m in said)
-    assert run.confirmation["control_launches"] == 0  # the second confirmation held: no control
+    assert run.confirmation.counted.control_launches == 0  # the second confirmation held: no control
 
 
 def test_the_guard_drops_the_search_launches_of_a_commit_its_fresh_ones_disagree_with():
@@ -210,15 +212,15 @@ def test_the_guard_drops_the_search_launches_of_a_commit_its_fresh_ones_disagree
     from abbisect.report.bisect import render_bisect
 
     run, _ = seam.bisect(seam.World("perf", 24, 11, seed=3, busy_confirm=0.08), seam.recipe_for("perf"))
-    c = run.confirmation
-    assert found(run) == "c011" and c["level"] == "confirmed", c["sentence"]
-    assert c["guard"]["parent"] and c["guard"]["found"] and "differ from its" in c["guard"]["parent"]
-    assert c["counted"] == c["parent_counted"] == 0
+    c = run.confirmation.counted
+    assert found(run) == "c011" and run.confirmation.level == "confirmed", run.confirmation.sentence
+    assert c.guard["parent"] and c.guard["found"] and "differ from its" in c.guard["parent"]
+    assert c.counted == c.parent_counted == 0
     assert "⚠ Guard: the parent's launches in the search no longer count" in render_bisect(run, ["abbisect bisect"])
     broken, _ = seam.bisect(seam.World("flaky", 16, 9, seed=2, busy_confirm=1.0), seam.recipe_for("flaky"))
-    c = broken.confirmation
-    assert c["level"] == "host changed" and found(broken) is None and c["control_launches"] >= 2
-    assert "no longer behaves as the commits before the change did in the search" in c["guard"]["old end"]
+    c = broken.confirmation.counted
+    assert broken.confirmation.level == "host changed" and found(broken) is None and c.control_launches >= 2
+    assert "no longer behaves as the commits before the change did in the search" in c.guard["old end"]
 
 
 def test_the_report_shows_the_posterior_a_picture_and_an_svg():
@@ -238,7 +240,7 @@ def test_the_report_shows_the_posterior_a_picture_and_an_svg():
     assert data["posterior"]["answer"] == "c009" and data["posterior"]["mass"]["c009"] >= 0.99
     tree = ET.fromstring(svg(run))
     bars = [e for e in tree.iter("{http://www.w3.org/2000/svg}rect")]
-    assert len(bars) == len(run.posterior["order"]) and any(b.get("fill") == "#c0392b" for b in bars)
+    assert len(bars) == len(run.posterior.order) and any(b.get("fill") == "#c0392b" for b in bars)
     # not sure: the headline says so, with the likeliest commits, and names none
     cut, _ = seam.bisect(seam.World("flaky", 12, 6, seed=1), seam.recipe_for("flaky", repeats={"launches": 2,
                                                                                               "max_launches": 2}))

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Self
 
 from abbisect import checkout
 from abbisect.bisect import gitlog
+from abbisect.bisect.findings import Changes, Confirmation, PosteriorSummary, Round
 from abbisect.bisect.followed import Followed, NotFollowed
 from abbisect.bisect.pinchange import PinDiff
 from abbisect.bisect.search import SearchResult
@@ -146,7 +147,7 @@ class BisectRun:
     # Multisection: how many trials ran at once, where, and each round's commits and wall time.
     slots: int = 1
     executor: str = "sequential"
-    rounds: list[dict] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
     # bisect.ends: what ran, what the recipe / --ends asked for, why lazy was not possible, and what lazy mode
     # did with each end (tested or not, and why).
     ends_mode: EndsMode = EndsMode.FIRST
@@ -155,10 +156,11 @@ class BisectRun:
     ends_lazy: list[str] = field(default_factory=list)
     failure: str = ""  # how the bad end fails (verdict.same_failure): another failure is skipped, not blamed
     unstable: tuple[str, ...] = ()  # prompts the good end answers differently twice (differs_from_good's noise)
-    confirmation: dict = field(default_factory=dict)  # the answer run again, and the revert (abbisect/bisect/confirm.py)
-    posterior: dict = field(default_factory=dict)  # a statistical search's posterior, for the report (bisect/noisy.py)
+    # the answer run again, and the revert (bisect/confirm.py; a statistical search's: bisect/confirm_posterior.py)
+    confirmation: Confirmation | None = None
+    posterior: PosteriorSummary | None = None  # a statistical search's posterior, for the report (bisect/noisy.py)
     # bisect.changes: all — every change named in the range and what is left of the ends' difference (bisect/changes.py)
-    changes: dict = field(default_factory=dict)
+    changes: Changes | None = None
     order: tuple[str, ...] = ()  # the tested commits in the history's order, oldest first (for the report)
     narrowing: NarrowRun | None = field(default=None, repr=False)  # bisect.then_narrow: abbisect narrow at the answer
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).

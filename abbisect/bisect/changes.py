@@ -30,6 +30,16 @@ from dataclasses import dataclass
 from scipy import stats
 
 from abbisect.assess.accuracy import eval_run
+from abbisect.bisect.findings import (
+    Change,
+    Changes,
+    Confirmation,
+    EffectShown,
+    Ended,
+    Level,
+    PartSearched,
+    PosteriorSummary,
+)
 from abbisect.bisect.launches import CONFIRM, fresh, phase_of
 from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.posterior import Posterior
@@ -47,26 +57,45 @@ class Part:
     new: str
 
 
-def effect_dict(e: Effect | None, whole: Effect | None = None) -> dict | None:
-    """An effect as bisect.json and the report carry it."""
+def shown(e: Effect | None, whole: Effect | None = None) -> EffectShown | None:
+    """An effect as bisect.json and the report carry it (its share of `whole`'s)."""
     if e is None:
         return None
-    share = e.share(whole) if whole is not None else None
-    return {"value": e.value, "lo": e.lo, "hi": e.hi, "confidence": e.confidence, "unit": e.unit,
-            "relative": e.relative, "told": e.describe(), "sign": "regression" if e.regression else "fix",
-            "share": share}
+    return EffectShown(e.value, e.lo, e.hi, e.confidence, e.unit, e.relative, e.describe(), e.regression,
+                       e.share(whole) if whole is not None else None)
 
 
-class Changes:
+@dataclass(frozen=True)
+class Named:
+    """A change named: its parent, the search that named it, that search's confirmation and (a part's search) its
+    posterior."""
+
+    parent: str
+    phase: int
+    confirmation: Confirmation
+    posterior: PosteriorSummary | None
+
+
+@dataclass(frozen=True)
+class Searched:
+    """A part searched: its search's number, how it ended, its launches."""
+
+    part: Part
+    phase: int
+    outcome: Ended
+    launches: int
+
+
+class ChangeSearch:
     """The search for every change of one bisect, over the whole range's search `main`."""
 
     def __init__(self, main: NoisySearch) -> None:
         self.main, self.run, self.a = main, main.run, main.oracle.assessor
         self.old, self.new = self.run.old.sha, self.run.new.sha
         self.cap = self.run.recipe.bisect.max_changes
-        self.found: dict[str, dict] = {}  # sha → {parent, phase, confirmation, posterior}
+        self.found: dict[str, Named] = {}  # each change named
         self.parts: list[Part] = []  # the range but the changes named, in parts between tested commits
-        self.searched: list[dict] = []  # each part searched: its ends, phase, what it ended with
+        self.searched: list[Searched] = []  # each part searched
 
     # -- measurements -----------------------------------------------------------------------------------------
     def trials(self, sha: str, upto: int | None = None) -> list[TrialResult]:
@@ -104,8 +133,8 @@ class Changes:
         need = {s: want - len(self.fresh_trials(s)) for s in (parent, sha)}
         if max(need.values()) <= 0:
             return
-        meter = self.main.part(self.old, self.new, phase)
-        meter.labels, meter.fresh = {parent: f"{CONFIRM}-measure-parent", sha: f"{CONFIRM}-measure-found"}, True
+        meter = self.main.part(self.old, self.new, phase).labelled({parent: f"{CONFIRM}-measure-parent",
+                                                                    sha: f"{CONFIRM}-measure-found"})
         self.main.say(f"measuring {sha[:10]} against its parent on fresh launches (the search's launches chose it, "
                       f"so they tell its effect too large): {max(need.values())} more of each at most")
         for k in range(max(need.values())):
@@ -115,7 +144,7 @@ class Changes:
         """The ends' effect, and what the changes named leave of it: the ends' effect minus theirs, as one sum (every
         launch of each: what is left is not chosen, and the sum keeps the commits' launches paired)."""
         ends = self.effect([(1.0, self.old, self.new)], upto)
-        left = self.effect([(1.0, self.old, self.new), *((-1.0, c["parent"], sha) for sha, c in self.found.items())],
+        left = self.effect([(1.0, self.old, self.new), *((-1.0, c.parent, sha) for sha, c in self.found.items())],
                            upto)
         if ends is None or left is None:
             return None, None
@@ -134,7 +163,7 @@ class Changes:
             if left is None or left.another or left.small:
                 return ends, left
             bounds = list(dict.fromkeys([self.old, self.new, *(s for c, f in self.found.items()
-                                                                 for s in (f["parent"], c))]))
+                                                                 for s in (f.parent, c))]))
             counts = {sha: self.observed(sha, phase) for sha in bounds}
             fewest = min(counts.values())
             # the launches the fewest may get: twice the first launches more than before this search (a resumed
@@ -146,8 +175,7 @@ class Changes:
             if fewest >= reach or not (size > half or size + told < self.a.least):
                 return ends, left
             least_launched = [sha for sha in bounds if counts[sha] == fewest]
-            measure = self.main.part(self.old, self.new, phase)
-            measure.ask = self.telling()
+            measure = self.main.part(self.old, self.new, phase, self.telling())
             self.main.say(f"what is left of the ends' difference, {left.left.describe()}, is not sure yet: launching "
                           f"{len(least_launched)} commit(s) that bound it again")
             measure.launch_round(least_launched)
@@ -162,11 +190,11 @@ class Changes:
         e = self.effect([(1.0, part.old, part.new)], upto)
         return e is not None and residual(e, e, self.a.least, self.a.alpha).another
 
-    def matters(self, confirmation: dict) -> bool:
+    def matters(self, confirmation: Confirmation) -> bool:
         """Whether a change a part's search confirmed is at least the smallest effect that matters on its fresh
         launches (a part is searched for what is left of the ends' difference, not for noise the posterior can
         still pin on a commit)."""
-        e = self.named(confirmation["found"]["sha"], confirmation["parent"]["sha"])
+        e = self.named(confirmation.found.sha, confirmation.parent.sha)
         return e is not None and abs(e.value) >= self.a.least
 
     def telling(self) -> tuple[str, ...] | None:
@@ -191,7 +219,7 @@ class Changes:
         if not ask:
             return
         bounds = ({sha for p in self.parts for sha in (p.old, p.new)}
-                  | {sha for c, found in self.found.items() for sha in (c, found["parent"])})
+                  | {sha for c, found in self.found.items() for sha in (c, found.parent)})
         lacking = []
         for sha in sorted(bounds):
             run = eval_run(self.trials(sha, phase))
@@ -199,8 +227,7 @@ class Changes:
             if not set(ask) <= have:
                 lacking.append(sha)
         if lacking:
-            filler = self.main.part(self.old, self.new, phase)
-            filler.ask = ask
+            filler = self.main.part(self.old, self.new, phase, ask)
             self.main.say(f"asking {len(lacking)} commit(s) that bound the parts the {len(ask)} items telling the "
                           "ends apart")
             filler.launch_round(lacking)
@@ -237,19 +264,18 @@ class Changes:
         return bool([s for s in self.main.driver.variable.graph(part.new, [part.old]).order])
 
     # -- the search -----------------------------------------------------------------------------------------
-    def add(self, said: dict, phase: int, post: Posterior | None, search: NoisySearch) -> str:
-        sha, parent = said["found"]["sha"], said["parent"]["sha"]
+    def add(self, said: Confirmation, phase: int, post: Posterior | None, search: NoisySearch) -> str:
+        sha, parent = said.found.sha, said.parent.sha
         self.measure(sha, parent, phase)
-        decision = post.decide(search.threshold) if post is not None else None
-        self.found[sha] = {"parent": parent, "phase": phase, "confirmation": said,
-                           "posterior": search.report(post, decision, sha) if post is not None and phase > 1 else None}
+        self.found[sha] = Named(parent, phase, said, search.report(post, post.decide(search.threshold), sha)
+                                if post is not None and phase > 1 else None)
         return parent
 
-    def search(self, first: Posterior) -> dict:
+    def search(self, first: Posterior) -> Changes:
         run, main = self.run, self.main
         said = run.confirmation
-        if said.get("level") == "confirmed":
-            found = said["found"]["sha"]
+        if said is not None and said.level is Level.CONFIRMED:
+            found = said.found.sha
             parent = self.add(said, 1, None, main)
             self.parts = self.split(Part(self.old, self.new), found, parent)
         elif not said and not first.decide(main.threshold).no_change:
@@ -263,7 +289,7 @@ class Changes:
             ends, left = self.settle(phase)
             if left is None or left.small:
                 break
-            done = {s["part"] for s in self.searched}
+            done = {s.part for s in self.searched}
             open_parts = [p for p in self.parts if p not in done]
             # a part whose ends the searches measured as different is searched even when what is left, as one
             # sum, cannot say (its interval too wide): it is evidence of a change the sum blurs
@@ -277,43 +303,38 @@ class Changes:
                      + ("" if left.another else f", not sure; but the ends of {part.old[:10]}..{part.new[:10]} "
                         "differ")
                      + f": searching {part.old[:10]}..{part.new[:10]} for another change (search {phase})")
-            sub = main.part(part.old, part.new, phase)
-            sub.ask = self.telling()
+            sub = main.part(part.old, part.new, phase, self.telling())
             post, confirmation = sub.settle()
-            outcome = confirmation.get("level") or ("no change" if post.decide(sub.threshold).no_change
-                                                    else "not sure")
-            self.searched.append({"part": part, "phase": phase, "outcome": outcome,
-                                  "launches": sub.launches()})
-            if outcome == "confirmed":
-                self.measure(confirmation["found"]["sha"], confirmation["parent"]["sha"], phase)
-            if outcome == "confirmed" and not self.matters(confirmation):
-                outcome = self.searched[-1]["outcome"] = "below the smallest effect that matters"
-            if outcome == "confirmed":
-                found = confirmation["found"]["sha"]
+            outcome = (Ended(confirmation.level) if confirmation is not None else
+                       Ended.NO_CHANGE if post.decide(sub.threshold).no_change else Ended.NOT_SURE)
+            launches = sub.launches()  # the part's search's, not the measuring of what it named
+            if confirmation is not None and outcome is Ended.CONFIRMED:
+                self.measure(confirmation.found.sha, confirmation.parent.sha, phase)
+                if not self.matters(confirmation):
+                    outcome = Ended.TOO_SMALL
+            self.searched.append(Searched(part, phase, outcome, launches))
+            if confirmation is not None and outcome is Ended.CONFIRMED:
+                found = confirmation.found.sha
                 parent = self.add(confirmation, phase, post, sub)
                 self.replace(part, self.split(part, found, parent))
-            elif outcome != "no change" and len(sub.space.culprits) > 1:
+            elif outcome is not Ended.NO_CHANGE and len(sub.space.culprits) > 1:
                 likely = next((s for s, _ in post.decide(sub.threshold).likely if s is not None), None)
                 if likely is not None:
                     self.replace(part, self.split(part, likely, None))
             phase += 1
         return self.summary()
 
-    def summary(self) -> dict:
+    def summary(self) -> Changes:
         """What bisect.json and bisect.md carry: every change named (in the history's order) with its effect and its
         share of the ends', what is left, and each part searched."""
         ends, left = self.left()
         order = {sha: i for i, sha in enumerate(self.main.graph.order)}
-        rows = []
-        for sha in sorted(self.found, key=lambda s: order.get(s, -1)):
-            c = self.found[sha]
-            e = self.named(sha, c["parent"])
-            rows.append({"sha": sha, "parent": c["parent"], "phase": c["phase"], "effect": effect_dict(e, ends),
-                         "level": c["confirmation"].get("level"), "posterior": c["posterior"],
-                         "links": self.main.driver.variable.links(sha, c["parent"])})
+        rows = tuple(Change(sha, c.parent, c.phase, shown(self.named(sha, c.parent), ends), c.confirmation.level,
+                            c.posterior, self.main.driver.variable.links(sha, c.parent))
+                     for sha, c in sorted(self.found.items(), key=lambda f: order.get(f[0], -1)))
         # the answer: the change that moves the most (the oldest of equal ones), not the one the whole range's
         # search happened to converge on: with two changes of about one size that is either, run to run
-        primary = max(reversed(rows), key=lambda r: abs((r["effect"] or {}).get("value", 0.0)), default=None)
+        primary = max(reversed(rows), key=lambda r: abs(r.effect.value) if r.effect else 0.0, default=None)
         accounted = left is not None and not left.another
         share = left.share if left is not None else None
         if not rows:
@@ -329,19 +350,17 @@ class Changes:
             said = (f"about {abs(share or 0.0):.0%} of the ends' difference is not accounted for"
                     + (" within the budget" if len(self.found) >= self.cap or len(self.searched) >= 3 * self.cap
                        else ": no part of the range left to search shows it"))
-        return {"ends": effect_dict(ends), "changes": rows, "left": effect_dict(left.left, ends) if left else None,
-                "accounted": accounted, "sure": bool(left is not None and (left.small or left.another)),
-                "said": said, "max_changes": self.cap,
-                "parts": [{"old": s["part"].old, "new": s["part"].new, "phase": s["phase"], "outcome": s["outcome"],
-                           "launches": s["launches"]} for s in self.searched],
-                "primary": primary["sha"] if primary else None,
-                "primary_confirmation": self.found[primary["sha"]]["confirmation"] if primary else None,
-                "primary_sign": (primary["effect"] or {}).get("sign") if primary else None}
+        return Changes(shown(ends), rows, shown(left.left, ends) if left else None, accounted,
+                       bool(left is not None and (left.small or left.another)), said, self.cap,
+                       tuple(PartSearched(s.part.old, s.part.new, s.phase, s.outcome, s.launches)
+                             for s in self.searched),
+                       primary, self.found[primary.sha].confirmation if primary else None)
 
 
-def every_change(main: NoisySearch, first: Posterior) -> dict:
-    """`bisect.changes: all` after the whole range's search (module docstring); {} when there is nothing to weigh
+def every_change(main: NoisySearch, first: Posterior) -> Changes | None:
+    """`bisect.changes: all` after the whole range's search (module docstring); None when there is nothing to weigh
     (a rule on one trial, ends on two branches, a host that changed under the confirmation)."""
-    if main.run.merge_bases or main.run.confirmation.get("level") == "host changed":
-        return {}
-    return Changes(main).search(first)
+    c = main.run.confirmation
+    if main.run.merge_bases or (c is not None and c.level is Level.HOST_CHANGED):
+        return None
+    return ChangeSearch(main).search(first)

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 from abbisect.assess.base import against_ends
 from abbisect.bisect.bisection import BisectRun, Mode
+from abbisect.bisect.findings import Confirmation, Judged, Level
 from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.infra import git
@@ -48,15 +50,14 @@ def confirm(oracle: Oracle, run: BisectRun) -> None:
             bad, good = (Outcome.BAD, Outcome.GOOD) if run.mode is Mode.REGRESSION else (Outcome.GOOD, Outcome.BAD)
             held = seen[found].outcome == bad and seen[parent].outcome == good
             said = f"the found commit is {seen[found].outcome} and its parent {seen[parent].outcome}"
-        level = "confirmed" if held else "not reproduced"
-        run.confirmation = {"launches": 1, "level": level, "held": held, "compared": {},
-                            "sentence": f"run again, {said}" + (", as in the search" if held
-                                                                else ": the answer is not reproducible"),
-                            **{who: {"sha": sha, "outcome": seen[sha].outcome, "evidence": seen[sha].evidence}
-                               for who, sha in (("parent", parent), ("found", found))}}
-        oracle.say(f"confirmation: {run.confirmation['sentence']}")
-    if run.recipe.bisect.revert:
-        run.confirmation["revert"] = revert(oracle, run, found)
+        run.confirmation = Confirmation(
+            Level.CONFIRMED if held else Level.NOT_REPRODUCED,
+            f"run again, {said}" + (", as in the search" if held else ": the answer is not reproducible"),
+            Judged(parent, seen[parent].outcome, seen[parent].evidence),
+            Judged(found, seen[found].outcome, seen[found].evidence), launches=1, compared=None)
+        oracle.say(f"confirmation: {run.confirmation.sentence}")
+    if run.recipe.bisect.revert and run.confirmation is not None:
+        run.confirmation = replace(run.confirmation, revert=revert(oracle, run, found))
 
 
 def revert(oracle: Oracle, run: BisectRun, found: str) -> dict:

@@ -15,12 +15,13 @@ from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from abbisect.bisect import confirm
+from abbisect.bisect import confirm as rerun
 from abbisect.bisect.bisection import BisectRun, EndsMode, Role, Step
 from abbisect.bisect.changes import every_change
+from abbisect.bisect.confirm_posterior import confirm
 from abbisect.bisect.ends import ends_first_because
 from abbisect.bisect.kinds import VariableKind
-from abbisect.bisect.noisy import NoisySearch
+from abbisect.bisect.noisy import NoisySearch, Range
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.bisect.pinchange import PinDiff, pin_diff
 from abbisect.bisect.policies import EndsFirst, LazyEnds, Multisection, RoundPolicy, Sequential
@@ -56,7 +57,8 @@ class Driver:
             self.say(f"bisect.ends lazy is not possible here: {run.ends_fallback}; testing both ends first")
         if self.oracle.assessor.statistical:  # a verdict that depends on chance: one posterior over the range
             search_changes = every_change if run.recipe.bisect.changes == "all" else None  # every change in the range
-            return NoisySearch(self.oracle, self.save).walk(self, run, search_changes)
+            whole = Range.whole(self.variable, run)
+            return NoisySearch(self.oracle, self, run, whole, confirm, self.save).walk(search_changes)
         return EndsFirst().walk(self, run)
 
     # -- what the policies call ----------------------------------------------------------------------
@@ -117,8 +119,8 @@ class Driver:
             run.links = self.variable.links(found, run.found_parent)
             if parent_link := self.variable.links(run.found_parent, None).get("commit"):
                 run.links["parent"] = parent_link
-            if confirm.wanted(run, self.oracle.assessor.statistical):
-                confirm.confirm(self.oracle, run)
+            if rerun.wanted(run, self.oracle.assessor.statistical):
+                rerun.confirm(self.oracle, run)
                 self.save(run)
         return self.finish(run)
 
@@ -142,9 +144,9 @@ def named_pins(run: BisectRun) -> dict[str, PinDiff]:
         return {}
     subdir = run.recipe.engine.subdir if run.variable.kind is VariableKind.ENGINE_COMMITS else ""
     parents = {run.result.first_new: run.found_parent}
-    for row in run.changes.get("changes") or ():
-        info = run.commits.get(row["sha"])
-        parents.setdefault(row["sha"], info.parents[0] if info and info.parents else None)
+    for change in run.changes.changes if run.changes else ():
+        info = run.commits.get(change.sha)
+        parents.setdefault(change.sha, info.parents[0] if info and info.parents else None)
     out = {}
     for sha, parent in parents.items():
         try:

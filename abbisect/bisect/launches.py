@@ -69,6 +69,18 @@ class Evidence:
     anchors: frozenset[str] = frozenset()
     phase: int = 1  # the searches whose launches count: this one and those before it (a resume replays in order)
 
+    def drop(self, dropped: dict[str, str]) -> None:
+        """The guard: these commits' search launches no longer count (sha → why)."""
+        self.dropped.update(dropped)
+
+    def drift(self, why: str, anchors: frozenset[str]) -> None:
+        """The guard on a host seen to drift: only the `anchors`' search launches count, beside the fresh ones."""
+        self.drifted, self.anchors = why, anchors
+
+    def unguard(self) -> None:
+        """Every search launch counts again (the search goes on: its rounds measure the host again)."""
+        self.dropped, self.drifted = {}, ""
+
     def model(self, steps: Sequence[Step]) -> Model:
         model = self.assessor.model()
         assert model is not None  # the posterior search runs only a verdict that depends on chance

@@ -6,7 +6,7 @@ Round by round: both ends (and the merge base of ends on different branches) are
 launch's evidence updates the posterior, and the next round holds the launches expected to reduce its entropy
 most per unit of cost (k slots: k launches chosen jointly; a performance round may re-measure an end beside a
 candidate, so a drift of the host is measured, not mistaken for a change). Once one commit holds half the mass
-(on a host that may drift: `bisect.posterior`), the confirmation takes over (abbisect/bisect/confirmation.py),
+(on a host that may drift: `bisect.posterior`), the confirmation takes over (abbisect/bisect/confirm_posterior.py),
 its fresh launches counted with the search's until the commit holds `bisect.posterior`; or the search stops when
 "no change" does, or at the cap, "not sure" with the posterior shown. A part of the range is searched the same
 way for a further change (`part`, driven by abbisect/bisect/changes.py). Each commit is one `Step` holding all its
@@ -20,20 +20,26 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from abbisect.assess.base import Assessor
 from abbisect.assess.failure import fingerprint
 from abbisect.bisect.bisection import BisectRun, Mode, Role, Step
-from abbisect.bisect.confirmation import Confirmation
+from abbisect.bisect.findings import Change, Changes, PosteriorSummary, Round, States
+from abbisect.bisect.findings import Confirmation as Confirmed
 from abbisect.bisect.launches import Evidence, phase_of, prior_weights
 from abbisect.bisect.oracle import Oracle
-from abbisect.bisect.policies import EndsFirst
-from abbisect.bisect.posterior import Option, Posterior, Space
+from abbisect.bisect.policies import EndsFirst, Walker
+from abbisect.bisect.posterior import Decision, Option, Posterior, Space
 from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult, start
 from abbisect.checkout import Revision
 from abbisect.recipe.status import Outcome
 from abbisect.stats.evidence import AFTER, BEFORE
 from abbisect.trial.spec import TrialResult
+
+if TYPE_CHECKING:
+    from abbisect.bisect.variables import Variable
 
 NO_CHANGE_PRIOR = 0.5  # the ends were named good and bad, but whether they differ is for the evidence to say
 CONFIRMATIONS = 6  # an answer not confirmed: search on with the fresh launches as evidence, at most this often
@@ -43,56 +49,89 @@ CONFIRMATIONS = 6  # an answer not confirmed: search on with the fresh launches 
 HANDOFF = 0.5
 
 
-class NoisySearch:
-    """The posterior search (module docstring) over an oracle's launches: `walk` searches a bisect's range (the
-    driver saves and concludes it), `settle` searches and confirms, `part` makes the search of a part of it."""
+Confirm = Callable[["NoisySearch", str, Posterior, int], tuple[Confirmed, Posterior]]
 
-    def __init__(self, oracle: Oracle, save: Callable[[BisectRun], None] = lambda run: None) -> None:
-        self.oracle, self.recipe, self.say, self.save = oracle, oracle.recipe, oracle.say, save
-        a: Assessor = oracle.assessor
-        self.threshold = self.recipe.bisect.posterior
-        self.evidence = Evidence(self.recipe, a)
-        self.cap = a.search_cap
-        self.asks_items = self.evidence.model(()).asks_items  # a candidate is asked the items telling the ends apart
-        self.labels: dict[str, str] = {}  # a launch's label when not its role (a confirmation's)
-        self.fresh = False  # never from the trial cache (a confirmation's launches)
-        self.prior: dict[str, float] = {}
-        self.rounds = 0
-        self.phase, self.prefix = 1, ""  # a search of a part of the range for another change: its number, label
-        self.ask: tuple[str, ...] | None = None  # the eval items its every launch asks (a part's search)
 
-    def walk(self, driver, run: BisectRun,
-             search_changes: Callable[[NoisySearch, Posterior], dict] | None = None) -> BisectRun:
-        """Search the bisect's range and confirm the answer; `search_changes`: what to do next with the search and its
-        posterior, before the answer is concluded (every other change of the range: abbisect/bisect/changes.py)."""
-        oracle, recipe, a = self.oracle, self.recipe, self.oracle.assessor
-        self.driver, self.run = driver, run
+@dataclass(frozen=True)
+class Range:
+    """The commits one search works on: their graph, its ends (sha → role), the prior's weights and the space of
+    answers; `phase`: which search of the bisect it is (1: the whole range's), `prefix` what its launches' labels
+    start with (a part's: `change<phase> `). Made once for the whole range (`whole`), from which each part's is
+    made (`part`)."""
+
+    graph: Graph
+    ends: dict[str, Role]
+    prior: dict[str, float]
+    space: Space
+    phase: int = 1
+    prefix: str = ""
+
+    @classmethod
+    def whole(cls, variable: Variable, run: BisectRun) -> Range:
+        """The bisect's range: old end to new end, or both sides of the merge base of ends on two branches."""
         olds = list(run.merge_bases) or [run.old.sha]
         if run.merge_bases:  # the change lies on either side of the merge base: both sides are searched at once
-            sides = [driver.variable.graph(tip, olds, unrelated_olds=True) for tip in (run.good.sha, run.bad.sha)]
+            sides = [variable.graph(tip, olds, unrelated_olds=True) for tip in (run.good.sha, run.bad.sha)]
             walk = list(dict.fromkeys([*sides[0].walk, *sides[1].walk]))
-            self.graph = Graph.from_parents({**sides[0].parents, **sides[1].parents}, walk,
-                                            sides[0].treesame | sides[1].treesame)
-            self.ends = {run.good.sha: Role.GOOD_END, run.bad.sha: Role.BAD_END,
-                         **{b: Role.MERGE_BASE for b in run.merge_bases}}
+            graph = Graph.from_parents({**sides[0].parents, **sides[1].parents}, walk,
+                                       sides[0].treesame | sides[1].treesame)
+            ends = {run.good.sha: Role.GOOD_END, run.bad.sha: Role.BAD_END,
+                    **{b: Role.MERGE_BASE for b in run.merge_bases}}
         else:
-            self.graph = driver.variable.graph(run.new.sha, olds)
-            self.ends = {run.old.sha: Role.OLD_END, run.new.sha: Role.NEW_END}
-        weights = prior_weights(recipe, driver.variable.touched(list(self.graph.order))) if recipe.bisect.prior.unlikely \
-            else {}
-        self.space = Space.of(self.graph, weights, NO_CHANGE_PRIOR)
-        self.prior = weights
+            graph = variable.graph(run.new.sha, olds)
+            ends = {run.old.sha: Role.OLD_END, run.new.sha: Role.NEW_END}
+        unlikely = run.recipe.bisect.prior.unlikely
+        weights = prior_weights(run.recipe, variable.touched(list(graph.order))) if unlikely else {}
+        return cls(graph, ends, weights, Space.of(graph, weights, NO_CHANGE_PRIOR))
+
+    def part(self, variable: Variable, old: str, new: str, phase: int) -> Range:
+        """The commits after `old` up to `new` (two tested commits of this range), searched as the `phase`-th."""
+        graph = variable.graph(new, [old])
+        prior = {s: w for s, w in self.prior.items() if s in graph}
+        return Range(graph, {old: Role.OLD_END, new: Role.NEW_END}, prior, Space.of(graph, prior, NO_CHANGE_PRIOR),
+                     phase, f"change{phase} ")
+
+    def budget(self, cap: int) -> int:
+        """The launches a search of the range may make: `cap` a step of a bisection, and two steps more."""
+        return cap * (math.ceil(math.log2(len(self.space.culprits) + 1)) + 2)
+
+
+class NoisySearch:
+    """The posterior search (module docstring) of a `Range` over an oracle's launches: `walk` searches a bisect's
+    range (the driver saves and concludes it), `settle` searches and confirms (`confirm`, bisect/confirm_posterior.py),
+    `part` makes the search of a part of it, `labelled` the same search launching fresh under a confirmation's
+    labels."""
+
+    def __init__(self, oracle: Oracle, driver: Walker, run: BisectRun, rng: Range, confirm: Confirm,
+                 save: Callable[[BisectRun], None] = lambda run: None, *, evidence: Evidence | None = None,
+                 labels: dict[str, str] | None = None, ask: tuple[str, ...] | None = None) -> None:
+        self.oracle, self.recipe, self.say, self.save = oracle, oracle.recipe, oracle.say, save
+        self.driver, self.run, self.range, self.confirm = driver, run, rng, confirm
+        a: Assessor = oracle.assessor
+        self.threshold = self.recipe.bisect.posterior
+        self.evidence = evidence if evidence is not None else Evidence(self.recipe, a, phase=rng.phase)
+        self.cap = a.search_cap
+        self.budget = rng.budget(self.cap)
+        self.graph, self.ends, self.space, self.prior = rng.graph, rng.ends, rng.space, rng.prior
+        self.asks_items = self.evidence.model(()).asks_items  # a candidate is asked the items telling the ends apart
+        self.labels = labels or {}  # a launch's label when not its role (a confirmation's)
+        self.fresh = labels is not None  # never from the trial cache (a confirmation's launches)
+        self.phase, self.prefix = rng.phase, rng.prefix  # a search of a part of the range: its number, label
+        self.ask = ask  # the eval items its every launch asks (a part's search)
+
+    def walk(self, search_changes: Callable[[NoisySearch, Posterior], Changes | None] | None = None) -> BisectRun:
+        """Search the bisect's range and confirm the answer; `search_changes`: what to do next with the search and its
+        posterior, before the answer is concluded (every other change of the range: abbisect/bisect/changes.py)."""
+        oracle, run, a = self.oracle, self.run, self.oracle.assessor
         n = len(self.space.culprits)
-        self.budget = self.cap * (math.ceil(math.log2(n + 1)) + 2)
         self.say(f"{n} candidate commits between {run.old.ref} and {run.new.ref}; a {a.kind} verdict depends on "
-                   f"chance: searching by the posterior over where the change is, until one commit holds "
-                   f"{self.threshold:.0%} of it")
+                 f"chance: searching by the posterior over where the change is, until one commit holds "
+                 f"{self.threshold:.0%} of it")
         for sha, role in [*self.ends.items(), *((s, Role.CANDIDATE) for s in oracle.recorded)]:
             if sha not in {s.sha for s in run.steps} and (sha in self.ends or sha in self.graph):
                 step = oracle.replayed(run, sha, role)
                 if step is not None:
                     run.steps.append(step)
-        self.rounds = max((r for s in run.steps for r in s.trial_rounds), default=-1) + 1
         first = [sha for sha in self.ends if not self.step_of(sha)]
         if first:
             self.launch_round(first)
@@ -105,13 +144,15 @@ class NoisySearch:
         primary = None
         if search_changes is not None:
             run.changes = search_changes(self, post)
-            primary = run.changes.get("primary")
-            if primary and (run.confirmation.get("found") or {}).get("sha") != primary:  # named by a part's search
-                run.confirmation = run.changes.get("primary_confirmation") or run.confirmation
+            primary = run.changes.primary if run.changes is not None else None
+            if run.changes is not None and primary is not None and (run.confirmation is None
+                                                                    or run.confirmation.found.sha != primary.sha):
+                run.confirmation = run.changes.primary_confirmation or run.confirmation  # named by a part's search
         return self.conclude(post, primary)
 
-    def settle(self) -> tuple[Posterior, dict]:
-        """The search and its confirmation: the posterior after them, and what the confirmation says ({}: none ran)."""
+    def settle(self) -> tuple[Posterior, Confirmed | None]:
+        """The search and its confirmation: the posterior after them, and what the confirmation says (None: none
+        ran)."""
         recipe = self.recipe
         confirming = recipe.bisect.confirm != "never" or recipe.bisect.revert
         # A host that may drift (a performance verdict) is searched to the threshold first: a pair of fresh launches
@@ -119,34 +160,31 @@ class NoisySearch:
         # drift from the change.
         early = confirming and not self.evidence.model(()).drifts
         handoff = min(HANDOFF, self.threshold) if early else self.threshold
-        said: dict = {}
+        said: Confirmed | None = None
         post = self.search(stop=handoff)
         for attempt in range(1, CONFIRMATIONS + 1):  # confirmed, or searched on with its launches as evidence
             decision = post.decide(handoff)
             if not decision.found or not confirming:
                 break
-            said, post = Confirmation(self).run(decision.found, post, attempt)
-            if said["level"] in ("confirmed", "host changed") or attempt == CONFIRMATIONS \
-                    or self.launches() >= self.budget:
+            said, post = self.confirm(self, decision.found, post, attempt)
+            if said.level.final or attempt == CONFIRMATIONS or self.launches() >= self.budget:
                 break
-            self.say(f"confirmation {attempt}: {said['sentence']}; searching on with its launches as evidence")
+            self.say(f"confirmation {attempt}: {said.sentence}; searching on with its launches as evidence")
             post = self.search(stop=handoff)
         return post, said
 
-    def part(self, old: str, new: str, phase: int) -> NoisySearch:
+    def part(self, old: str, new: str, phase: int, ask: tuple[str, ...] | None = None) -> NoisySearch:
         """A search of its own for another change between two tested commits of this one's range (`old` before
         `new`), the `phase`-th of the bisect: its launches labelled `change<phase> …`, its evidence what this
-        part's commits showed in the searches up to it."""
-        sub = NoisySearch(self.oracle, self.save)
-        sub.driver, sub.run, sub.phase, sub.prefix = self.driver, self.run, phase, f"change{phase} "
-        sub.evidence.phase = phase
-        sub.graph = self.driver.variable.graph(new, [old])
-        sub.ends = {old: Role.OLD_END, new: Role.NEW_END}
-        sub.space = Space.of(sub.graph, {s: w for s, w in self.prior.items() if s in sub.graph}, NO_CHANGE_PRIOR)
-        sub.prior = {s: w for s, w in self.prior.items() if s in sub.graph}
-        sub.budget = sub.cap * (math.ceil(math.log2(len(sub.space.culprits) + 1)) + 2)
-        sub.rounds = max((r for s in self.run.steps for r in s.trial_rounds), default=-1) + 1
-        return sub
+        part's commits showed in the searches up to it; `ask`: the eval items its every launch asks."""
+        return NoisySearch(self.oracle, self.driver, self.run, self.range.part(self.driver.variable, old, new, phase),
+                           self.confirm, self.save, ask=ask)
+
+    def labelled(self, labels: dict[str, str]) -> NoisySearch:
+        """This search launching fresh (never from the trial cache), each commit under its label in `labels` (a
+        confirmation's, which may add to them as it goes), its evidence this search's."""
+        return NoisySearch(self.oracle, self.driver, self.run, self.range, self.confirm, self.save,
+                           evidence=self.evidence, labels=labels, ask=self.ask)
 
     def search(self, options: Callable[[], list[Option]] | None = None, stop: float | None = None,
                limit: int | None = None, until: Callable[[Posterior], bool] | None = None) -> Posterior:
@@ -168,7 +206,7 @@ class NoisySearch:
                 self.say("no launch is expected to tell more: not sure where the change is")
                 return post
             top = ", ".join(f"{(s or 'no change')[:10]} {m:.0%}" for s, m in decision.likely[:3])
-            self.say(f"round {self.rounds}: {post.entropy():.1f} bits left (most likely: {top}); launching "
+            self.say(f"round {self.next_round()}: {post.entropy():.1f} bits left (most likely: {top}); launching "
                      + ", ".join(f"{s[:10]} ({self.label(s)})" for s in plan))
             self.oracle.prefetch_build([s for s in plan if not self.oracle.warm(s)])
             self.launch_round(list(plan))
@@ -180,7 +218,7 @@ class NoisySearch:
         by more than a third of the smallest change that matters."""
         if not post.model.drifts or len(self.run.rounds) < 2:
             return False
-        if not {sha for r in self.run.rounds[-2:] for sha in r["commits"]} & set(self.ends):
+        if not {sha for r in self.run.rounds[-2:] for sha in r.commits} & set(self.ends):
             return True
         return self.drift(post) is not None
 
@@ -257,11 +295,15 @@ class NoisySearch:
             options.append(Option(sha, cost, sha in self.ends, cap - done))
         return options
 
+    def next_round(self) -> int:
+        """The number the next round of launches gets: one after every round so far, a resumed bisect's and every
+        search's (each round records a launch)."""
+        return max((r for s in self.run.steps for r in s.trial_rounds), default=-1) + 1
+
     def launch_round(self, shas: list[str]) -> None:
         """One round: the launches at once on the slots (one slot: one after the other), each recorded in its
         commit's step as it finishes, state.json saved after each."""
-        oracle, run, number = self.oracle, self.run, self.rounds
-        self.rounds += 1
+        oracle, run, number = self.oracle, self.run, self.next_round()
         t_round = time.monotonic()
         jobs: list[tuple[str, int]] = []
         for sha in shas:
@@ -283,8 +325,8 @@ class NoisySearch:
         else:
             for k, (sha, attempt) in enumerate(jobs):
                 self.record(*one(k, sha, attempt), number)
-        run.rounds.append({"round": number, "commits": [s for s, _ in jobs], "seconds": round(time.monotonic() - t_round, 2),
-                           "remaining": len(self.space.culprits)})
+        run.rounds.append(Round(number, tuple(s for s, _ in jobs), round(time.monotonic() - t_round, 2),
+                                len(self.space.culprits)))
 
     def items_for(self, sha: str) -> tuple[str, ...] | None:
         """The eval items a candidate's launch asks: those telling the states apart, once there are any; an end
@@ -350,16 +392,17 @@ class NoisySearch:
         values = self.state_values(post, culprit)
         return {name: post.model.said(state, *values[state]) for name, state in (("before", BEFORE), ("after", AFTER))}
 
-    def conclude(self, post: Posterior, primary: str | None = None) -> BisectRun:
+    def conclude(self, post: Posterior, primary: Change | None = None) -> BisectRun:
         """The answer: the commit the posterior names, or `primary`, the change that accounts for most of the ends'
         difference when every change was searched for (`run.changes`)."""
         run, driver = self.run, self.driver
         decision = post.decide(self.threshold)
-        likeliest = primary or next((s for s, _ in decision.likely if s is not None), self.space.culprits[-1])
+        likeliest = primary.sha if primary else next((s for s, _ in decision.likely if s is not None),
+                                                     self.space.culprits[-1])
         worse = self.worse_state(post, likeliest)
         run.mode = Mode.REGRESSION if worse == AFTER else Mode.FIX
         if primary is not None:
-            run.mode = Mode.REGRESSION if run.changes["primary_sign"] == "regression" else Mode.FIX
+            run.mode = Mode.REGRESSION if primary.effect is not None and primary.effect.regression else Mode.FIX
         bad_state = worse
         for step in run.steps:
             q = post.after(step.sha) if step.sha in self.graph else 0.0
@@ -393,9 +436,9 @@ class NoisySearch:
         marks = tuple((s.sha, {Outcome.SKIP: SKIP}.get(s.outcome, NEW if (s.outcome == Outcome.BAD) ==
                                                      (run.mode is Mode.REGRESSION) else OLD))
                       for s in run.steps if s.sha in self.graph)
-        found = primary or decision.found
+        found = primary.sha if primary else decision.found
         if found:
-            named = tuple(c["sha"] for c in run.changes.get("changes", ())) or (found,)
+            named = (tuple(c.sha for c in run.changes.changes) if run.changes else ()) or (found,)
             result = SearchResult("found", found, named, 0, marks)
             if run.merge_bases:
                 self.pick_side(found)
@@ -416,19 +459,19 @@ class NoisySearch:
                          f"base {run.merge_bases[0][:10]} were searched at once, and the change is on "
                          f"{tip.ref}'s side.")
 
-    def report(self, post: Posterior, decision, likeliest: str) -> dict:
+    def report(self, post: Posterior, decision: Decision, likeliest: str) -> PosteriorSummary:
         """What bisect.md and bisect.json show of the posterior (gathered now: the renderers are pure)."""
         mass = post.culprit_mass()
         tested = {s.sha for s in self.run.steps}
         shown = {sha: round(m, 6) for sha, m in mass.items() if m >= 1e-4 or sha in tested}
-        return {"kind": self.oracle.assessor.kind, "threshold": self.threshold, "launches": self.launches(),
-                "old": next(iter(self.ends)),
-                "rounds": self.rounds_run(), "budget": self.budget, "culprits": len(self.space.culprits),
-                "order": [s for s in self.space.culprits if s in shown], "mass": shown,
-                "no_change": round(post.no_change, 6), "entropy_bits": round(post.entropy(), 3),
-                "answer": decision.found, "answer_mass": round(mass.get(decision.found, 0.0), 6)
-                if decision.found else None, "likeliest": likeliest,
-                "likely": [[s, round(m, 6)] for s, m in decision.likely],
-                "prior": {sha: w for sha, w in self.prior.items()}, "unlikely": list(self.recipe.bisect.prior.unlikely),
-                "states": self.states_said(post, likeliest),
-                "after": {s.sha: s.stats.get("p_after") for s in self.run.steps if s.sha in self.graph}}
+        states = self.states_said(post, likeliest)
+        return PosteriorSummary(
+            kind=self.oracle.assessor.kind, threshold=self.threshold, launches=self.launches(),
+            old=next(iter(self.ends)), rounds=self.rounds_run(), budget=self.budget,
+            culprits=len(self.space.culprits), order=tuple(s for s in self.space.culprits if s in shown), mass=shown,
+            no_change=round(post.no_change, 6), entropy_bits=round(post.entropy(), 3), answer=decision.found,
+            answer_mass=round(mass.get(decision.found, 0.0), 6) if decision.found else None, likeliest=likeliest,
+            likely=tuple((s, round(m, 6)) for s, m in decision.likely), prior=dict(self.prior),
+            unlikely=tuple(self.recipe.bisect.prior.unlikely), states=States(states["before"], states["after"]),
+            # a step's chance of being after the change, once the whole range's search concluded it
+            after={s.sha: s.stats.get("p_after") for s in self.run.steps if s.sha in self.graph})

@@ -23,6 +23,7 @@ from abbisect.assess.differs import Differs, differing
 from abbisect.assess.failure import sample_fingerprint
 from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.bisect.ends import judged_against_ends
+from abbisect.bisect.findings import Round
 from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.multisect import fold_taken, pick, still_useful
 from abbisect.bisect.oracle import Oracle, Sample
@@ -193,8 +194,8 @@ class Multisection:
                     for sha, _ in list(running.values()):
                         if not still_useful(state, sha) and driver.oracle.cancel(sha):
                             driver.say(f"round {number}: {sha[:10]} no longer matters; stopping its trial")
-                run.rounds.append({"round": number, "commits": tested, "seconds": round(time.monotonic() - t_round, 2),
-                                   "remaining": len(state.remaining())})
+                run.rounds.append(Round(number, tuple(tested), round(time.monotonic() - t_round, 2),
+                                        len(state.remaining())))
         return Sequential().search(driver, run, state, direction, ends)
 
 

@@ -18,6 +18,7 @@ from abbisect.assess.accuracy import eval_run
 from abbisect.assess.base import against_ends
 from abbisect.assess.perf import metric_values, pass_errors
 from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
+from abbisect.bisect.findings import Level
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
@@ -135,16 +136,16 @@ def headline(run: BisectRun) -> str:
     if res.outcome == "found" and res.first_new is not None:
         noun = run.variable.kind.noun
         shown = run.subject(res.first_new) if noun == "version" else res.first_new
-        several = len((run.changes or {}).get("changes") or ())
+        several = len(run.changes.changes) if run.changes else 0
         why = f" (the largest effect of the {several} changes named)" if several > 1 else ""
         return f"The {noun} that {run.mode.word} it: {code(shown, 120)}{why}"
-    if (run.confirmation or {}).get("level") == "host changed":
+    if run.confirmation is not None and run.confirmation.level is Level.HOST_CHANGED:
         return ("Not confirmed: the host changed between the search and the confirmation — run the bisect again on "
                 "a quiet host")
     if res.outcome == "ambiguous" and run.posterior:
-        return (f"Not sure: no commit holds {run.posterior['threshold']:.0%} of the posterior after "
-                f"{run.posterior['launches']} launches; the likeliest are "
-                + ", ".join(f"`{c[:10]}` ({run.posterior['mass'].get(c, 0.0):.0%})" for c in res.candidates[:4]))
+        p = run.posterior
+        return (f"Not sure: no commit holds {p.threshold:.0%} of the posterior after {p.launches} launches; the "
+                "likeliest are " + ", ".join(f"`{c[:10]}` ({p.mass.get(c, 0.0):.0%})" for c in res.candidates[:4]))
     if res.outcome == "ambiguous":
         return (f"Only untestable commits are left: the commit that {run.mode.word} it is one of "
                 f"{', '.join(f'`{c[:10]}`' for c in res.candidates)}")
@@ -200,37 +201,38 @@ def how_sure_block(run: BisectRun) -> list[str]:
     """The answer run again (bisect.confirm) and the revert (--confirm-revert), or what was not rerun."""
     res = run.result
     c = run.confirmation
-    if c and c.get("level") == "host changed":  # nothing named: what the confirmation saw is the answer
-        return ["### How sure", "", f"**Host changed**: {c['sentence']}.", ""]
+    if c is not None and c.level is Level.HOST_CHANGED:  # nothing named: what the confirmation saw is the answer
+        return ["### How sure", "", f"**Host changed**: {c.sentence}.", ""]
     if res is None or res.first_new is None:
         return []
-    if not c:
+    if c is None:
         return ["### How sure", "", ("The found commit and its parent were each tested once, and the verdict "
                                      "is a rule on one trial; `--confirm always` runs them again, fresh."), ""]
     notes = Notes()
-    rows = [[who, f"`{c[who]['sha'][:10]}`", f"**{c[who]['outcome']}**", cell(c[who]["evidence"], 160, notes)]
-            for who in ("parent", "found")]
-    each = (f"{c['launches']} fresh launch(es) each" if c.get("parent_launches", c["launches"]) == c["launches"]
-            else f"fresh launches: {c['launches']} of the found commit, {c['parent_launches']} of its parent")
-    if "counted" in c:  # the posterior search's confirmation counts the search's launches of the two too
-        each += f"; counted with them from the search: {c['counted']} and {c['parent_counted']}"
-    lines = ["### How sure", "", f"**{c['level'].capitalize()}**: {c['sentence']} ({each}).", "",
+    rows = [[who, f"`{j.sha[:10]}`", f"**{j.outcome}**", cell(j.evidence, 160, notes)]
+            for who, j in (("parent", c.parent), ("found", c.found))]
+    each = (f"{c.launches} fresh launch(es) each" if c.parent_launches == c.launches
+            else f"fresh launches: {c.launches} of the found commit, {c.parent_launches} of its parent")
+    counted = c.counted
+    if counted is not None:  # the posterior search's confirmation counts the search's launches of the two too
+        each += f"; counted with them from the search: {counted.counted} and {counted.parent_counted}"
+    lines = ["### How sure", "", f"**{c.level.capitalize()}**: {c.sentence} ({each}).", "",
              table(["", "commit", "verdict", "evidence"], rows, notes), ""]
-    if c.get("compared", {}).get("text"):
-        lines += [f"Parent vs found, run again: {c['compared']['text']}.", ""]
-    if c.get("mass"):
+    if c.compared is not None and c.compared.text:
+        lines += [f"Parent vs found, run again: {c.compared.text}.", ""]
+    if counted is not None:
+        m = counted.mass
         lines += [(f"Every launch counted, the search's and the fresh ones, in the search's posterior: the found "
-                   f"commit holds {c['mass']['found']:.1%}, its parent {c['mass']['parent']:.1%}, no change "
-                   f"{c['mass']['no_change']:.1%}."), ""]
-    for who, why in (c.get("guard") or {}).items():
-        if why:
-            lines += [f"⚠ Guard: the {who}'s launches in the search no longer count, only its fresh ones: {cell(why, 300)}.",
-                      ""]
-    revert = c.get("revert")
+                   f"commit holds {m.found:.1%}, its parent {m.parent:.1%}, no change {m.no_change:.1%}."), ""]
+        for who, why in counted.guard.items():
+            if why:
+                lines += [(f"⚠ Guard: the {who}'s launches in the search no longer count, only its fresh ones: "
+                           f"{cell(why, 300)}."), ""]
+    revert = c.revert
     if revert:
         lines += [f"**Revert**: {revert['sentence']}."
                   + (f" The revert is commit `{revert['sha'][:10]}` (made by abbisect, on no branch)."
-                     if revert.get("sha") else ""), ""]
+                     if "sha" in revert else ""), ""]
     return lines
 
 
@@ -395,7 +397,7 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
     lines += [caches_line(JitMode(run.recipe.launch.jit_cache), [("the tested commits", [t for s in run.steps
                                                                                           for t in s.trials])]), ""]
     if run.rounds and (run.slots > 1 or not run.posterior):  # a posterior search says its rounds itself
-        per_round = ", ".join(f"{r['seconds']:.0f} s ({len(r['commits'])})" for r in run.rounds)
+        per_round = ", ".join(f"{r.seconds:.0f} s ({len(r.commits)})" for r in run.rounds)
         ahead = sum(s.round == 0 and s.role is Role.CANDIDATE for s in run.steps)
         with_ends = f"ends tested at once, with {ahead} commit(s) between them" if ahead else "ends tested at once"
         lines += [(f"{run.slots} slots on the {run.executor} executor ({with_ends}): {len(run.rounds)} "
@@ -487,14 +489,17 @@ def bisect_json(run: BisectRun) -> dict:
             "steps": [{**dump(s, exclude={"result", "more"}), "launches": len(s.trials)} for s in run.steps],
             "launches": run.launches, "builds": run.builds, "before": dump(run.before),  # a resumed one's every run
             "failure": run.failure, "unstable": list(run.unstable),
-            "confirmation": run.confirmation, "posterior": run.posterior or None, "changes": run.changes or None,
+            "confirmation": run.confirmation.json() if run.confirmation else {},
+            "posterior": run.posterior.json() if run.posterior else None,
+            "changes": run.changes.json() if run.changes else None,
             "narrowing": narrow_json(run.narrowing) if run.narrowing else None,
             "pins": {sha: dump(d) for sha, d in run.pins.items()}, "follow": dump(run.follow) if run.follow is not None else None,
             "wall_s": run.wall_s, "version": __version__, "repo": str(run.repo),
             "merge_bases": list(run.merge_bases), "ends_note": run.ends_note, "excluded": list(run.excluded),
             "releases": dump(run.releases) if run.releases else None,
             "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "slots": run.slots, "executor": run.executor, "rounds": run.rounds, "nodes": nodes_json(run),
+            "slots": run.slots, "executor": run.executor, "rounds": [r.json() for r in run.rounds],
+            "nodes": nodes_json(run),
             "ends": {"mode": run.ends_mode, "asked": run.ends_asked, "fallback": run.ends_fallback,
                      "lazy": run.ends_lazy},
             "trials": [trial_record(run, s) for s in run.steps if s.result is not None]}

@@ -6,6 +6,7 @@ from __future__ import annotations
 from html import escape
 
 from abbisect.bisect.bisection import BisectRun, Step
+from abbisect.bisect.findings import PosteriorSummary
 from abbisect.report.text import fence, plain
 
 BAR = 32  # characters of the longest bar
@@ -16,24 +17,20 @@ def _launches(step: Step | None) -> str:
     return f"{len(step.trials)} launch(es)" if step is not None else "not launched"
 
 
-def rows(run: BisectRun, p: dict | None = None) -> list[tuple[str, float, Step | None]]:
+def rows(run: BisectRun, p: PosteriorSummary) -> list[tuple[str, float, Step | None]]:
     """(commit, mass, its step) for the commits worth a row, oldest first: every launched one, and every one
-    holding at least 0.5 % of the mass (`p`: a posterior other than the whole range's)."""
-    p = run.posterior if p is None else p
-    mass = p.get("mass", {})
-    out = [(sha, float(mass.get(sha, 0.0)), run.step_of(sha)) for sha in p.get("order", [])]
+    holding at least 0.5 % of the mass."""
+    out = [(sha, float(p.mass.get(sha, 0.0)), run.step_of(sha)) for sha in p.order]
     return [r for r in out if r[2] is not None or r[1] >= 0.005]
 
 
-def picture(run: BisectRun, p: dict | None = None) -> str:
-    """A bar a commit: its share of the posterior, the answer marked, with each commit's launches and
-    evidence; the old end first (`p`: the posterior of a part of the range, which says where it starts)."""
-    p = run.posterior if p is None else p
-    old_sha = p.get("old") or run.old.sha
-    answer = p.get("answer") or p.get("likeliest")
+def picture(run: BisectRun, p: PosteriorSummary) -> str:
+    """A bar a commit: its share of the posterior `p` (the whole range's, or a part's, which says where it
+    starts), the answer marked, with each commit's launches and evidence; the old end first."""
+    answer = p.marked
     lines = []
-    old = run.step_of(old_sha)
-    lines.append(f"{old_sha[:10]}  {'old end':<{BAR}}         {_launches(old)}"
+    old = run.step_of(p.old)
+    lines.append(f"{p.old[:10]}  {'old end':<{BAR}}         {_launches(old)}"
                  + (f"  {plain(old.evidence.split(';')[0], 60)}" if old else ""))
     shown = rows(run, p)
     if len(shown) > ROWS:
@@ -46,46 +43,43 @@ def picture(run: BisectRun, p: dict | None = None) -> str:
         mark = " ◀" if sha == answer else "  "
         said = f"  {plain(step.evidence.split(';')[0], 60)}" if step is not None else ""
         lines.append(f"{sha[:10]}  {bar:<{BAR}} {m:6.1%}{mark} {_launches(step)}{said}")
-    lines.append(f"{'no change':<10}  {'█' * round(p.get('no_change', 0.0) * BAR):<{BAR}} "
-                 f"{p.get('no_change', 0.0):6.1%}")
+    lines.append(f"{'no change':<10}  {'█' * round(p.no_change * BAR):<{BAR}} {p.no_change:6.1%}")
     return "\n".join(lines)
 
 
 def block(run: BisectRun) -> list[str]:
     """bisect.md's section on the posterior ([] when the verdict was a rule: plain bisection)."""
     p = run.posterior
-    if not p:
+    if p is None:
         return []
-    threshold = p["threshold"]
-    answer = p.get("answer")
-    if answer:
-        head = (f"The change is at `{answer[:10]}`, holding **{p['answer_mass']:.1%}** of the posterior "
+    threshold = p.threshold
+    if p.answer:
+        head = (f"The change is at `{p.answer[:10]}`, holding **{p.answer_mass or 0.0:.1%}** of the posterior "
                 f"(a commit is named at {threshold:.0%} or more)")
     elif run.mode.ending == "no-change":
-        head = f"No change holds {p['no_change']:.1%} of the posterior (at least {threshold:.0%})"
+        head = f"No change holds {p.no_change:.1%} of the posterior (at least {threshold:.0%})"
     else:
-        likely = ", ".join(f"`{s[:10]}` {m:.1%}" if s else f"no change {m:.1%}" for s, m in p["likely"][:4])
+        likely = ", ".join(f"`{s[:10]}` {m:.1%}" if s else f"no change {m:.1%}" for s, m in p.likely[:4])
         head = f"**Not sure**: no commit holds {threshold:.0%} of the posterior; the likeliest are {likely}"
-        if (run.changes or {}).get("changes"):
+        if run.changes and run.changes.changes:
             head = ("The whole range's search, whose posterior assumes one change, named none (each change above "
                     f"was named by a search of its own part): no commit holds {threshold:.0%}; the likeliest are "
                     f"{likely}")
     lines = ["### Posterior", "",
-             f"{head}, after {p['launches']} launches in {p['rounds']} rounds (at most {p['budget']}) over "
-             f"{p['culprits']} candidate commits; {p['entropy_bits']:.1f} bits left. Each launch's evidence updates "
-             f"one posterior over where the change is ({p['kind']}: " + _model(p['kind']) + "); each round "
-             "launches what is expected to reduce its entropy most per unit of cost.", ""]
-    if p.get("states"):
-        lines += [f"Before the change: {p['states'].get('before')}; after it: {p['states'].get('after')}.", ""]
-    if p.get("prior"):
-        names = ", ".join(f"`{s[:10]}`" for s in list(p["prior"])[:8]) + (" …" if len(p["prior"]) > 8 else "")
-        weight = next(iter(p["prior"].values()))
-        lines += [(f"Prior: {len(p['prior'])} commit(s) touching only {', '.join(f'`{u}`' for u in p['unlikely'])} "
+             f"{head}, after {p.launches} launches in {p.rounds} rounds (at most {p.budget}) over "
+             f"{p.culprits} candidate commits; {p.entropy_bits:.1f} bits left. Each launch's evidence updates "
+             f"one posterior over where the change is ({p.kind}: " + _model(p.kind) + "); each round "
+             "launches what is expected to reduce its entropy most per unit of cost.", "",
+             f"Before the change: {p.states.before}; after it: {p.states.after}.", ""]
+    if p.prior:
+        names = ", ".join(f"`{s[:10]}`" for s in list(p.prior)[:8]) + (" …" if len(p.prior) > 8 else "")
+        weight = next(iter(p.prior.values()))
+        lines += [(f"Prior: {len(p.prior)} commit(s) touching only {', '.join(f'`{u}`' for u in p.unlikely)} "
                    f"weigh {weight:g} of the others a priori ({names}); every other commit alike."), ""]
     else:
         lines += ["Prior: every candidate commit alike.", ""]
     lines += [("Mass of each commit being the first after the change, oldest first (the answer ◀; the picture is "
-              "`posterior.svg` beside this report):"), "", fence(picture(run)), ""]
+              "`posterior.svg` beside this report):"), "", fence(picture(run, p)), ""]
     return lines
 
 
@@ -100,19 +94,18 @@ def svg(run: BisectRun) -> str:
     """posterior.svg: a bar a candidate commit, oldest first; the answer red, launched commits dotted, the
     threshold dashed."""
     p = run.posterior
-    order = p.get("order", [])
-    mass = p.get("mass", {})
-    answer = p.get("answer") or p.get("likeliest")
+    assert p is not None, "a statistical bisect's"
+    order, mass, answer = p.order, p.mass, p.marked
     width, left, top, height = max(320, 60 + 12 * len(order)), 50, 30, 160
     out = [(f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{top + height + 70}" '
            'font-family="sans-serif" font-size="11">'),
            f'<title>posterior over the first commit after the change: {escape(run.recipe.name)}</title>',
-           (f'<text x="{left}" y="18">posterior mass per commit, oldest first ({escape(p.get("kind", ""))}, '
-           f'{p.get("launches", 0)} launches)</text>'),
+           (f'<text x="{left}" y="18">posterior mass per commit, oldest first ({escape(p.kind)}, '
+           f'{p.launches} launches)</text>'),
            f'<line x1="{left}" y1="{top + height}" x2="{width - 10}" y2="{top + height}" stroke="#333"/>']
-    level = top + height * (1 - p.get("threshold", 0.99))
+    level = top + height * (1 - p.threshold)
     out.append(f'<line x1="{left}" y1="{level:.1f}" x2="{width - 10}" y2="{level:.1f}" stroke="#999" '
-               f'stroke-dasharray="4 3"/><text x="4" y="{level + 4:.1f}">{p.get("threshold", 0.99):.0%}</text>')
+               f'stroke-dasharray="4 3"/><text x="4" y="{level + 4:.1f}">{p.threshold:.0%}</text>')
     for i, sha in enumerate(order):
         m = float(mass.get(sha, 0.0))
         x = left + 12 * i
@@ -128,5 +121,5 @@ def svg(run: BisectRun) -> str:
             out.append(f'<text x="{x}" y="{top + height + 24}" transform="rotate(45 {x} {top + height + 24})">'
                        f'{sha[:8]}</text>')
     out.append(f'<text x="{left}" y="{top + height + 66}">● launched; red: '
-               f'{escape((answer or "")[:10])}; no change {p.get("no_change", 0.0):.1%}</text></svg>')
+               f'{escape((answer or "")[:10])}; no change {p.no_change:.1%}</text></svg>')
     return "\n".join(out) + "\n"
