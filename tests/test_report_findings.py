@@ -10,8 +10,6 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
 
-from fakes import FakeHistory, line
-
 from abbisect.bisect.bisection import BisectRun, Mode, Role, Step
 from abbisect.bisect.findings import (
     Change,
@@ -33,6 +31,7 @@ from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.report import changes, posterior
 from abbisect.report.bisect import bisect_json, headline, how_sure_block
+from abbisect.testing.fakes import FakeHistory, line
 
 RECIPE = Recipe.model_validate({"name": "pure", "engine": {"kind": "command", "repo": "/nonexistent"},
                                 "launch": {"command": ["serve"]}, "prompts": ["p0"], "repeats": {"launches": 6}})
