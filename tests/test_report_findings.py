@@ -10,6 +10,7 @@ import xml.etree.ElementTree as ET
 from dataclasses import replace
 from pathlib import Path
 
+from abbisect.assess.base import Comparison
 from abbisect.bisect.bisection import BisectRun, Mode, Role, Step
 from abbisect.bisect.findings import (
     Change,
@@ -62,7 +63,7 @@ def summary(**changed) -> PosteriorSummary:
 def confirmation(level: Level = Level.CONFIRMED, counted: bool = True) -> Confirmation:
     return Confirmation(
         level, "its parent is like the old end", Judged("c004", Outcome.GOOD, "0/9 failed"),
-        Judged("c005", Outcome.BAD, "4/8 failed"), launches=6, compared={"text": "failed 0/9 → 4/8"},
+        Judged("c005", Outcome.BAD, "4/8 failed"), launches=6, compared=Comparison("flaky", "failed 0/9 → 4/8"),
         counted=Counted(7, 0, 2, 3, 4, 1, {"parent": "its fresh launches differ", "found": None},
                         Masses(0.993, 0.002, 0.004)) if counted else None)
 
