@@ -30,11 +30,11 @@ from dataclasses import dataclass
 from scipy import stats
 
 from abbisect.assess.accuracy import eval_run
-from abbisect.bisect.launches import CONFIRM, fresh, phase_of
+from abbisect.bisect.launches import fresh, phase_of
 from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.posterior import Posterior
 from abbisect.stats.effects import Effect, Residual, residual
-from abbisect.trial.spec import TrialResult
+from abbisect.trial.spec import Label, Purpose, TrialResult
 
 FRESH = 3  # launches of a change named and of its parent that did not choose it, at least, to tell its effect
 
@@ -105,7 +105,7 @@ class Changes:
         if max(need.values()) <= 0:
             return
         meter = self.main.part(self.old, self.new, phase)
-        meter.labels, meter.fresh = {parent: f"{CONFIRM}-measure-parent", sha: f"{CONFIRM}-measure-found"}, True
+        meter.labels, meter.fresh = {parent: Label("parent", Purpose.MEASURE), sha: Label("found", Purpose.MEASURE)}, True
         self.main.say(f"measuring {sha[:10]} against its parent on fresh launches (the search's launches chose it, "
                       f"so they tell its effect too large): {max(need.values())} more of each at most")
         for k in range(max(need.values())):

@@ -18,7 +18,7 @@ from abbisect.bisect.kinds import VariableKind
 from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.infra import git
 from abbisect.recipe.status import Outcome
-from abbisect.trial.spec import TrialResult
+from abbisect.trial.spec import Label, Purpose, TrialResult
 
 
 def wanted(run: BisectRun, statistical: bool) -> bool:
@@ -36,7 +36,8 @@ def confirm(oracle: Oracle, run: BisectRun) -> None:
     if not found or not parent:
         return
     if not (oracle.assessor.statistical and run.posterior):
-        fresh = {sha: oracle.again(sha, f"confirm-{what}") for sha, what in ((parent, "parent"), (found, "found"))}
+        fresh = {sha: oracle.again(sha, Label(what, Purpose.CONFIRM))
+                 for sha, what in ((parent, "parent"), (found, "found"))}
         seen = {sha: oracle.assessor.alone([t]) for sha, t in fresh.items()}
         if "differs_from_good" in run.recipe.verdict.bad_if:  # a change of output is the signal
             changed = _changed(fresh[parent], fresh[found], run.unstable)

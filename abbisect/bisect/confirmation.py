@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from abbisect.bisect.bisection import BisectRun, Role, Step
-from abbisect.bisect.launches import CONFIRM, Evidence, fresh, phase_of
+from abbisect.bisect.launches import Evidence, fresh, phase_of
 from abbisect.bisect.oracle import Oracle
 from abbisect.bisect.posterior import Option, Posterior
 from abbisect.bisect.search import Graph
@@ -20,7 +20,7 @@ from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.stats.decide import Call
 from abbisect.stats.evidence import AFTER
-from abbisect.trial.spec import TrialResult
+from abbisect.trial.spec import Label, Purpose, TrialResult
 
 
 def call_of(compared: dict) -> str | None:
@@ -38,7 +38,7 @@ class Searching(Protocol):
     evidence: Evidence
     graph: Graph
     ends: dict[str, Role]
-    labels: dict[str, str]
+    labels: dict[str, Label]
     fresh: bool
     rounds: int
     phase: int
@@ -47,7 +47,7 @@ class Searching(Protocol):
 
     def step_of(self, sha: str) -> Step | None: ...
     def role(self, sha: str) -> Role: ...
-    def label(self, sha: str) -> str: ...
+    def label(self, sha: str) -> Label: ...
     def launches(self) -> int: ...
     def launch_round(self, shas: list[str]) -> None: ...
     def posterior(self) -> Posterior: ...
@@ -78,12 +78,14 @@ class Confirmation:
         a = s.oracle.assessor
         parent = (s.graph.parents.get(found) or (next(iter(s.ends)),))[0]
         regression = s.worse_state(post, found) == AFTER
-        label = f"{CONFIRM}{attempt if attempt > 1 else ''}"
-        s.labels, s.fresh = {parent: f"{label}-parent", found: f"{label}-found"}, True
+        label = Purpose.CONFIRM.named(attempt)
+        s.labels, s.fresh = {parent: Label("parent", Purpose.CONFIRM, confirmation=attempt),
+                             found: Label("found", Purpose.CONFIRM, confirmation=attempt)}, True
         pair = [parent, found]
         if post.model.drifts:  # the old end launched beside them each round pins its offset, and the ends may be
             # measured again: a drift of the host is measured, not mistaken for the change
-            s.labels.update({e: f"{label}-{role}" for e, role in s.ends.items() if e not in s.labels})
+            s.labels.update({e: Label(str(role), Purpose.CONFIRM, confirmation=attempt)
+                             for e, role in s.ends.items() if e not in s.labels})
             pair += [e for e in s.ends if e not in pair][:1]
         start, counted = s.rounds, {sha: self.search_launches(sha) for sha in (parent, found)}
         least = s.recipe.repeats.launches
@@ -99,8 +101,8 @@ class Confirmation:
         # on a host that may drift the ends beside them pin each round's offset: the drift model measures it
         guarded = self.guard((parent, found))
         for sha, why in guarded.items():
-            s.say(f"{label}: the {s.labels[sha].rsplit('-', 1)[1]}'s search launches no longer count: {why}")
-        changed = None if post.model.drifts else self.control(parent, found, regression, label)
+            s.say(f"{label}: the {s.labels[sha].who}'s search launches no longer count: {why}")
+        changed = None if post.model.drifts else self.control(parent, found, regression, attempt)
         if changed:  # the host, not the commits: nothing fresh can confirm or refute the answer now
             level, post = "host changed", s.posterior()
         else:
@@ -124,7 +126,7 @@ class Confirmation:
             post = s.posterior()
         return summary, post
 
-    def control(self, parent: str, found: str, regression: bool, label: str) -> str | None:
+    def control(self, parent: str, found: str, regression: bool, attempt: int) -> str | None:
         """Whether the host changed since the search (a machine turned busy that now crashes a good commit too),
         rather than the answer being wrong: why, in words, or None. When the one of the pair that should look like
         the good state (the parent of a regression, the found commit of a fix) did worse in its fresh launches than
@@ -135,6 +137,7 @@ class Confirmation:
         model's to measure: the ends are launched beside the pair every round.)"""
         s = self.search
         a = s.oracle.assessor
+        label = Purpose.CONFIRM.named(attempt)
         suspect, who = (parent, "parent") if regression else (found, "found commit")
         if regression:  # before the parent, the old end too
             surely = [e for e, role in s.ends.items() if role is not Role.NEW_END and e not in (parent, found)]
@@ -148,7 +151,7 @@ class Confirmation:
         if control is None or not reference or not new or a.compare(reference, new).get("worse") != "b":
             return None
         state = "before the change" if regression else "after it"
-        s.labels[control] = f"{label}-{s.role(control)}"
+        s.labels[control] = Label(str(s.role(control)), Purpose.CONFIRM, confirmation=attempt)
         s.say(f"{label}: the {who} did worse in its fresh launches than the commits {state} in the search: "
               f"launching the {s.role(control)} {control[:10]} again, as a control")
         # as many launches as the suspect's fresh ones (`repeats.launches` at most), and up to three times

@@ -10,7 +10,7 @@ candidate, so a drift of the host is measured, not mistaken for a change). Once 
 its fresh launches counted with the search's until the commit holds `bisect.posterior`; or the search stops when
 "no change" does, or at the cap, "not sure" with the posterior shown. A part of the range is searched the same
 way for a further change (`part`, driven by abbisect/bisect/changes.py). Each commit is one `Step` holding all its
-launches (and the round each ran in), their labels saying which search made them (bisect/launches.py), so
+launches (and the round each ran in), their specs saying which search made them (bisect/launches.py), so
 `state.json` is enough to rebuild every posterior on `--resume`.
 """
 
@@ -34,7 +34,7 @@ from abbisect.checkout import Revision
 from abbisect.recipe.perf import better
 from abbisect.recipe.status import Outcome
 from abbisect.stats.evidence import AFTER, BEFORE, Items, Rates, Samples
-from abbisect.trial.spec import TrialResult
+from abbisect.trial.spec import Label, TrialResult
 
 NO_CHANGE_PRIOR = 0.5  # the ends were named good and bad, but whether they differ is for the evidence to say
 CONFIRMATIONS = 6  # an answer not confirmed: search on with the fresh launches as evidence, at most this often
@@ -55,11 +55,11 @@ class NoisySearch:
         self.evidence = Evidence(self.recipe, a)
         self.cap = a.search_cap
         self.asks_items = isinstance(a.model(), Items)  # a candidate is asked the items telling the ends apart
-        self.labels: dict[str, str] = {}  # a launch's label when not its role (a confirmation's)
+        self.labels: dict[str, Label] = {}  # a launch's label when not its role (a confirmation's)
         self.fresh = False  # never from the trial cache (a confirmation's launches)
         self.prior: dict[str, float] = {}
         self.rounds = 0
-        self.phase, self.prefix = 1, ""  # a search of a part of the range for another change: its number, label
+        self.phase = 1  # a search of a part of the range for another change: its number (its launches' phase)
         self.ask: tuple[str, ...] | None = None  # the eval items its every launch asks (a part's search)
 
     def walk(self, driver, run: BisectRun,
@@ -136,10 +136,10 @@ class NoisySearch:
 
     def part(self, old: str, new: str, phase: int) -> NoisySearch:
         """A search of its own for another change between two tested commits of this one's range (`old` before
-        `new`), the `phase`-th of the bisect: its launches labelled `change<phase> …`, its evidence what this
+        `new`), the `phase`-th of the bisect: its launches of that phase (labelled `change<phase> …`), its evidence what this
         part's commits showed in the searches up to it."""
         sub = NoisySearch(self.oracle, self.save)
-        sub.driver, sub.run, sub.phase, sub.prefix = self.driver, self.run, phase, f"change{phase} "
+        sub.driver, sub.run, sub.phase = self.driver, self.run, phase
         sub.evidence.phase = phase
         sub.graph = self.driver.variable.graph(new, [old])
         sub.ends = {old: Role.OLD_END, new: Role.NEW_END}
@@ -203,8 +203,8 @@ class NoisySearch:
     def role(self, sha: str) -> Role:
         return self.ends.get(sha, Role.CANDIDATE)
 
-    def label(self, sha: str) -> str:
-        return self.prefix + (self.labels.get(sha) or str(self.role(sha)))
+    def label(self, sha: str) -> Label:
+        return (self.labels.get(sha) or Label(str(self.role(sha)))).of_phase(self.phase)
 
     def launches(self) -> int:
         """Launches of this search, its confirmations' included (a search of a part: its own)."""
