@@ -59,7 +59,8 @@ class NoisySearch:
         self.fresh = False  # never from the trial cache (a confirmation's launches)
         self.prior: dict[str, float] = {}
         self.rounds = 0
-        self.phase = 1  # a search of a part of the range for another change: its number (its launches' phase)
+        self.phase = 1  # a search of a part of the range for another change: its number (the whole range's: 1)
+        self.part_number: int | None = None  # the same, None in the whole range's search (its launches' labels)
         self.ask: tuple[str, ...] | None = None  # the eval items its every launch asks (a part's search)
 
     def walk(self, driver, run: BisectRun,
@@ -139,7 +140,7 @@ class NoisySearch:
         `new`), the `phase`-th of the bisect: its launches of that phase (labelled `change<phase> …`), its evidence what this
         part's commits showed in the searches up to it."""
         sub = NoisySearch(self.oracle, self.save)
-        sub.driver, sub.run, sub.phase = self.driver, self.run, phase
+        sub.driver, sub.run, sub.phase, sub.part_number = self.driver, self.run, phase, phase
         sub.evidence.phase = phase
         sub.graph = self.driver.variable.graph(new, [old])
         sub.ends = {old: Role.OLD_END, new: Role.NEW_END}
@@ -204,7 +205,7 @@ class NoisySearch:
         return self.ends.get(sha, Role.CANDIDATE)
 
     def label(self, sha: str) -> Label:
-        return (self.labels.get(sha) or Label(str(self.role(sha)))).of_phase(self.phase)
+        return (self.labels.get(sha) or Label(str(self.role(sha)))).in_part(self.part_number)
 
     def launches(self) -> int:
         """Launches of this search, its confirmations' included (a search of a part: its own)."""

@@ -57,35 +57,41 @@ class Label(str):
     """What a launch is, as the text logs, folders and reports name it ("candidate", "change2 confirm-found",
     "a"): its parts are attributes, the text made from them, so nothing reads them back from the text.
 
-    `who`: the commit's part ("candidate", "old end", "parent", "a"); `purpose`; `phase`: which search of the
-    bisect (1 the whole range's, k ≥ 2 the k-th search of a part of it for another change, its labels starting
-    `changeK `); `confirmation`: which confirmation of that search; `then`: a launch again (" retry 1", " again").
+    `who`: the commit's part ("candidate", "old end", "parent", "a"); `purpose`; `part`: the number of a search
+    of a part of the range for another change (its labels start `changeK `; a change just named is measured in
+    the name of the search that named it, the first's too), None in the whole range's search; `confirmation`:
+    which confirmation of that search; `then`: a launch again (" retry 1", " again").
     A spec is stored with the text alone (state.json, the trial cache, results.json keep the form they had), so
     the parts of a stored label are read from it once, where the spec is loaded (`stored`)."""
 
     who: str
     purpose: Purpose
-    phase: int
+    part: int | None
     confirmation: int
     then: str
 
-    def __new__(cls, who: str, purpose: Purpose = Purpose.SEARCH, phase: int = 1, confirmation: int = 1,
+    def __new__(cls, who: str, purpose: Purpose = Purpose.SEARCH, part: int | None = None, confirmation: int = 1,
                 then: str = "") -> Self:
         head = f"{purpose.named(confirmation)}-" if purpose is not Purpose.SEARCH else ""
-        label = str.__new__(cls, f"{f'change{phase} ' if phase > 1 else ''}{head}{who}{then}")
-        label.who, label.purpose, label.phase, label.confirmation, label.then = who, purpose, phase, confirmation, then
+        label = str.__new__(cls, f"{f'change{part} ' if part is not None else ''}{head}{who}{then}")
+        label.who, label.purpose, label.part, label.confirmation, label.then = who, purpose, part, confirmation, then
         return label
 
     def __reduce__(self) -> tuple[Any, ...]:  # pickled with its parts (an executor's process), not as a str
-        return Label, (self.who, self.purpose, self.phase, self.confirmation, self.then)
+        return Label, (self.who, self.purpose, self.part, self.confirmation, self.then)
+
+    @property
+    def phase(self) -> int:
+        """Which search of the bisect launched it: 1 the whole range's, k ≥ 2 the k-th search of a part of it."""
+        return self.part if self.part is not None else 1
 
     def again(self, then: str) -> Label:
-        """The same launch run again (" retry 1", " again"): its purpose and phase kept."""
-        return Label(self.who, self.purpose, self.phase, self.confirmation, self.then + then)
+        """The same launch run again (" retry 1", " again"): its purpose and search kept."""
+        return Label(self.who, self.purpose, self.part, self.confirmation, self.then + then)
 
-    def of_phase(self, phase: int) -> Label:
-        """The same launch in the `phase`-th search of the bisect."""
-        return Label(self.who, self.purpose, phase, self.confirmation, self.then)
+    def in_part(self, part: int | None) -> Label:
+        """The same launch in the search of the `part`-th part of the range (None: the whole range's)."""
+        return Label(self.who, self.purpose, part, self.confirmation, self.then)
 
     @classmethod
     def plain(cls, side: str) -> Label:
@@ -102,11 +108,11 @@ class Label(str):
         purpose = (Purpose.SEARCH if head is None and "confirm" not in rest else
                    Purpose.MEASURE if head == Purpose.MEASURE.word else Purpose.CONFIRM)
         label = cls(rest if head is not None else text.removeprefix(f"change{phase} " if phase else ""),
-                    purpose, int(phase) if phase else 1, int(number) if number else 1)
+                    purpose, int(phase) if phase else None, int(number) if number else 1)
         if label != text:  # a text no abbisect made: kept as it is, its parts as read
             kept = str.__new__(cls, text)
-            kept.who, kept.purpose, kept.phase, kept.confirmation, kept.then = (
-                label.who, label.purpose, label.phase, label.confirmation, label.then)
+            kept.who, kept.purpose, kept.part, kept.confirmation, kept.then = (
+                label.who, label.purpose, label.part, label.confirmation, label.then)
             return kept
         return label
 
