@@ -82,7 +82,8 @@ class Label(str):
 
     @property
     def phase(self) -> int:
-        """Which search of the bisect launched it: 1 the whole range's, k ≥ 2 the k-th search of a part of it."""
+        """Which search of the bisect launched it: 1 the whole range's (a change it named is measured in a part's
+        name, numbered 1), k ≥ 2 the k-th search, of a part of the range."""
         return self.part if self.part is not None else 1
 
     def again(self, then: str) -> Label:
