@@ -194,7 +194,7 @@ def test_a_resume_in_the_middle_of_a_second_search_ends_as_the_run_never_cut(tmp
     recipe = seam.recipe_for("perf")
     whole, _ = seam.bisect(seam.World("perf", 48, 18, seed=1, changes=changes), recipe, out=tmp_path / "whole")
     with pytest.raises(KeyboardInterrupt):
-        seam.bisect(seam.cut(seam.World("perf", 48, 18, seed=1, changes=changes), 3, "change2 "), recipe,
+        seam.bisect(seam.cut(seam.World("perf", 48, 18, seed=1, changes=changes), 3, part=2), recipe,
                     out=tmp_path / "cut")
     state = json.loads((tmp_path / "cut" / "state.json").read_text())
     recorded = {s["sha"]: s for s in state["steps"]}

@@ -40,11 +40,11 @@ from abbisect.bisect.findings import (
     PartSearched,
     PosteriorSummary,
 )
-from abbisect.bisect.launches import CONFIRM, fresh, phase_of
+from abbisect.bisect.launches import fresh, phase_of
 from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.posterior import Posterior
 from abbisect.stats.effects import Effect, Residual, residual
-from abbisect.trial.spec import TrialResult
+from abbisect.trial.spec import Label, Purpose, TrialResult
 
 FRESH = 3  # launches of a change named and of its parent that did not choose it, at least, to tell its effect
 
@@ -133,8 +133,8 @@ class ChangeSearch:
         need = {s: want - len(self.fresh_trials(s)) for s in (parent, sha)}
         if max(need.values()) <= 0:
             return
-        meter = self.main.part(self.old, self.new, phase).labelled({parent: f"{CONFIRM}-measure-parent",
-                                                                    sha: f"{CONFIRM}-measure-found"})
+        meter = self.main.part(self.old, self.new, phase).labelled({parent: Label("parent", Purpose.MEASURE),
+                                                                    sha: Label("found", Purpose.MEASURE)})
         self.main.say(f"measuring {sha[:10]} against its parent on fresh launches (the search's launches chose it, "
                       f"so they tell its effect too large): {max(need.values())} more of each at most")
         for k in range(max(need.values())):

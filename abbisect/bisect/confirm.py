@@ -22,6 +22,7 @@ from abbisect.bisect.oracle import Oracle, Sample
 from abbisect.infra import git
 from abbisect.recipe.status import Outcome
 from abbisect.stats.decide import Call
+from abbisect.trial.spec import Label, Purpose
 
 
 def wanted(run: BisectRun, statistical: bool) -> bool:
@@ -39,7 +40,8 @@ def confirm(oracle: Oracle, run: BisectRun) -> None:
     if not found or not parent:
         return
     if not (oracle.assessor.statistical and run.posterior):
-        fresh = {sha: oracle.again(sha, f"confirm-{what}") for sha, what in ((parent, "parent"), (found, "found"))}
+        fresh = {sha: oracle.again(sha, Label(what, Purpose.CONFIRM))
+                 for sha, what in ((parent, "parent"), (found, "found"))}
         seen = {sha: oracle.assessor.alone([t]) for sha, t in fresh.items()}
         if against_ends(oracle.assessor):  # a change of output is the signal
             compared = oracle.assessor.compare([fresh[parent]], [fresh[found]])

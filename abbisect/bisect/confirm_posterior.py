@@ -15,13 +15,13 @@ from abbisect.assess.base import Comparison, Worse
 from abbisect.bisect.bisection import Role
 from abbisect.bisect.findings import Confirmation as Confirmed
 from abbisect.bisect.findings import Counted, Judged, Level, Masses
-from abbisect.bisect.launches import CONFIRM, fresh, phase_of
+from abbisect.bisect.launches import fresh, phase_of
 from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.posterior import Option, Posterior
 from abbisect.recipe.status import Outcome
 from abbisect.stats.decide import Call
 from abbisect.stats.evidence import AFTER
-from abbisect.trial.spec import TrialResult
+from abbisect.trial.spec import Label, Purpose, TrialResult
 
 
 def confirm(search: NoisySearch, found: str, post: Posterior, attempt: int) -> tuple[Confirmed, Posterior]:
@@ -37,10 +37,10 @@ class PosteriorConfirmation:
     def __init__(self, search: NoisySearch, found: str, post: Posterior, attempt: int) -> None:
         self.search, self.found, self.post, self.attempt = search, found, post, attempt
         self.parent = (search.graph.parents.get(found) or (next(iter(search.ends)),))[0]
-        self.name = f"{CONFIRM}{attempt if attempt > 1 else ''}"
+        self.name = Purpose.CONFIRM.named(attempt)
         # who each launched commit is, in its label and in what the report says: the pair, and a control or the ends
         self.who = {self.parent: "parent", found: "found"}
-        self.labels = {sha: f"{self.name}-{who}" for sha, who in self.who.items()}
+        self.labels = {sha: Label(who, Purpose.CONFIRM, confirmation=attempt) for sha, who in self.who.items()}
         self.launcher = search.labelled(self.labels)
 
     def run(self) -> tuple[Confirmed, Posterior]:
@@ -103,7 +103,7 @@ class PosteriorConfirmation:
     def label_ends(self, whos: dict[str, str]) -> None:
         """Launch these ends (or a control) too, each under the confirmation's label for it."""
         self.who.update(whos)
-        self.labels.update({sha: f"{self.name}-{who}" for sha, who in whos.items()})
+        self.labels.update({sha: Label(who, Purpose.CONFIRM, confirmation=self.attempt) for sha, who in whos.items()})
 
     def control(self, parent: str, found: str, regression: bool, label: str) -> str | None:
         """Whether the host changed since the search (a machine turned busy that now crashes a good commit too),

@@ -1,11 +1,10 @@
 """What a posterior search's launches are evidence of: which search made a launch and whether it is a
-confirmation's (both read off its label, so a resumed bisect sorts them again), the prior's weights, and the
-`Evidence` that turns a bisect's steps into the posterior's model, with the confirmation's guard."""
+confirmation's (its spec's purpose and phase, kept with it, so a resumed bisect sorts them again), the prior's
+weights, and the `Evidence` that turns a bisect's steps into the posterior's model, with the confirmation's guard."""
 
 from __future__ import annotations
 
 import fnmatch
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -17,22 +16,16 @@ from abbisect.recipe.status import Outcome
 from abbisect.stats.evidence import Model
 from abbisect.trial.spec import TrialResult
 
-CONFIRM = "confirm"  # the label of a confirmation's launches ("confirm-found", "confirm2-parent"): fresh ones
-
 
 def fresh(trial: TrialResult) -> bool:
     """Whether a launch is a confirmation's (fresh: never from the trial cache) rather than the search's."""
-    return CONFIRM in trial.spec.side
-
-
-_PHASE = re.compile(r"change(\d+) ")
+    return trial.spec.purpose.fresh
 
 
 def phase_of(trial: TrialResult) -> int:
     """Which search of the bisect launched it: 1 the whole range's, k ≥ 2 the k-th search of a part of it for
-    another change (its launches are labelled `changeK …`: abbisect/bisect/changes.py)."""
-    m = _PHASE.match(trial.spec.side)
-    return int(m.group(1)) if m else 1
+    another change (abbisect/bisect/changes.py)."""
+    return trial.spec.phase
 
 
 def likely(path: str, patterns: Sequence[str]) -> bool:

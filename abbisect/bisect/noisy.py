@@ -10,7 +10,7 @@ candidate, so a drift of the host is measured, not mistaken for a change). Once 
 its fresh launches counted with the search's until the commit holds `bisect.posterior`; or the search stops when
 "no change" does, or at the cap, "not sure" with the posterior shown. A part of the range is searched the same
 way for a further change (`part`, driven by abbisect/bisect/changes.py). Each commit is one `Step` holding all its
-launches (and the round each ran in), their labels saying which search made them (bisect/launches.py), so
+launches (and the round each ran in), their specs saying which search made them (bisect/launches.py), so
 `state.json` is enough to rebuild every posterior on `--resume`.
 """
 
@@ -36,7 +36,7 @@ from abbisect.bisect.search import NEW, OLD, SKIP, Graph, SearchResult, start
 from abbisect.checkout import Revision
 from abbisect.recipe.status import Outcome
 from abbisect.stats.evidence import AFTER, BEFORE
-from abbisect.trial.spec import TrialResult
+from abbisect.trial.spec import Label, TrialResult
 
 if TYPE_CHECKING:
     from abbisect.bisect.variables import Variable
@@ -55,8 +55,8 @@ Confirm = Callable[["NoisySearch", str, Posterior, int], tuple[Confirmed, Poster
 @dataclass(frozen=True)
 class Range:
     """The commits one search works on: their graph, its ends (sha → role), the prior's weights and the space of
-    answers; `phase`: which search of the bisect it is (1: the whole range's), `prefix` what its launches' labels
-    start with (a part's: `change<phase> `). Made once for the whole range (`whole`), from which each part's is
+    answers; `phase`: which search of the bisect it is (1: the whole range's), `part_number` the part its
+    launches' labels name (a part's: its phase, even the first; None: the whole range's). Made once for the whole range (`whole`), from which each part's is
     made (`part`)."""
 
     graph: Graph
@@ -64,7 +64,7 @@ class Range:
     prior: dict[str, float]
     space: Space
     phase: int = 1
-    prefix: str = ""
+    part_number: int | None = None
 
     @classmethod
     def whole(cls, variable: Variable, run: BisectRun) -> Range:
@@ -89,7 +89,7 @@ class Range:
         graph = variable.graph(new, [old])
         prior = {s: w for s, w in self.prior.items() if s in graph}
         return Range(graph, {old: Role.OLD_END, new: Role.NEW_END}, prior, Space.of(graph, prior, NO_CHANGE_PRIOR),
-                     phase, f"change{phase} ")
+                     phase, phase)
 
     def budget(self, cap: int) -> int:
         """The launches a search of the range may make: `cap` a step of a bisection, and two steps more."""
@@ -104,7 +104,7 @@ class NoisySearch:
 
     def __init__(self, oracle: Oracle, driver: Walker, run: BisectRun, rng: Range, confirm: Confirm,
                  save: Callable[[BisectRun], None] = lambda run: None, *, evidence: Evidence | None = None,
-                 labels: dict[str, str] | None = None, ask: tuple[str, ...] | None = None) -> None:
+                 labels: dict[str, Label] | None = None, ask: tuple[str, ...] | None = None) -> None:
         self.oracle, self.recipe, self.say, self.save = oracle, oracle.recipe, oracle.say, save
         self.driver, self.run, self.range, self.confirm = driver, run, rng, confirm
         a: Assessor = oracle.assessor
@@ -116,7 +116,7 @@ class NoisySearch:
         self.asks_items = self.evidence.model(()).asks_items  # a candidate is asked the items telling the ends apart
         self.labels = labels or {}  # a launch's label when not its role (a confirmation's)
         self.fresh = labels is not None  # never from the trial cache (a confirmation's launches)
-        self.phase, self.prefix = rng.phase, rng.prefix  # a search of a part of the range: its number, label
+        self.phase, self.part_number = rng.phase, rng.part_number  # a search of a part of the range: its number
         self.ask = ask  # the eval items its every launch asks (a part's search)
 
     def walk(self, search_changes: Callable[[NoisySearch, Posterior], Changes | None] | None = None) -> BisectRun:
@@ -180,7 +180,7 @@ class NoisySearch:
         return NoisySearch(self.oracle, self.driver, self.run, self.range.part(self.driver.variable, old, new, phase),
                            self.confirm, self.save, ask=ask)
 
-    def labelled(self, labels: dict[str, str]) -> NoisySearch:
+    def labelled(self, labels: dict[str, Label]) -> NoisySearch:
         """This search launching fresh (never from the trial cache), each commit under its label in `labels` (a
         confirmation's, which may add to them as it goes), its evidence this search's."""
         return NoisySearch(self.oracle, self.driver, self.run, self.range, self.confirm, self.save,
@@ -239,8 +239,8 @@ class NoisySearch:
     def role(self, sha: str) -> Role:
         return self.ends.get(sha, Role.CANDIDATE)
 
-    def label(self, sha: str) -> str:
-        return self.prefix + (self.labels.get(sha) or str(self.role(sha)))
+    def label(self, sha: str) -> Label:
+        return (self.labels.get(sha) or Label(str(self.role(sha)))).in_part(self.part_number)
 
     def launches(self) -> int:
         """Launches of this search, its confirmations' included (a search of a part: its own)."""

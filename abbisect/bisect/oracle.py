@@ -30,7 +30,7 @@ from abbisect.trial import judges
 from abbisect.trial.judges import Judge
 from abbisect.trial.pipeline import run_trial
 from abbisect.trial.slots import Executor, Slot
-from abbisect.trial.spec import Progress, TrialResult, TrialSpec
+from abbisect.trial.spec import Label, Progress, TrialResult, TrialSpec
 
 Runner = Callable[[TrialSpec, Progress], TrialResult]
 Sample = Sequence[TrialResult]
@@ -85,8 +85,9 @@ class Oracle:
         return True
 
     def spec(self, sha: str, label: str, attempt: int = 0, items: tuple[str, ...] | None = None) -> TrialSpec:
-        """The trial of `sha` (its `attempt`-th launch), asking `items` of an eval set when given."""
-        spec = self.variable.spec(sha, label, self.out / "trials").again(attempt)
+        """The trial of `sha` (its `attempt`-th launch), asking `items` of an eval set when given; `label`: what
+        the launch is (a `Label`, or a role's text: a search's launch)."""
+        spec = self.variable.spec(sha, Label.plain(label), self.out / "trials").again(attempt)
         return replace(spec, items=items) if items is not None else spec
 
     # -- prefetch ------------------------------------------------------------------------------------
@@ -112,14 +113,15 @@ class Oracle:
                ends: Mapping[str, TrialResult] | None = None, items: tuple[str, ...] | None = None) -> TrialResult:
         """One launch of `sha` (its `attempt`-th: repeats give a commit several), from the cache or run, and
         judged when the recipe has a judge (which may see the ends' trials); `items`: the eval items it asks."""
-        spec = self.spec(sha, label, attempt, items)
+        named = Label.plain(label)
+        spec = self.spec(sha, named, attempt, items)
         result = self.fetch(spec, lambda msg: self.say(f"{label} {sha[:10]}: {msg}"), self.runner)
         if not result.cached:
             with self.count_lock:  # several slots report at once
                 self.launches += 1 if result.launch else 0
                 self.builds += 0 if (result.env is None or result.env.reused) else 1
         if self.judge is not None:
-            result = judges.apply(self.judge, result, lambda: self.again(sha, f"{label} again", attempt), ends)
+            result = judges.apply(self.judge, result, lambda: self.again(sha, named.again(" again"), attempt), ends)
         return result
 
     def again(self, sha: str, label: str, attempt: int = 0, items: tuple[str, ...] | None = None) -> TrialResult:
@@ -135,15 +137,16 @@ class Oracle:
         """One trial's outcome by the rules (or by the judge), confirmed by retries; a verdict of one trial
         against the ends' (differs from the good end) asks the assessor which end it resembles."""
         first = {k: v[0] for k, v in (ends or {}).items() if v}
-        result = self._trial(sha, label, 0, first)
+        named = Label.plain(label)
+        result = self._trial(sha, named, 0, first)
         outcome, evidence = result.verdict.outcome, "; ".join(result.verdict.reasons[:2])
         if ends and first and self.judge is None and against_ends(self.assessor):
             seen = self.assessor.against([result], ends["good"], ends["bad"])
             outcome, evidence = seen.outcome, seen.evidence
         for n in range(self.retries):
-            again = self.again(sha, f"{label} retry {n + 1}")
+            again = self.again(sha, named.again(f" retry {n + 1}"))
             if self.judge is not None:
-                again = judges.apply(self.judge, again, lambda: self.again(sha, f"{label} again"), first)
+                again = judges.apply(self.judge, again, lambda: self.again(sha, named.again(" again")), first)
             if again.verdict.outcome != result.verdict.outcome:
                 return Outcome.SKIP, result, (f"flaky: {result.verdict.status} then {again.verdict.status} "
                                               f"on retry {n + 1}")

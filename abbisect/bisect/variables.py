@@ -32,7 +32,7 @@ from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Say
 from abbisect.infra.redact import Redactor
 from abbisect.recipe import Recipe
-from abbisect.trial.spec import TrialSpec, trial_spec
+from abbisect.trial.spec import Label, TrialSpec, trial_spec
 
 
 class Variable(Protocol):
@@ -145,7 +145,7 @@ class EngineCommits(_Git):
         return gitlog.order_ends(self.repo, good, bad)
 
     def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
-        rev = Revision(label, candidate, self.info(candidate).subject)
+        rev = Revision(str(label), candidate, self.info(candidate).subject)
         return trial_spec(self.recipe, self.repo, rev, label, self.cache, out)
 
     def build(self, candidate: str) -> EnvResult:
@@ -178,7 +178,7 @@ class _FixedEngine:
         self.recipe, self.engine_repo, self.engine, self.cache, self.say = recipe, engine_repo, engine, cache, say
 
     def _spec(self, label: str, slug: str, out: Path, pins: list[str], dependency: dict | None) -> TrialSpec:
-        return TrialSpec(self.recipe, label, self.engine.ref, self.engine.sha, self.engine.subject,
+        return TrialSpec(self.recipe, Label.plain(label), self.engine.ref, self.engine.sha, self.engine.subject,
                          str(self.engine_repo), str(self.cache), str(out / f"{label.replace(' ', '-')}-{slug}"),
                          pins, dependency)
 

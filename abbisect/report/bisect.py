@@ -44,11 +44,11 @@ from abbisect.report.numerics import numerics_block, numerics_picture
 from abbisect.report.perf import along_bisect, busy_host, metric_table, told
 from abbisect.report.portable import Portable
 from abbisect.report.text import Notes, cell, code, details, esc, fence, table
-from abbisect.trial.spec import TrialResult
+from abbisect.trial.spec import Label, TrialResult
 
 
 def relabel(result: TrialResult, label: str) -> TrialResult:
-    return replace(result, spec=replace(result.spec, ref=label, side=label))
+    return replace(result, spec=replace(result.spec, ref=label, side=Label.plain(label)))
 
 
 def terms(mode: Mode) -> tuple[str, str]:

@@ -14,7 +14,7 @@ from abbisect.bisect.search import Graph
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
 from abbisect.recipe import Recipe
-from abbisect.trial.spec import TrialSpec
+from abbisect.trial.spec import Label, TrialSpec
 
 
 @dataclass
@@ -62,7 +62,7 @@ class FakeHistory:
         return Graph.from_parents({s: self.parents[s] for s in inside})
 
     def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
-        return TrialSpec(self.recipe, label, candidate, candidate, "", str(self.repo), "/nonexistent",
+        return TrialSpec(self.recipe, Label.plain(label), candidate, candidate, "", str(self.repo), "/nonexistent",
                          str(out / candidate))
 
     def build(self, candidate: str) -> EnvResult:

@@ -153,7 +153,7 @@ class World:
 
     def busy_now(self, spec: TrialSpec) -> float:
         """How busy the host is for this launch: `busy_confirm` for a confirmation's, else 0."""
-        return self.busy_confirm if spec.side.startswith("confirm") else 0.0
+        return self.busy_confirm if spec.side.purpose.fresh and spec.side.part is None else 0.0
 
     def _flaky(self, spec: TrialSpec, rng: random.Random, after: bool, clock: int) -> TrialResult:
         rate = self.rate if after else self.good_rate
@@ -225,13 +225,14 @@ def _before_each(world: World, hook: Callable[[TrialSpec], None]) -> World:
     return world
 
 
-def cut(world: World, stop: int, prefix: str = "") -> World:
-    """`world`, interrupted as Ctrl-C would (KeyboardInterrupt) when its launch labelled `prefix…` after the
-    `stop`-th starts: a bisect cut there, to be resumed."""
+def cut(world: World, stop: int, part: int | None = None) -> World:
+    """`world`, interrupted as Ctrl-C would (KeyboardInterrupt) when its launch after the `stop`-th starts
+    (counting only the launches of the search of the `part`-th part of the range, when given): a bisect cut there,
+    to be resumed."""
     seen: list[TrialSpec] = []
 
     def count(spec: TrialSpec) -> None:
-        if spec.side.startswith(prefix):
+        if part is None or spec.side.part == part:
             seen.append(spec)
             if len(seen) > stop:
                 raise KeyboardInterrupt

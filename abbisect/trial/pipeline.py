@@ -12,6 +12,8 @@ import re
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -20,7 +22,7 @@ from abbisect.environment import EnvResult, ensure_env, needs_source
 from abbisect.environment.inventory import Inventory, installed_packages
 from abbisect.environment.pins import after_engine
 from abbisect.environment.store import bin_dirs
-from abbisect.gpu.sharing import guard_for
+from abbisect.gpu.sharing import GpuGuard, guard_for
 from abbisect.infra.cache import Cache
 from abbisect.infra.errors import InfraError
 from abbisect.infra.proc import scrubbed_env
@@ -31,6 +33,7 @@ from abbisect.launch import jit
 from abbisect.launch import server as launch
 from abbisect.launch.bytecode import bytecode_folder, disk_fault
 from abbisect.launch.engines import adapter
+from abbisect.launch.engines.base import LaunchPlan
 from abbisect.launch.jit import JitMode, Start
 from abbisect.query.chat import Completion, label, ordered, query_all, tag
 from abbisect.query.evals import ask_eval
@@ -251,34 +254,94 @@ def _catalogue(recipe: Recipe) -> list[Signature]:
             if kind == "command" or s.engine in ("any", kind) or s.engine not in ("vllm", "sglang")]
 
 
+@dataclass(frozen=True)
+class Crash:
+    """A server that died while serving: its exit code, and the prompt in flight and the one answered last where
+    the query knows them (an eval or a perf pass does not say which item)."""
+
+    exit_code: int | None
+    prompt: str | None = None
+    after: str | None = None
+
+    @classmethod
+    def of(cls, server: launch.Server, prompt: str | None = None, after: str | None = None) -> Crash:
+        return cls(server.proc.returncode, prompt, after)
+
+
+@dataclass
+class Serving:
+    """One launch of a trial's server as it goes: what it runs and where it logs, the scanner reading its log, its
+    JIT caches, the GPU's guard, its wall-clock times; `teardown` once it is stopped."""
+
+    plan: LaunchPlan
+    base_url: str
+    log_path: Path
+    scanner: LineScanner
+    caches: jit.JitCache
+    jit_env: dict[str, str]
+    gpu: GpuGuard | None
+    t0: float  # when it was launched (time.monotonic)
+    times: dict[str, float]  # wall clock: launched, ready, stopped (the trial's `server_times`)
+    teardown: launch.Teardown | None = None
+
+
 def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: list[tuple[str, Prompt]],
                       say: Progress) -> None:
     """Start the server, wait for ready, send the prompts, stop it: the launch, the outputs and the log's
     signatures."""
-    spec, env, timings = rec.spec, rec.env, rec.timings
+    env = rec.env
     assert env is not None  # built: the stage before ends the trial otherwise
-    cache, out = Cache.at(spec.cache_dir), Path(spec.out_dir)
+    cache = Cache.at(rec.spec.cache_dir)
     model = resolve_model(recipe, cache, say)
     mod = adapter(recipe.engine.kind)
     host = "127.0.0.1"
     port = launch.free_port(host)
     plan = mod.plan(recipe, env.python, model, host, port)
-    log_path = out / "server.log"
-    # Hook (issue 25): same-GPU hygiene, whole-GPU or per slot when slots share a GPU (abbisect/gpu/sharing.py).
+    gpu = _gpu_guard(rec, recipe, say)
+    if gpu is not None and gpu.refusal is not None:  # the slot's share never came free: untested, the machine's fault
+        rec.verdict = gpu.refusal
+        return
+    say(f"launch: {' '.join(plan.argv)}")
+    t0, times = time.monotonic(), {"launched": round(time.time(), 3)}  # wall clock (A/B at once overlap)
+    rec.extras = replace(rec.extras, server_times=times)  # filled in as it goes
+    scanner = LineScanner(_catalogue(recipe), plan.ready_log, own_client=True)
+    caches, jit_env = _caches(recipe, mod.jit_caches, cache, env.key)
+    now = Serving(plan, f"http://{host}:{port}", Path(rec.spec.out_dir) / "server.log", scanner, caches, jit_env, gpu,
+                  t0, times)
+    with _serving(now, rec, recipe, source, say) as server:
+        ready, crash = _serve(now, rec, recipe, server, prompts, model or recipe.name, say)
+    log_text = _log_checked(now, ready, port)
+    rec.signatures, rec.first_exception = tuple(now.scanner.matches), now.scanner.first_exception
+    shown_env = Redactor.from_recipe(recipe).env({**plan.env, **plan.shown, **recipe.env})  # a result never holds a secret
+    assert now.teardown is not None  # `_serving` stops the server before it returns
+    rec.launch = LaunchInfo(plan.argv, shown_env, ready.status, ready.seconds, ready.returncode, str(now.log_path),
+                            tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(now.teardown), mod.facts(log_text),
+                            crashed_while_serving=crash is not None,
+                            crash_exit_code=crash.exit_code if crash is not None else None,
+                            crash_prompt=crash.prompt if crash is not None else None,
+                            crash_after=crash.after if crash is not None else None,
+                            client_gone=now.scanner.client_gone, jit=caches)
+
+
+def _gpu_guard(rec: TrialRecord, recipe: Recipe, say: Progress) -> GpuGuard | None:
+    """Hook (issue 25): same-GPU hygiene, whole-GPU or per slot when slots share a GPU (abbisect/gpu/sharing.py),
+    with its check before the launch."""
+    spec = rec.spec
     gpu = guard_for(recipe.gpus, recipe.gpu_share, spec.slot, spec.cache_dir, spec.sha, say)
     if gpu is not None:
         rec.extras = replace(rec.extras, gpu_before=gpu.before())
-        if gpu.refusal is not None:  # the slot's share never came free: untested, the machine's fault
-            rec.verdict = gpu.refusal
-            return
-    say(f"launch: {' '.join(plan.argv)}")
-    t_launch = time.monotonic()
-    server_times = {"launched": round(time.time(), 3)}  # wall clock (A/B at once overlap), filled in as it goes
-    rec.extras = replace(rec.extras, server_times=server_times)
-    scanner = LineScanner(_catalogue(recipe), plan.ready_log, own_client=True)
-    crash: dict = {}
-    caches, jit_env = _caches(recipe, mod.jit_caches, cache, env.key)
-    try:  # the caches are released whatever happens from here on: at the teardown, or now
+    return gpu
+
+
+@contextmanager
+def _serving(now: Serving, rec: TrialRecord, recipe: Recipe, source: Path, say: Progress) -> Iterator[launch.Server]:
+    """The server started with its JIT caches, and stopped whatever happens (`_stop`); the caches are released
+    at the teardown, or at once when the server does not start."""
+    env = rec.env
+    assert env is not None  # built
+    cache = Cache.at(rec.spec.cache_dir)
+    caches = now.caches
+    try:
         if caches.start is not Start.UNKNOWN:
             say(f"JIT caches: {caches.start} ({caches.files} file(s) from earlier launches)" if caches.files
                 else f"JIT caches: {caches.start}")
@@ -286,87 +349,109 @@ def _launch_and_query(rec: TrialRecord, recipe: Recipe, source: Path, prompts: l
             say("JIT caches: the server keeps the machine's temporary folder (in the cache's path an engine's "
                 "socket names would not fit)")
         bytecode = {"PYTHONPYCACHEPREFIX": str(bytecode_folder(cache, env.key, env.python))}
-        served = server_env(recipe, plan.env, env.path, env.base, {**jit_env, **bytecode})
-        server = launch.start(plan, served, log_path, source,
-                              f"http://{host}:{port}", cache=cache, scanner=scanner,
+        served = server_env(recipe, now.plan.env, env.path, env.base, {**now.jit_env, **bytecode})
+        server = launch.start(now.plan, served, now.log_path, source, now.base_url, cache=cache, scanner=now.scanner,
                               mask=Redactor.from_recipe(recipe).stream())
     except BaseException:
         jit.done(caches)
         raise
     # Nothing between the start and the try: a Ctrl-C in between would leave the server to its supervisor.
     try:
-        if gpu is not None:
-            gpu.started(server.proc)
-        ready = launch.wait_ready(server, plan, recipe.timeouts.ready, progress=say)
-        timings["ready"] = round(time.monotonic() - t_launch, 3)
-        server_times["ready"] = round(time.time(), 3)
-        if ready.status == "ready":
-            if gpu is not None:  # evidence that the check sees this side's own server on the GPU
-                rec.extras = replace(rec.extras, gpu_during=gpu.during())
-            tq = time.monotonic()
-            crash = _query(rec, recipe, server, prompts, model or recipe.name, say)
-            timings["query"] = round(time.monotonic() - tq, 3)
-            if recipe.eval is not None and not crash:  # the eval set's part this launch asks (query/evals.py)
-                te = time.monotonic()
-                run = ask_eval(server.base_url, model or recipe.name, recipe.eval, spec.chunk,
-                               timeout=recipe.timeouts.request, seed=recipe.sampling.seed, alive=server.alive,
-                               only=spec.items)
-                rec.extras = replace(rec.extras, eval=run)
-                timings["eval"] = round(time.monotonic() - te, 3)
-                say(f"eval: {run.n_correct}/{run.n_graded} right" + (f", {run.n_errors} failed request(s)"
-                                                                     if run.n_errors else ""))
-                if not server.alive():
-                    crash = _crashed(server)
-            if recipe.numerics is not None and not crash:  # token log-probabilities (query/logprobs.py)
-                tn = time.monotonic()
-                numerics = ask_numerics(server.base_url, model or recipe.name, recipe.numerics,
-                                        [p.prompt for _, p in prompts], recipe.api, recipe.sampling.max_tokens,
-                                        recipe.sampling.seed, recipe.timeouts.request, say)
-                rec.extras = replace(rec.extras, numerics=numerics)
-                timings["numerics"] = round(time.monotonic() - tn, 3)
-                if not server.alive():
-                    crash = _crashed(server)
-            if recipe.perf is not None and not crash:  # the pinned load, timed (abbisect/query/measure.py)
-                tp = time.monotonic()
-                perf = measure(server.base_url, model or recipe.name, recipe.perf, recipe.api,
-                               [p.prompt for _, p in prompts], recipe.timeouts.request, recipe.gpus, say, server.alive)
-                rec.extras = replace(rec.extras, perf=perf)
-                timings["perf"] = round(time.monotonic() - tp, 3)
-                if not server.alive():
-                    crash = _crashed(server)
+        yield server
     finally:
-        # Interrupted (Ctrl-C, SIGTERM): nobody waits for this server's answers, so it gets a short grace (an
-        # engine that is still importing may ignore SIGTERM for the whole timeouts.teardown), and says so.
-        interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt | SystemExit)
-        grace = min(recipe.timeouts.teardown, INTERRUPTED_GRACE_S) if interrupted else recipe.timeouts.teardown
-        say(f"teardown (interrupted: stopping the server, at most {grace:.0f} s)" if interrupted else "teardown")
-        if not server.alive() and server.reader is not None:  # its last words (the crash): read them all
-            server.reader.join(timeout=2.0)
-        # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
-        scanner.freeze()
-        try:
-            teardown = launch.stop(server, grace, plan.stop_main_first)
-        finally:
-            jit.done(caches)
-        server_times["stopped"] = round(time.time(), 3)
-        timings["teardown"] = teardown.seconds
-        if gpu is not None:
-            rec.extras = replace(rec.extras, gpu_after=gpu.after())
+        _stop(now, rec, recipe, server, say)
 
-    log_text = log_path.read_bytes().decode(errors="replace")  # capped on disk (abbisect.infra.logstream)
-    if line := disk_fault(log_text):  # the disk's fault, not the commit's: no verdict, nothing cached
-        raise InfraError(f"the disk filled while the server ran ({line}; see {log_path}): free some space and run "
-                         "again (nothing is recorded about the commit)")
+
+def _stop(now: Serving, rec: TrialRecord, recipe: Recipe, server: launch.Server, say: Progress) -> None:
+    """The teardown. Interrupted (Ctrl-C, SIGTERM): nobody waits for this server's answers, so it gets a short
+    grace (an engine that is still importing may ignore SIGTERM for the whole timeouts.teardown), and says so."""
+    interrupted = isinstance(sys.exc_info()[1], KeyboardInterrupt | SystemExit)
+    grace = min(recipe.timeouts.teardown, INTERRUPTED_GRACE_S) if interrupted else recipe.timeouts.teardown
+    say(f"teardown (interrupted: stopping the server, at most {grace:.0f} s)" if interrupted else "teardown")
+    if not server.alive() and server.reader is not None:  # its last words (the crash): read them all
+        server.reader.join(timeout=2.0)
+    # What the engine logs while being killed (e.g. vLLM's EngineDeadError) is not evidence about it.
+    now.scanner.freeze()
+    try:
+        now.teardown = launch.stop(server, grace, now.plan.stop_main_first)
+    finally:
+        jit.done(now.caches)
+    now.times["stopped"] = round(time.time(), 3)
+    rec.timings["teardown"] = now.teardown.seconds
+    if now.gpu is not None:
+        rec.extras = replace(rec.extras, gpu_after=now.gpu.after())
+
+
+def _serve(now: Serving, rec: TrialRecord, recipe: Recipe, server: launch.Server, prompts: list[tuple[str, Prompt]],
+           model: str, say: Progress) -> tuple[launch.ReadyOutcome, Crash | None]:
+    """Wait for ready, then what the recipe asks of a ready server, each step only while it has not crashed: the
+    prompts, the eval set's part, the token log-probabilities, the performance passes."""
+    if now.gpu is not None:
+        now.gpu.started(server.proc)
+    ready = launch.wait_ready(server, now.plan, recipe.timeouts.ready, progress=say)
+    rec.timings["ready"] = round(time.monotonic() - now.t0, 3)
+    now.times["ready"] = round(time.time(), 3)
+    if ready.status != "ready":
+        return ready, None
+    if now.gpu is not None:  # evidence that the check sees this side's own server on the GPU
+        rec.extras = replace(rec.extras, gpu_during=now.gpu.during())
+    tq = time.monotonic()
+    crash = _query(rec, recipe, server, prompts, model, say)
+    rec.timings["query"] = round(time.monotonic() - tq, 3)
+    for asked, step in ((recipe.eval, _eval), (recipe.numerics, _numerics), (recipe.perf, _perf)):
+        if asked is not None and crash is None:
+            step(rec, recipe, server, prompts, model, say)
+            if not server.alive():
+                crash = Crash.of(server)
+    return ready, crash
+
+
+def _eval(rec: TrialRecord, recipe: Recipe, server: launch.Server, prompts: list[tuple[str, Prompt]], model: str,
+          say: Progress) -> None:
+    """The eval set's part this launch asks (query/evals.py)."""
+    assert recipe.eval is not None  # asked
+    te = time.monotonic()
+    run = ask_eval(server.base_url, model, recipe.eval, rec.spec.chunk, timeout=recipe.timeouts.request,
+                   seed=recipe.sampling.seed, alive=server.alive, only=rec.spec.items)
+    rec.extras = replace(rec.extras, eval=run)
+    rec.timings["eval"] = round(time.monotonic() - te, 3)
+    say(f"eval: {run.n_correct}/{run.n_graded} right" + (f", {run.n_errors} failed request(s)" if run.n_errors else ""))
+
+
+def _numerics(rec: TrialRecord, recipe: Recipe, server: launch.Server, prompts: list[tuple[str, Prompt]], model: str,
+              say: Progress) -> None:
+    """The texts' token log-probabilities (query/logprobs.py)."""
+    assert recipe.numerics is not None  # asked
+    tn = time.monotonic()
+    numerics = ask_numerics(server.base_url, model, recipe.numerics, [p.prompt for _, p in prompts], recipe.api,
+                            recipe.sampling.max_tokens, recipe.sampling.seed, recipe.timeouts.request, say)
+    rec.extras = replace(rec.extras, numerics=numerics)
+    rec.timings["numerics"] = round(time.monotonic() - tn, 3)
+
+
+def _perf(rec: TrialRecord, recipe: Recipe, server: launch.Server, prompts: list[tuple[str, Prompt]], model: str,
+          say: Progress) -> None:
+    """The pinned load, timed (abbisect/query/measure.py)."""
+    assert recipe.perf is not None  # asked
+    tp = time.monotonic()
+    perf = measure(server.base_url, model, recipe.perf, recipe.api, [p.prompt for _, p in prompts],
+                   recipe.timeouts.request, recipe.gpus, say, server.alive)
+    rec.extras = replace(rec.extras, perf=perf)
+    rec.timings["perf"] = round(time.monotonic() - tp, 3)
+
+
+def _log_checked(now: Serving, ready: launch.ReadyOutcome, port: int) -> str:
+    """The server's log (capped on disk: abbisect.infra.logstream), once it is known to be the commit's evidence:
+    a disk that filled, or a port another process took between our probe and the server's bind, is the machine's
+    fault, not the commit's (a crash at startup would call it bad): no verdict, nothing cached."""
+    log_text = now.log_path.read_bytes().decode(errors="replace")
+    if line := disk_fault(log_text):
+        raise InfraError(f"the disk filled while the server ran ({line}; see {now.log_path}): free some space and "
+                         "run again (nothing is recorded about the commit)")
     if ready.status == "exited" and _PORT_TAKEN.search(log_text):
-        # Another process took the port between our probe and the server's bind: the machine's fault, not
-        # the commit's (a crash at startup would call it bad).
         raise InfraError(f"the server could not bind its port ({port} or one it opens itself): another process "
-                         f"took it (see {log_path}); run again")
-    rec.signatures, rec.first_exception = tuple(scanner.matches), scanner.first_exception
-    shown_env = Redactor.from_recipe(recipe).env({**plan.env, **plan.shown, **recipe.env})  # a result never holds a secret
-    rec.launch = LaunchInfo(plan.argv, shown_env, ready.status, ready.seconds, ready.returncode,
-                            str(log_path), tuple(log_text.splitlines()[-LOG_TAIL_LINES:]), dump(teardown),
-                            mod.facts(log_text), **crash, client_gone=scanner.client_gone, jit=caches)
+                         f"took it (see {now.log_path}); run again")
+    return log_text
 
 
 def passes(recipe: Recipe) -> list[tuple[int, int]]:
@@ -378,9 +463,9 @@ def passes(recipe: Recipe) -> list[tuple[int, int]]:
 
 
 def _query(rec: TrialRecord, recipe: Recipe, server: launch.Server, prompts: list[tuple[str, Prompt]], model: str,
-           say: Progress) -> dict:
+           say: Progress) -> Crash | None:
     """Every pass over the prompts (each at its concurrency, each prompt `query.repeat` times); the outputs in
-    the order sent, and, if the server died while serving, what the crash facts are."""
+    the order sent, and, if the server died while serving, the crash."""
     outputs: list[Completion] = []
     by_id = dict(prompts)
     for n, batch in passes(recipe):
@@ -392,21 +477,13 @@ def _query(rec: TrialRecord, recipe: Recipe, server: launch.Server, prompts: lis
         outputs += [replace(o, pass_no=n) for o in run.outputs]
         if not server.alive():
             rec.outputs = tuple(outputs)
-            crash = _crashed(server,
-                             label(run.in_flight, by_id.get(run.in_flight)) if run.in_flight else None,
+            crash = Crash.of(server, label(run.in_flight, by_id.get(run.in_flight)) if run.in_flight else None,
                              label(run.died_after, by_id.get(run.died_after)) if run.died_after else None)
             say(f"server exited (code {server.proc.returncode}) while serving"
-                + (f" prompt {crash['crash_prompt']}" if crash["crash_prompt"] else ""))
+                + (f" prompt {crash.prompt}" if crash.prompt else ""))
             return crash
     rec.outputs = tuple(outputs)
-    return {}
-
-
-def _crashed(server: launch.Server, prompt: str | None = None, after: str | None = None) -> dict:
-    """The crash facts of a server that died while serving: its exit code, the prompt in flight and the one
-    answered last, where the query knows them (an eval or a perf pass does not say which item)."""
-    return {"crashed_while_serving": True, "crash_exit_code": server.proc.returncode, "crash_prompt": prompt,
-            "crash_after": after}
+    return None
 
 
 def _score(rec: TrialRecord, recipe: Recipe, prompts: list[tuple[str, Prompt]]) -> None:

@@ -6,9 +6,15 @@ it in this process, in another process, or on another machine of a cluster (abbi
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
+from typing import Any, Self
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
 
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
@@ -31,10 +37,105 @@ from abbisect.verdict.rules import Verdict
 Progress = Callable[[str], None]
 
 
+class Purpose(Enum):
+    """Why a commit is launched; a member carries the word its launches' labels start with and whether they are
+    fresh (run now, never from the trial cache: a search's choice of them must not be what they measure)."""
+
+    SEARCH = ("", False)  # a search chose it, or it is a side of an A/B, a check, a probe
+    CONFIRM = ("confirm", True)  # a confirmation of a search's answer: the found commit, its parent, a control
+    MEASURE = ("confirm-measure", True)  # a change just named, measured against its parent (bisect/changes.py)
+
+    word: str
+    fresh: bool
+
+    def __init__(self, word: str, fresh: bool) -> None:
+        self.word, self.fresh = word, fresh
+
+    def named(self, confirmation: int = 1) -> str:
+        """The word of its labels: "confirm", the second confirmation's "confirm2" ("" for a search's)."""
+        return f"{self.word}{confirmation if confirmation > 1 else ''}"
+
+
+class Label(str):
+    """What a launch is, as the text logs, folders and reports name it ("candidate", "change2 confirm-found",
+    "a"): its parts are attributes, the text made from them, so nothing reads them back from the text.
+
+    `who`: the commit's part ("candidate", "old end", "parent", "a"); `purpose`; `part`: the number of a search
+    of a part of the range for another change (its labels start `changeK `; a change just named is measured in
+    the name of the search that named it, the first's too), None in the whole range's search; `confirmation`:
+    which confirmation of that search; `then`: a launch again (" retry 1", " again").
+    A spec is stored with the text alone (state.json, the trial cache, results.json keep the form they had), so
+    the parts of a stored label are read from it once, where the spec is loaded (`stored`)."""
+
+    who: str
+    purpose: Purpose
+    part: int | None
+    confirmation: int
+    then: str
+
+    def __new__(cls, who: str, purpose: Purpose = Purpose.SEARCH, part: int | None = None, confirmation: int = 1,
+                then: str = "") -> Self:
+        head = f"{purpose.named(confirmation)}-" if purpose is not Purpose.SEARCH else ""
+        label = str.__new__(cls, f"{f'change{part} ' if part is not None else ''}{head}{who}{then}")
+        label.who, label.purpose, label.part, label.confirmation, label.then = who, purpose, part, confirmation, then
+        return label
+
+    def __reduce__(self) -> tuple[Any, ...]:  # pickled with its parts (an executor's process), not as a str
+        return Label, (self.who, self.purpose, self.part, self.confirmation, self.then)
+
+    @property
+    def phase(self) -> int:
+        """Which search of the bisect launched it: 1 the whole range's (a change it named is measured in a part's
+        name, numbered 1), k ≥ 2 the k-th search, of a part of the range."""
+        return self.part if self.part is not None else 1
+
+    def again(self, then: str) -> Label:
+        """The same launch run again (" retry 1", " again"): its purpose and search kept."""
+        return Label(self.who, self.purpose, self.part, self.confirmation, self.then + then)
+
+    def in_part(self, part: int | None) -> Label:
+        """The same launch in the search of the `part`-th part of the range (None: the whole range's)."""
+        return Label(self.who, self.purpose, part, self.confirmation, self.then)
+
+    @classmethod
+    def plain(cls, side: str) -> Label:
+        """A label that is its text: a search's launch of the whole range (an A/B's "a", a role), a Label as it is."""
+        return side if isinstance(side, Label) else cls(side)
+
+    @classmethod
+    def stored(cls, text: str) -> Label:
+        """The label a stored spec holds, as it was written (the text alone): its parts read back from it, the
+        text kept as it was. Only the loader reads a label."""
+        m = _STORED.fullmatch(text)
+        assert m is not None  # every text matches (all its parts are optional)
+        phase, head, number, rest = m.group("phase"), m.group("head"), m.group("number"), m.group("rest")
+        purpose = (Purpose.SEARCH if head is None and "confirm" not in rest else
+                   Purpose.MEASURE if head == Purpose.MEASURE.word else Purpose.CONFIRM)
+        label = cls(rest if head is not None else text.removeprefix(f"change{phase} " if phase else ""),
+                    purpose, int(phase) if phase else None, int(number) if number else 1)
+        if label != text:  # a text no abbisect made: kept as it is, its parts as read
+            kept = str.__new__(cls, text)
+            kept.who, kept.purpose, kept.part, kept.confirmation, kept.then = (
+                label.who, label.purpose, label.part, label.confirmation, label.then)
+            return kept
+        return label
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        """Written as its text; read back with `stored`."""
+        return core_schema.no_info_after_validator_function(
+            cls.stored, core_schema.str_schema(), serialization=core_schema.plain_serializer_function_ser_schema(str))
+
+
+# A stored label: `changeK ` (a part's search), then `confirm…-` or `confirm-measure-` (fresh launches), then the rest.
+_STORED = re.compile(r"(?:change(?P<phase>\d+) )?(?:(?P<head>confirm-measure|confirm(?P<number>\d*))-)?(?P<rest>.*)",
+                     re.DOTALL)
+
+
 @dataclass(frozen=True)
 class TrialSpec:
     recipe: Recipe  # validated once where it was read (the YAML file, or this spec's JSON), paths resolved
-    side: str  # "a", "b", or a bisect step label
+    side: Label  # "a", "b", or a bisect launch's label (a plain str is taken as `Label.plain`)
     ref: str
     sha: str
     subject: str
@@ -58,6 +159,18 @@ class TrialSpec:
     chunk: int = 0
     # Or these items of the eval set, by id (a bisect asks a candidate only the items that tell its ends apart).
     items: tuple[str, ...] | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "side", Label.plain(self.side))
+
+    @property
+    def purpose(self) -> Purpose:
+        return self.side.purpose
+
+    @property
+    def phase(self) -> int:
+        """Which search of a bisect launched it (1: the whole range's, or no bisect)."""
+        return self.side.phase
 
     def again(self, attempt: int, chunk: int | None = None) -> TrialSpec:
         """The same trial's `attempt`-th launch (0: the first), its logs beside the first's."""
@@ -139,8 +252,8 @@ class TrialResult:
         return f"{self.spec.side} {self.spec.ref} ({self.spec.sha[:10]})"
 
 
-def trial_spec(recipe: Recipe, repo: Path, rev: Revision, side: str, cache: Cache | Path, out: Path,
+def trial_spec(recipe: Recipe, repo: Path, rev: Revision, side: str | Label, cache: Cache | Path, out: Path,
                pins: tuple[str, ...] | list[str] = ()) -> TrialSpec:
     """The spec of one engine commit's trial, its logs in `out/<side>-<short sha>`."""
-    return TrialSpec(recipe, side, rev.ref, rev.sha, rev.subject, str(repo), str(cache),
+    return TrialSpec(recipe, Label.plain(side), rev.ref, rev.sha, rev.subject, str(repo), str(cache),
                      str(out / f"{side}-{rev.short}"), list(pins))
