@@ -132,6 +132,7 @@ def test_the_search_takes_one_path_whichever_dot_product_kernel_the_cpu_gets(tmp
     for core in ("", "Haswell", "Prescott"):  # this CPU's own, AVX2's, the generic one
         env = {k: v for k, v in os.environ.items() if k != "OPENBLAS_CORETYPE"} | (
             {"OPENBLAS_CORETYPE": core} if core else {})
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
         proc = subprocess.run([sys.executable, str(script)], env=env,
                               capture_output=True, text=True, check=False)
         assert proc.returncode == 0, proc.stderr[-2000:]
@@ -194,7 +195,7 @@ def test_a_resume_in_the_middle_of_a_second_search_ends_as_the_run_never_cut(tmp
     recipe = seam.recipe_for("perf")
     whole, _ = seam.bisect(seam.World("perf", 48, 18, seed=1, changes=changes), recipe, out=tmp_path / "whole")
     with pytest.raises(KeyboardInterrupt):
-        seam.bisect(seam.cut(seam.World("perf", 48, 18, seed=1, changes=changes), 3, part=2), recipe,
+        seam.bisect(seam.cut(seam.World("perf", 48, 18, seed=1, changes=changes), 3, "change2 "), recipe,
                     out=tmp_path / "cut")
     state = json.loads((tmp_path / "cut" / "state.json").read_text())
     recorded = {s["sha"]: s for s in state["steps"]}

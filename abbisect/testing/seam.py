@@ -225,14 +225,14 @@ def _before_each(world: World, hook: Callable[[TrialSpec], None]) -> World:
     return world
 
 
-def cut(world: World, stop: int, part: int | None = None) -> World:
-    """`world`, interrupted as Ctrl-C would (KeyboardInterrupt) when its launch after the `stop`-th starts
-    (counting only the launches of the search of the `part`-th part of the range, when given): a bisect cut there,
-    to be resumed."""
+def cut(world: World, stop: int, prefix: str = "") -> World:
+    """`world`, interrupted as Ctrl-C would (KeyboardInterrupt) when its launch after the `stop`-th starts,
+    counting only the launches whose label, as the log shows it, starts with `prefix`: a bisect cut there, to be
+    resumed."""
     seen: list[TrialSpec] = []
 
     def count(spec: TrialSpec) -> None:
-        if part is None or spec.side.part == part:
+        if spec.side.startswith(prefix):
             seen.append(spec)
             if len(seen) > stop:
                 raise KeyboardInterrupt
