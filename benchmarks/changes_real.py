@@ -1,12 +1,15 @@
-"""Every change in the range on a real server (issue 48): toy-engine histories of `--commits` (32) with two +6 %
-per-token slowdowns planted (`slow_tokens_6`, then `slow_decode_6`, at positions drawn from the seed at least 8
-apart, as benchmarks/changes_sim.py draws them), bisected by `abbisect bisect --json` with recipes/perf-demo.yaml's
-perf section (tpot_median, 5 passes, 2 launches, min_effect 0.03) and `bisect.changes: all`; beside each real
-run, the simulation's prediction for the same history (abbisect/testing/seam.py with the `--noise` model). A row: both
-changes named, a wrong commit named, the named planted changes whose 95 % interval covers +6 % (log ratio), the
-launches, the wall time and the load average at the start and the end.
+"""Every change in the range on a real server (issue 48's "done when"): toy-engine histories of `--commits` (32)
+with two +6 % per-token slowdowns planted (`slow_tokens_6`, then `slow_decode_6`, at positions drawn from the seed
+at least 8 apart, as benchmarks/changes_sim.py draws them), bisected by `abbisect bisect --json` with
+recipes/perf-demo.yaml's perf section (tpot_median, 5 passes, 2 launches, min_effect 0.03) and `bisect.changes:
+all`, on a quiet host or (`--busy 2`) beside busy loops, each pinned to one of this process's cores and spinning
+for the whole run; beside each real run, the simulation's prediction for the same history (abbisect/testing/seam.py with
+the `--noise` model: `sim` on a quiet host, `busy-toy` beside busy loops, unless named). A row: both changes named,
+a wrong commit named, the named planted changes whose 95 % interval covers +6 % (log ratio), the launches, the
+wall time and the load average at the start and the end; then the totals: both named, wrong, intervals covering,
+median launches and wall time, real and predicted.
 
-    python benchmarks/changes_real.py [--seeds 3] [--first 0] [--commits 32] [--noise busy-toy]
+    python benchmarks/changes_real.py [--seeds 10] [--first 0] [--commits 32] [--busy 2] [--noise busy-toy]
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ import tempfile
 from pathlib import Path
 
 import changes_sim
+import drift
 import perf_bisect
 import yaml
 from toylab import abbisect, load1
@@ -65,22 +69,33 @@ def predicted(seed: int, commits: int, noise: str) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=3)
+    ap.add_argument("--seeds", type=int, default=10)
     ap.add_argument("--first", type=int, default=0)
     ap.add_argument("--commits", type=int, default=32)
-    ap.add_argument("--noise", default="busy-toy", choices=sorted(seam.NOISE))
+    ap.add_argument("--busy", type=int, default=0, help="busy loops beside the real runs (one core each)")
+    ap.add_argument("--noise", choices=sorted(seam.NOISE),
+                    help="the simulation's noise model (default: sim on a quiet host, busy-toy beside busy loops)")
     ap.add_argument("--sigma", type=float, default=0.05)
     ap.add_argument("--token-seconds", type=float, default=0.002)
     args = ap.parse_args()
+    args.noise = args.noise or ("busy-toy" if args.busy else "sim")
     work = Path(tempfile.mkdtemp(prefix="abbisect-changes-real-"))
     cache = Path(os.environ.get("ABBISECT_CACHE_DIR") or work / "cache")
-    print(f"`{shlex.join(['python', 'benchmarks/changes_real.py', *sys.argv[1:]])}`; {os.cpu_count()} CPU cores\n")
+    print(f"`{shlex.join(['python', 'benchmarks/changes_real.py', *sys.argv[1:]])}`; {os.cpu_count()} CPU cores; "
+          + (f"{args.busy} busy loop(s) beside the real runs" if args.busy else "no busy loop")
+          + f"; prediction: seam with `{args.noise}`\n")
     print("| seed | planted at | real: both named | wrong | covering +6 % | effects told | launches | wall s | "
           "load start–end | sim: both named | wrong | covering | launches |")
     print("|---:|---|---|---:|---:|---|---:|---:|---|---|---:|---:|---:|")
     reals, sims = [], []
     for seed in range(args.first, args.first + args.seeds):
-        r, p = real(seed, args.commits, work, cache, args), predicted(seed, args.commits, args.noise)
+        p = predicted(seed, args.commits, args.noise)
+        loops = drift.Drift(math.inf, args.busy) if args.busy else None
+        try:
+            r = real(seed, args.commits, work, cache, args)
+        finally:
+            if loops is not None:
+                loops.stop()
         reals.append(r)
         sims.append(p)
         print(f"| {seed} | {r['at']} | {'yes' if r['both'] else 'no'} | {r['wrong']} | "
@@ -91,7 +106,8 @@ def main() -> None:
     for who, rows in (("real", reals), ("sim", sims)):
         cov = [c for r in rows for c in r["covered"]]
         print(f"\n{who}: both named {sum(r['both'] for r in rows)}/{len(rows)}, wrong {sum(r['wrong'] for r in rows)}, "
-              f"covering {sum(cov)}/{len(cov)}, launches median {statistics.median(r['launches'] or 0 for r in rows)}"
+              f"intervals covering +6 % {sum(cov)}/{2 * len(rows)} planted changes ({len(cov)} named), launches "
+              f"median {statistics.median(r['launches'] or 0 for r in rows)}"
               + (f", wall median {statistics.median(r['wall_s'] for r in rows):.0f} s" if who == "real" else ""))
 
 

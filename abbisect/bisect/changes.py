@@ -18,8 +18,12 @@ a posterior search of its own with its confirmation (labelled `change<k> …`, s
 searches in order, each on the launches it had), until what is left is no change or `bisect.max_changes` are
 named. A search of a part that names nothing narrows it at its likeliest commit. A change that moves the other
 way (a fix inside a regression's range) is named with its sign. When the whole range's search ran to its cap
-without naming one (two changes of one size blur one posterior), its likeliest commit bounds the parts instead;
-an answer its confirmation could not confirm is left not sure, with no search of the parts.
+without naming one (two changes of one size blur one posterior) and the ends differ by room for two changes, the
+range is cut where a fit of two steps over the tested commits says the difference grows, and both parts are
+searched (abbisect/bisect/split.py); with less, its likeliest commit bounds the parts instead; an answer its
+confirmation could not confirm is left not sure, with no search of the parts. The searches spend at most the
+bisect's budget (split.budget, which the report states): no part's search starts that what is left of it cannot
+hold with its confirmation.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from abbisect.bisect.findings import (
 from abbisect.bisect.launches import fresh, phase_of
 from abbisect.bisect.noisy import NoisySearch
 from abbisect.bisect.posterior import Posterior
+from abbisect.bisect.split import Measured, between_steps, blurred, budget, room
 from abbisect.stats.effects import Effect, Residual, residual
 from abbisect.trial.spec import Label, Purpose, TrialResult
 
@@ -96,6 +101,9 @@ class ChangeSearch:
         self.found: dict[str, Named] = {}  # each change named
         self.parts: list[Part] = []  # the range but the changes named, in parts between tested commits
         self.searched: list[Searched] = []  # each part searched
+        self.cut: list[Part] = []  # parts of a range cut between two steps: searched whether or not their ends differ
+        self.budget = budget(main.budget)  # launches in all, the whole range's search's included
+        self.spent_all = False  # a part's search was left unstarted for want of budget
 
     # -- measurements -----------------------------------------------------------------------------------------
     def trials(self, sha: str, upto: int | None = None) -> list[TrialResult]:
@@ -172,13 +180,32 @@ class ChangeSearch:
             shrink = math.sqrt(max(fewest, 1) / reach)
             size = abs(left.left.value)
             half, told = z * left.left.se * shrink, (left.left.hi - left.left.lo) / 2 * shrink
-            if fewest >= reach or not (size > half or size + told < self.a.least):
+            if fewest >= reach or not (size > half or size + told < self.a.least) \
+                    or self.spent() + len(bounds) > self.budget:
                 return ends, left
             least_launched = [sha for sha in bounds if counts[sha] == fewest]
             measure = self.main.part(self.old, self.new, phase, self.telling())
             self.main.say(f"what is left of the ends' difference, {left.left.describe()}, is not sure yet: launching "
                           f"{len(least_launched)} commit(s) that bound it again")
             measure.launch_round(least_launched)
+
+    def spent(self) -> int:
+        """The bisect's launches so far (every search's)."""
+        return sum(len(s.trials) for s in self.run.steps)
+
+    def reserve(self) -> int:
+        """The launches a part's search keeps beside its own budget: its confirmation's (the pair and an end fresh,
+        then twice the cap as the posterior asks, a round over), and the fresh ones measuring what it names."""
+        return 3 * self.run.recipe.repeats.launches + 2 * self.a.cap + 2 * max(FRESH, self.a.first) + 3
+
+    def levels(self, upto: int) -> list[Measured]:
+        """Each tested commit's measured difference from the old end, in the history's order, the old end first."""
+        out = []
+        for sha in (s for s in self.main.graph.order if self.tested(s)):
+            e = self.effect([(1.0, self.old, sha)], upto)
+            if e is not None:
+                out.append(Measured(sha, e.value, e.se))
+        return [Measured(self.old, 0.0, min((lv.se for lv in out), default=1.0)), *out]
 
     def observed(self, sha: str, upto: int) -> int:
         """`sha`'s launches that are evidence, of the searches up to `upto`."""
@@ -278,11 +305,22 @@ class ChangeSearch:
             found = said.found.sha
             parent = self.add(said, 1, None, main)
             self.parts = self.split(Part(self.old, self.new), found, parent)
-        elif not said and not first.decide(main.threshold).no_change:
-            # the search ran to its cap without naming one (two changes of one size blur a posterior of one): its
-            # likeliest commit bounds the parts. An answer a confirmation could not confirm is left not sure.
+        elif not first.decide(main.threshold).no_change and (not said or said.level is Level.NOT_SURE):
+            # the search ran to its cap without naming one (two changes of one size blur a posterior of one): with
+            # room for two changes between the ends, the range is cut between the two steps a fit of the tested
+            # commits shows; else (and only when no confirmation ran) its likeliest commit bounds the parts. An
+            # answer a confirmation found not reproduced is left so.
+            ends = self.effect([(1.0, self.old, self.new)], 1)
+            at = between_steps(self.levels(1)) if ends is not None and blurred(ends.value, self.a.least) else None
             likely = next((s for s, _ in first.decide(main.threshold).likely if s is not None), None)
-            self.parts = self.split(Part(self.old, self.new), likely, None) if likely else []
+            if at is not None:
+                self.parts = [p for p in (Part(self.old, at), Part(at, self.new)) if self.inside(p)]
+                self.cut = list(self.parts)
+                main.say(f"the ends differ by {ends.describe() if ends else ''}, room for two changes that blur the "
+                         f"whole range's search: cutting it at {at[:10]}, between the two steps a fit of the tested "
+                         "commits shows, and searching both parts")
+            elif not said and likely:
+                self.parts = self.split(Part(self.old, self.new), likely, None)
         phase = 2
         while len(self.found) < self.cap and len(self.searched) < 3 * self.cap:
             self.fill(phase)
@@ -293,8 +331,12 @@ class ChangeSearch:
             open_parts = [p for p in self.parts if p not in done]
             # a part whose ends the searches measured as different is searched even when what is left, as one
             # sum, cannot say (its interval too wide): it is evidence of a change the sum blurs
-            differ = [p for p in open_parts if self.differs(p, phase)]
+            differ = [p for p in open_parts if p in self.cut or self.differs(p, phase)]
             if not open_parts or not (left.another or differ):
+                break
+            limit = room(self.budget - self.spent(), self.reserve())
+            if limit < 2 * self.a.cap:  # not even a candidate's cap and an end's: stopped at the budget
+                self.spent_all = True
                 break
             part = max(open_parts if left.another else differ,
                        key=lambda p: abs(e.value) if (e := self.effect([(1.0, p.old, p.new)], phase)) else 0.0)
@@ -303,7 +345,7 @@ class ChangeSearch:
                      + ("" if left.another else f", not sure; but the ends of {part.old[:10]}..{part.new[:10]} "
                         "differ")
                      + f": searching {part.old[:10]}..{part.new[:10]} for another change (search {phase})")
-            sub = main.part(part.old, part.new, phase, self.telling())
+            sub = main.part(part.old, part.new, phase, self.telling(), budget=limit)
             post, confirmation = sub.settle()
             outcome = (Ended(confirmation.level) if confirmation is not None else
                        Ended.NO_CHANGE if post.decide(sub.threshold).no_change else Ended.NOT_SURE)
@@ -338,7 +380,7 @@ class ChangeSearch:
         accounted = left is not None and not left.another
         share = left.share if left is not None else None
         if not rows:
-            said = "no change was named"
+            said = "no change was named" + (f" within the budget of {self.budget} launches" if self.spent_all else "")
         elif accounted and left is not None:
             n = f"{len(rows)} changes account" if len(rows) > 1 else "1 change accounts"
             level = f"{left.left.confidence:.0%} interval"
@@ -348,10 +390,11 @@ class ChangeSearch:
                     "change of the smallest size that matters")
         else:
             said = (f"about {abs(share or 0.0):.0%} of the ends' difference is not accounted for"
-                    + (" within the budget" if len(self.found) >= self.cap or len(self.searched) >= 3 * self.cap
+                    + (f" within the budget of {self.budget} launches" if self.spent_all else
+                       " within the budget" if len(self.found) >= self.cap or len(self.searched) >= 3 * self.cap
                        else ": no part of the range left to search shows it"))
         return Changes(shown(ends), rows, shown(left.left, ends) if left else None, accounted,
-                       bool(left is not None and (left.small or left.another)), said, self.cap,
+                       bool(left is not None and (left.small or left.another)), said, self.cap, self.budget,
                        tuple(PartSearched(s.part.old, s.part.new, s.phase, s.outcome, s.launches)
                              for s in self.searched),
                        primary, self.found[primary.sha].confirmation if primary else None)

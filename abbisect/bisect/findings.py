@@ -258,6 +258,7 @@ class Changes:
     sure: bool  # what is left is surely small, or surely another change
     said: str
     max_changes: int
+    budget: int  # launches in all the searches may spend, the whole range's included (bisect/split.py)
     parts: tuple[PartSearched, ...]
     primary: Change | None
     primary_confirmation: Confirmation | None
@@ -266,7 +267,7 @@ class Changes:
         p = self.primary
         return {"ends": self.ends.json() if self.ends else None, "changes": [c.json() for c in self.changes],
                 "left": self.left.json() if self.left else None, "accounted": self.accounted, "sure": self.sure,
-                "said": self.said, "max_changes": self.max_changes, "parts": [s.json() for s in self.parts],
+                "said": self.said, "max_changes": self.max_changes, "budget": self.budget, "parts": [s.json() for s in self.parts],
                 "primary": p.sha if p else None,
                 "primary_confirmation": self.primary_confirmation.json() if self.primary_confirmation else None,
                 "primary_sign": (p.effect.sign if p.effect else None) if p else None}

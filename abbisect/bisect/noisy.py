@@ -104,14 +104,15 @@ class NoisySearch:
 
     def __init__(self, oracle: Oracle, driver: Walker, run: BisectRun, rng: Range, confirm: Confirm,
                  save: Callable[[BisectRun], None] = lambda run: None, *, evidence: Evidence | None = None,
-                 labels: dict[str, Label] | None = None, ask: tuple[str, ...] | None = None) -> None:
+                 labels: dict[str, Label] | None = None, ask: tuple[str, ...] | None = None,
+                 budget: int | None = None) -> None:
         self.oracle, self.recipe, self.say, self.save = oracle, oracle.recipe, oracle.say, save
         self.driver, self.run, self.range, self.confirm = driver, run, rng, confirm
         a: Assessor = oracle.assessor
         self.threshold = self.recipe.bisect.posterior
         self.evidence = evidence if evidence is not None else Evidence(self.recipe, a, phase=rng.phase)
         self.cap = a.search_cap
-        self.budget = rng.budget(self.cap)
+        self.budget = min(rng.budget(self.cap), budget) if budget is not None else rng.budget(self.cap)
         self.graph, self.ends, self.space, self.prior = rng.graph, rng.ends, rng.space, rng.prior
         self.asks_items = self.evidence.model(()).asks_items  # a candidate is asked the items telling the ends apart
         self.labels = labels or {}  # a launch's label when not its role (a confirmation's)
@@ -173,12 +174,14 @@ class NoisySearch:
             post = self.search(stop=handoff)
         return post, said
 
-    def part(self, old: str, new: str, phase: int, ask: tuple[str, ...] | None = None) -> NoisySearch:
+    def part(self, old: str, new: str, phase: int, ask: tuple[str, ...] | None = None,
+             budget: int | None = None) -> NoisySearch:
         """A search of its own for another change between two tested commits of this one's range (`old` before
         `new`), the `phase`-th of the bisect: its launches labelled `change<phase> …`, its evidence what this
-        part's commits showed in the searches up to it; `ask`: the eval items its every launch asks."""
+        part's commits showed in the searches up to it; `ask`: the eval items its every launch asks; `budget`: at
+        most this many launches (what the bisect's budget leaves it), else its range's."""
         return NoisySearch(self.oracle, self.driver, self.run, self.range.part(self.driver.variable, old, new, phase),
-                           self.confirm, self.save, ask=ask)
+                           self.confirm, self.save, ask=ask, budget=budget)
 
     def labelled(self, labels: dict[str, Label]) -> NoisySearch:
         """This search launching fresh (never from the trial cache), each commit under its label in `labels` (a

@@ -36,6 +36,7 @@ from abbisect.report.ab import (
     reproduce_block,
 )
 from abbisect.report.accuracy import ab_accuracy, accuracy_along
+from abbisect.report.drift import drift_said
 from abbisect.report.jit import caches_line, jit_of, starts_of, unlike_starts
 from abbisect.report.narrow import headline as narrow_headline
 from abbisect.report.narrow import minimal_block, narrow_json, workaround_table
@@ -375,6 +376,8 @@ def render_bisect(run: BisectRun, reproduce: list[str], budget: Budget = BUDGETS
              f"named good: {code(run.good.ref)}, named bad: {code(run.bad.ref)}"
              + (", first-parent walk" if run.recipe.bisect.first_parent else "") + ".", "",
              f"### {changes.headline(run) or headline(run)}", ""]
+    if drifted := drift_said(run):
+        lines += [drifted, ""]
     if run.result and (pins := run.pins.get(run.result.first_new or "")):
         lines += [f"It {cell(pins.told(), 400)}.", ""]
     if run.merge_bases:

@@ -5,6 +5,7 @@ difference — what is left unexplained, the parts searched, and each part's pos
 from __future__ import annotations
 
 from abbisect.bisect.bisection import BisectRun
+from abbisect.bisect.split import BUDGET
 from abbisect.report.posterior import picture
 from abbisect.report.text import Notes, cell, details, fence, table
 
@@ -22,6 +23,15 @@ def headline(run: BisectRun) -> str | None:
     n = len(c.changes)
     return f"{n} changes account for the ends' difference: {said}" if c.accounted and c.sure else \
         f"{n} changes: {said}; {c.said}"
+
+
+def budget_said(run: BisectRun) -> str:
+    """What the searches may spend and spent: ` Every search together spends at most 168 launches …`."""
+    if run.changes is None:
+        return ""
+    budget = run.changes.budget
+    return (f" Every search together, the whole range's and its parts', spends at most {budget} launches (the "
+            f"bisect's budget: {BUDGET} times the whole range's search's); this bisect launched {run.launches}.")
 
 
 def block(run: BisectRun) -> list[str]:
@@ -53,7 +63,8 @@ def block(run: BisectRun) -> list[str]:
               "is the ends' difference minus the changes', measured as one sum and judged on the interval told "
               f"beside it (at most {c.max_changes} changes are named, `bisect.max_changes`)."
               + (f" The found commit below, whose kind the exit code tells, is `{c.primary.sha[:10]}`: of the changes "
-                 "named, the one with the largest effect." if len(rows) > 2 and c.primary else "")),
+                 "named, the one with the largest effect." if len(rows) > 2 and c.primary else "")
+              + budget_said(run)),
              ""]
     pinned = [f"- `{r.sha[:10]}` {cell(d.told(), 300)}" for r in c.changes
               if (d := run.pins.get(r.sha)) and d.changes]
