@@ -1,22 +1,18 @@
 """A host's drift told as the likeliest reason a performance bisect could not decide (abbisect/stats/drift.py,
-abbisect/report/drift.py): the measure on known launches, and bisects through the seam (benchmarks/seam.py) on a
+abbisect/report/drift.py): the measure on known launches, and bisects through the seam (abbisect/testing/seam.py) on a
 host that drifts and on a quiet one."""
 
 from __future__ import annotations
 
 import math
 import random
-import sys
-from pathlib import Path
 
 import pytest
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
-import seam
 
 from abbisect.report.bisect import render_bisect
 from abbisect.report.drift import drift_said
 from abbisect.stats.drift import host_drift
+from abbisect.testing import seam
 
 SENTENCE = "The host's drift, not a change, is the likeliest reason"
 
@@ -50,7 +46,7 @@ def test_a_bisect_that_cannot_decide_on_a_drifting_host_says_the_host_is_the_lik
                                              changes=((16, 0.06),)), seam.recipe_for("perf"))
         quiet, _ = seam.bisect(seam.World("perf", 32, 16, seed=seed, changes=((16, 0.06),)), seam.recipe_for("perf"))
         assert SENTENCE not in render_bisect(quiet, ["x"]) and drift_said(quiet) is None
-        named = [r["sha"] for r in drifting.changes.get("changes", ())]
+        named = [r.sha for r in drifting.changes.changes] if drifting.changes else []
         assert set(named) <= {"c016"}, named  # the drift is not named as a change
         if drifting.result.outcome != "found":
             md = render_bisect(drifting, ["x"])

@@ -113,7 +113,7 @@ def two_changes(accounted: bool = True) -> Changes:
     first = Change("c005", "c004", 1, effect(0.06, 0.6), Level.CONFIRMED, None, {"commit": "https://x/c005"})
     second = Change("c009", "c008", 2, effect(0.04, 0.4), Level.CONFIRMED, part, {})
     return Changes(effect(0.1), (first, second), effect(0.0, 0.0), accounted, True,
-                   "2 changes account for the ends' difference", 3,
+                   "2 changes account for the ends' difference", 3, 168,
                    (PartSearched("c005", "c011", 2, Ended.CONFIRMED, 9),), first, confirmation())
 
 
