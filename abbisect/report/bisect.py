@@ -20,6 +20,7 @@ from abbisect.assess.perf import metric_values, pass_errors
 from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.bisect.findings import Level
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
+from abbisect.gpu.sharing import GpuProcess, SlotReport
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
 from abbisect.launch.jit import JitMode
@@ -323,29 +324,37 @@ def representative(step: Step) -> TrialResult | None:
     return next((t for t in step.trials if t.verdict.outcome == step.outcome), step.result)
 
 
-def _check_cell(rep: dict | None) -> str:
+def slot_check(check: dict | None) -> SlotReport | None:
+    """A trial's per-slot GPU check (gpu/sharing.py's `SlotReport`, as the trial wrote it), read once; None when
+    the trial has none (its slot had a GPU of its own)."""
+    return load(SlotReport, check) if check and check.get("mode") == "per-slot" else None
+
+
+def _check_cell(rep: SlotReport | None) -> str:
     """A per-slot check in one cell: its state, the slot's own PIDs, the other slots' PIDs, free MiB."""
-    if not rep:
+    if rep is None:
         return "—"
-    if rep.get("skipped"):
-        return cell(rep.get("notice"), 80)
-    def procs(key: str) -> str:
-        return ", ".join(f"{p['pid']} ({'?' if p['mib'] is None else format(p['mib'], ',')} MiB)"
-                         for p in rep.get(key, ())) or "—"
-    free = ", ".join(f"{f:,}" for f in rep.get("free_mib", ())) or "?"
-    state = "BUSY" if rep.get("busy") else "ok"
-    waited = f", waited {rep['waited_s']:g} s" if rep.get("waited_s") else ""
-    return f"{state}{waited}; own: {procs('own')}; other slots: {procs('others')}; free {free} MiB"
+    if rep.skipped:
+        return cell(rep.notice, 80)
+
+    def procs(seen: tuple[GpuProcess, ...]) -> str:
+        return ", ".join(f"{p.pid} ({'?' if p.mib is None else format(p.mib, ',')} MiB)" for p in seen) or "—"
+    free = ", ".join(f"{f:,}" for f in rep.free_mib) or "?"
+    state = "BUSY" if rep.busy else "ok"
+    waited = f", waited {rep.waited_s:g} s" if rep.waited_s else ""
+    return f"{state}{waited}; own: {procs(rep.own)}; other slots: {procs(rep.others)}; free {free} MiB"
 
 
 def slot_hygiene(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
     """Each trial's per-slot checks (gpu/sharing.py) when the run's slots share a GPU; "" otherwise."""
     rows = []
     for s in run.steps:
-        before, after = (s.result.extras.gpu_before, s.result.extras.gpu_after) if s.result is not None else (None, None)
-        if not (isinstance(before, dict) and before.get("mode") == "per-slot"):
+        extras = s.result.extras if s.result is not None else None
+        before = slot_check(extras.gpu_before) if extras is not None else None
+        if before is None:
             continue
-        rows.append([str(s.n), str(s.slot if s.slot is not None else before.get("slot")), f"`{s.sha[:10]}`",
+        after = slot_check(extras.gpu_after) if extras is not None else None
+        rows.append([str(s.n), str(s.slot if s.slot is not None else before.slot), f"`{s.sha[:10]}`",
                      _check_cell(before), _check_cell(after)])
     if not rows:
         return ""
