@@ -240,3 +240,19 @@ def test_a_trial_whose_share_never_comes_free_is_not_launched(tmp_path, engine_r
     before = result.extras.gpu_before
     assert before["busy"] and [p["mib"] for p in before["foreign"]] == [120_000, 2665]  # slot 0 has no ledger here
     assert not result.verdict.status.cacheable
+
+
+def test_a_per_slot_check_is_read_once_and_told_in_one_cell():
+    """The bisect report's per-slot cell: what a trial wrote (`SlotReport`, as JSON) read back once, then told —
+    busy or ok, the wait, the slot's own and the other slots' servers with their MiB, the free memory."""
+    from abbisect.gpu.sharing import GpuProcess, SlotReport
+    from abbisect.infra.serial import dump
+    from abbisect.report.bisect import _check_cell, slot_check
+
+    written = dump(SlotReport(False, "", True, 1, 0.5, "before", devices=(0,), free_mib=(5000,),
+                              own=(GpuProcess(11, 1024, 0, 1),), others=(GpuProcess(12, None, 0, 0),), waited_s=2.0))
+    assert _check_cell(slot_check(written)) == "BUSY, waited 2 s; own: 11 (1,024 MiB); other slots: 12 (? MiB); free 5,000 MiB"
+    skipped = dump(SlotReport(True, "no NVML", False, 0, None, "after"))
+    assert _check_cell(slot_check(skipped)) == "no NVML"
+    assert slot_check(None) is None and slot_check({"skipped": False, "busy": False}) is None  # a whole-GPU check
+    assert _check_cell(None) == "—"
