@@ -253,15 +253,15 @@ def test_a_whole_range_search_blurred_by_two_changes_is_cut_and_both_named_withi
             continue
         world = seam.World("perf", 32, at[0], seed=seed, changes=((at[0], 0.06), (at[1], 0.06)))
         run, _ = seam.bisect(world, seam.recipe_for("perf"))
-        planted, budget = {f"c{a:03d}" for a in at}, run.changes["budget"]
+        planted, budget = {f"c{a:03d}" for a in at}, run.changes.budget
         assert set(named(run)) <= planted, (at, named(run))
         assert run.launches <= budget, (run.launches, budget)
         md = render_bisect(run, ["abbisect bisect r.yaml --good c000 --bad c031"])
         assert f"at most {budget} launches" in md
-        capped = run.posterior["launches"] >= run.posterior["budget"] and not any(
-            r["phase"] == 1 for r in run.changes["changes"])
+        capped = run.posterior.launches >= run.posterior.budget and not any(
+            r.phase == 1 for r in run.changes.changes)
         if capped:  # the whole range's search ran to its cap naming none
-            assert set(named(run)) == planted, (seed, at, run.changes["said"])
+            assert set(named(run)) == planted, (seed, at, run.changes.said)
             seen = True
             break
     assert seen, "no history's whole-range search ran to its cap naming none: the case is not exercised"
