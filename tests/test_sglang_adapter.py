@@ -136,13 +136,18 @@ def test_standin_names_what_it_lacks_when_called(standin) -> None:
 
 # A server shaped as SGLang's: a main process whose SIGTERM handler ends its own child (SGLang's kill_process_tree)
 # and a child that reports a SIGTERM from anyone else (SGLang's main process takes a child dying first for a crash).
+# The main process gives a child that was signalled too the time to say so before it kills it: the two handlers
+# would otherwise race on a busy host.
 _CHILD = ("import signal, sys, time\n"
           "def term(*_):\n    print('child: SIGTERM from outside', flush=True); sys.exit(0)\n"
           "signal.signal(signal.SIGTERM, term); print('child up', flush=True)\n"
           "while True: time.sleep(0.05)\n")
 _MAIN = ("import signal, subprocess, sys, time\n"
          f"child = subprocess.Popen([sys.executable, '-c', {_CHILD!r}])\n"
-         "def term(*_):\n    print('main: SIGTERM', flush=True); child.kill(); child.wait(); sys.exit(0)\n"
+         "def term(*_):\n    print('main: SIGTERM', flush=True)\n"
+         "    try:\n        child.wait(timeout=3)\n"  # a child signalled too ends itself (its line is written)
+         "    except subprocess.TimeoutExpired:\n        child.kill(); child.wait()\n"
+         "    sys.exit(0)\n"
          "signal.signal(signal.SIGTERM, term)\n"
          "while True: time.sleep(0.05)\n")
 
