@@ -349,11 +349,10 @@ def slot_hygiene(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
     """Each trial's per-slot checks (gpu/sharing.py) when the run's slots share a GPU; "" otherwise."""
     rows = []
     for s in run.steps:
-        extras = s.result.extras if s.result is not None else None
-        before = slot_check(extras.gpu_before) if extras is not None else None
-        if before is None:
+        before = slot_check(s.result.extras.gpu_before) if s.result is not None else None
+        if before is None or s.result is None:
             continue
-        after = slot_check(extras.gpu_after) if extras is not None else None
+        after = slot_check(s.result.extras.gpu_after)
         rows.append([str(s.n), str(s.slot if s.slot is not None else before.slot), f"`{s.sha[:10]}`",
                      _check_cell(before), _check_cell(after)])
     if not rows:
