@@ -165,7 +165,7 @@ class BisectRun:
     narrowing: NarrowRun | None = field(default=None, repr=False)  # bisect.then_narrow: abbisect narrow at the answer
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).
     commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)
-    links: dict[str, str] = field(default_factory=dict)  # commit, compare, PR (and its parent's) links of the answer
+    links: gitlog.CommitLinks = gitlog.CommitLinks()  # commit, compare, PR (and its parent's) links of the answer
     engine_commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)  # each trial's engine commit
     # What the answer (and every change named) changes in its dependencies' pins (abbisect/bisect/pinchange.py).
     pins: dict[str, PinDiff] = field(default_factory=dict)

@@ -75,8 +75,8 @@ class Variable(Protocol):
     def info(self, candidate: str) -> gitlog.CommitInfo:
         """What a report says about a candidate (sha, subject, author, date, PR, parents)."""
 
-    def links(self, candidate: str, base: str | None) -> dict[str, str]:
-        """GitHub links of the candidate (and a compare from `base`), {} when there are none."""
+    def links(self, candidate: str, base: str | None) -> gitlog.CommitLinks:
+        """GitHub links of the candidate (and a compare from `base`), none when there are none."""
 
     def engine_commit(self, sha: str) -> gitlog.CommitInfo:
         """The engine commit a trial ran (`TrialSpec.sha`): the candidate itself, or the fixed engine."""
@@ -109,7 +109,7 @@ class _Git:
     def info(self, candidate: str) -> gitlog.CommitInfo:
         return gitlog.commit_info(self.repo, candidate)
 
-    def links(self, candidate: str, base: str | None) -> dict[str, str]:
+    def links(self, candidate: str, base: str | None) -> gitlog.CommitLinks:
         return gitlog.github_links(self.repo, candidate, base)
 
     def releases(self, candidate: str) -> gitlog.Releases | None:
@@ -268,8 +268,8 @@ class PackageVersions(_FixedEngine):
     def info(self, candidate: str) -> gitlog.CommitInfo:
         return gitlog.CommitInfo(candidate, candidate, f"{self.package}=={candidate}", "", "", "", None, ())
 
-    def links(self, candidate: str, base: str | None) -> dict[str, str]:
-        return {}
+    def links(self, candidate: str, base: str | None) -> gitlog.CommitLinks:
+        return gitlog.CommitLinks()
 
     def releases(self, candidate: str) -> gitlog.Releases | None:
         return None  # versions are releases themselves

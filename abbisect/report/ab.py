@@ -15,7 +15,8 @@ from statistics import median
 
 import yaml
 
-from abbisect.ab import ABLinks, CommitLinks
+from abbisect.ab import ABLinks
+from abbisect.bisect.gitlog import CommitLinks
 from abbisect.gpu.fingerprint import Fingerprint
 from abbisect.infra.serial import load
 from abbisect.launch.engines.base import LoggedFacts

@@ -12,13 +12,14 @@ from dataclasses import replace
 from pathlib import Path
 
 from abbisect import __version__
-from abbisect.ab import ABResult, compare
+from abbisect.ab import ABLinks, ABResult, compare
 from abbisect.assess import assessor_for
 from abbisect.assess.accuracy import eval_run
 from abbisect.assess.base import against_ends
 from abbisect.assess.perf import metric_values, pass_errors
 from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.bisect.findings import Level
+from abbisect.bisect.gitlog import CommitLinks
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.gpu.sharing import GpuProcess, SlotReport
 from abbisect.infra.envelope import SCHEMA_VERSION
@@ -164,8 +165,8 @@ def found_block(run: BisectRun) -> list[str]:
     if run.variable.kind.noun == "version":
         rows = [["version", code(info.subject, 120, in_table=True)]]
     else:
-        pr = f"[#{info.pr}]({urls['pr']})" if info.pr and urls.get("pr") else f"#{info.pr}" if info.pr else "—"
-        rows = [["sha", f"[`{info.sha}`]({urls['commit']})" if urls.get("commit") else f"`{info.sha}`"],
+        pr = f"[#{info.pr}]({urls.pr})" if info.pr and urls.pr else f"#{info.pr}" if info.pr else "—"
+        rows = [["sha", f"[`{info.sha}`]({urls.commit})" if urls.commit else f"`{info.sha}`"],
                 ["subject", cell(info.subject, 120, notes)], ["author", cell(info.author, 60, notes)],
                 ["date", info.date], ["PR", pr]]
     engine = run.variable.engine
@@ -173,8 +174,8 @@ def found_block(run: BisectRun) -> list[str]:
         rows.append(["engine (fixed)", f"{code(engine.ref, 60, in_table=True)} = `{engine.sha}`"])
     rows += [["kind", "**fix** (old end bad, new end good)" if run.mode is Mode.FIX else
              "**regression** (old end good, new end bad)"]]
-    if urls.get("compare"):
-        rows.append(["compare with its parent", f"[{(run.found_parent or '')[:10]}…{res.first_new[:10]}]({urls['compare']})"])
+    if urls.compare:
+        rows.append(["compare with its parent", f"[{(run.found_parent or '')[:10]}…{res.first_new[:10]}]({urls.compare})"])
     return [table(["field", "value"], rows, notes), ""]
 
 
@@ -372,7 +373,7 @@ def decisive_ab(run: BisectRun) -> ABResult | None:
     if run.result and run.result.first_new and run.found_parent in by_sha:
         parent, found = representative(by_sha[run.found_parent]), representative(by_sha[run.result.first_new])
         if parent is not None and found is not None:
-            links = {"a": {"commit": run.links["parent"]} if run.links.get("parent") else {}, "b": run.links}
+            links = ABLinks(CommitLinks(commit=run.links.parent), replace(run.links, parent=None))
             return compare(run.recipe, relabel(parent, "parent"), relabel(found, "found"), "", "", links)
     return None
 
@@ -496,7 +497,7 @@ def bisect_json(run: BisectRun) -> dict:
             "outcome": res.outcome if res else None, "first_new": res.first_new if res else None,
             "candidates": list(res.candidates) if res else [], "found_parent": run.found_parent,
             "commit": dump(run.commits[res.first_new]) if res and res.first_new else None,
-            "links": run.links, "mislabelled": run.mislabelled,
+            "links": dump(run.links), "mislabelled": run.mislabelled,
             "steps": [{**dump(s, exclude={"result", "more"}), "launches": len(s.trials)} for s in run.steps],
             "launches": run.launches, "builds": run.builds, "before": dump(run.before),  # a resumed one's every run
             "failure": run.failure, "unstable": list(run.unstable),
