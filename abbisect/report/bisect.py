@@ -197,7 +197,7 @@ def trail(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
 
 def another_failure(step: Step) -> str:
     """How a candidate failed when it is not how the bad end fails ("" when it is, or it did not fail)."""
-    return step.stats.get("other_failure", "") if step.outcome == "skip" else ""
+    return (step.stats.other_failure or "") if step.outcome == "skip" else ""
 
 
 def how_sure_block(run: BisectRun) -> list[str]:
