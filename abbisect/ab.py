@@ -15,6 +15,7 @@ from pydantic import BeforeValidator, PlainSerializer
 
 from abbisect import __version__, checkout
 from abbisect.assess import assessor_for
+from abbisect.assess.base import Comparison
 from abbisect.bisect import gitlog
 from abbisect.infra.cache import Cache
 from abbisect.infra.envelope import SCHEMA_VERSION
@@ -49,7 +50,7 @@ class LaunchesAssessed:
     launches: int  # a side
     a: SideAssessed
     b: SideAssessed
-    comparison: dict  # the assessor's `Comparison`, as results.json carries it (`Comparison.to_dict`)
+    comparison: Comparison  # written as results.json carries it (`Comparison.to_dict`)
 
     def side(self, side: str) -> SideAssessed:
         return self.a if side == "a" else self.b
@@ -211,7 +212,7 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
         seen = assessor.settle_ends(sides[0], sides[1], names="A and B")
         compared = assessor.compare(*sides)
         told = [SideAssessed(s.outcome, s.evidence, s.stats) for s in seen]
-        assessment = LaunchesAssessed(assessor.kind, len(got), told[0], told[1], compared.to_dict())
+        assessment = LaunchesAssessed(assessor.kind, len(got), told[0], told[1], compared)
         want = min(max(seen[0].wanted, seen[1].wanted), assessor.cap - len(got))
         if want > 0:
             progress(f"A and B after {len(got)} launch(es) each: {compared.text}; {want} more of each")

@@ -116,7 +116,7 @@ def repeated_verdict_line(ab) -> str:
     s = ab.assessment
     said = "; ".join(f"{side.upper()}: {cell(s.side(side).evidence.split('; ')[0], 200)}" for side in ("a", "b"))
     return (f"**Verdict over {s.launches} launch(es) a side: A {r_ref(ab.a)} is {s.a.outcome}, B {r_ref(ab.b)} is "
-            f"{s.b.outcome}** — {cell(s.comparison.get('text', ''), 300)}. {said}.")
+            f"{s.b.outcome}** — {cell(s.comparison.text, 300)}. {said}.")
 
 
 def launches_block(ab) -> str:
