@@ -21,7 +21,7 @@ from abbisect.query.chat import Completion
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
 from abbisect.stats.decide import Call
-from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
+from abbisect.trial.spec import Extras, LaunchInfo, Timings, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
 
@@ -37,7 +37,7 @@ def launch() -> LaunchInfo:
 def trial(rec: Recipe, sha: str, n: int, status: Status = Status.OK, outcome: Outcome = Outcome.GOOD,
           reasons: tuple[str, ...] = ("fake",), **extras: Any) -> TrialResult:
     spec = TrialSpec(rec, "x", sha, sha, "", "/nonexistent", "/nonexistent", str(Path("/nonexistent") / sha))
-    return TrialResult(spec.again(n), None, launch(), (), (), (), (), None, Verdict(status, outcome, reasons), {},
+    return TrialResult(spec.again(n), None, launch(), (), (), (), (), None, Verdict(status, outcome, reasons), Timings(),
                        Extras(**extras))
 
 

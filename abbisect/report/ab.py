@@ -81,7 +81,7 @@ def side_summary(r: TrialResult) -> dict[str, str]:
     checked = sum(1 for c in r.answers if c is not None)
     serious = sorted({s.id for s in r.signatures if s.severity in ("warning", "error", "fatal")})
     minor = len({s.id for s in r.signatures} - set(serious))
-    build = "failed" if r.env and not r.env.ok else ("reused" if r.env and r.env.reused else _secs(r.timings.get("build")))
+    build = "failed" if r.env and not r.env.ok else ("reused" if r.env and r.env.reused else _secs(r.timings.build))
     return {
         "result": cached_note(r, short=True),
         "build": build,
@@ -406,7 +406,7 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     fp = fingerprint_block(a, b) if not embedded else ""
     if fp:
         lines += [fp, ""]
-    timing = table(["stage", "A", "B"], [[k, _secs(a.timings.get(k)), _secs(b.timings.get(k))]
+    timing = table(["stage", "A", "B"], [[k, _secs(getattr(a.timings, k)), _secs(getattr(b.timings, k))]
                                          for k in ("checkout", "build", "ready", "query", "perf", "probe", "teardown", "score",
                                                    "overhead", "total")])
     lines += [details("Timings", timing + "\n\n" + TIMINGS_NOTE), ""]

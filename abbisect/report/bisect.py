@@ -24,6 +24,7 @@ from abbisect.gpu.fingerprint import Fingerprint, render_sides
 from abbisect.gpu.sharing import GpuProcess, SlotReport
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
+from abbisect.launch.engines.base import LoggedFacts
 from abbisect.launch.jit import JitMode
 from abbisect.report import changes, follow, posterior
 from abbisect.report.ab import (
@@ -524,10 +525,10 @@ def trial_record(run: BisectRun, step: Step) -> dict:
     assert r is not None  # only steps with a trial are recorded
     info = run.engine_commits[r.spec.sha]
     return {"n": step.n, "sha": r.spec.sha, "ref": r.spec.ref, "subject": info.subject,
-            "pins": list(r.spec.pins), "dependency": (r.spec.dependency or {}).get("sha"),
+            "pins": list(r.spec.pins), "dependency": r.spec.dependency.sha if r.spec.dependency else None,
             "commit_date": info.date, "parents": list(info.parents),
-            "version": r.launch.facts.get("version") if r.launch else None,
-            "fingerprint": r.extras.fingerprint, "timings": r.timings, "cached": r.cached,
+            "version": LoggedFacts.of(r.launch.facts).version if r.launch else None,
+            "fingerprint": r.extras.fingerprint, "timings": dump(r.timings), "cached": r.cached,
             "placement": dump(r.extras.placement) if r.extras.placement is not None else None,
             # Where its JIT caches were, and how each launch of the commit started (cold, warm; unknown on the
             # user's caches): a performance step's launches are measured alike only when they started alike.
