@@ -294,10 +294,10 @@ def gpu_block(a: TrialResult, b: TrialResult) -> str:
     for label, r in (("A", a), ("B", b)):
         for when, rep in (("before", r.extras.gpu_before), ("during", r.extras.gpu_during),
                           ("after", r.extras.gpu_after)):
-            if rep:
-                state = "skipped: " + cell(rep["notice"], 120) if rep["skipped"] else ("BUSY" if rep["busy"] else "idle")
-                rows.append([label, when, state, ", ".join(map(str, rep["pids"])) or "—",
-                             ", ".join(map(str, rep["used_mib"])) or "—", f"{rep['waited_s']:.1f} s"])
+            if rep is not None:
+                state = "skipped: " + cell(rep.notice, 120) if rep.skipped else ("BUSY" if rep.busy else "idle")
+                rows.append([label, when, state, ", ".join(map(str, rep.pids)) or "—",
+                             ", ".join(map(str, rep.used_mib)) or "—", f"{rep.waited_s:.1f} s"])
     return table(["side", "when", "GPU", "PIDs", "used MiB", "waited"], rows) if rows else ""
 
 

@@ -21,7 +21,7 @@ from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.bisect.findings import Level
 from abbisect.bisect.gitlog import CommitLinks
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
-from abbisect.gpu.sharing import GpuProcess, SlotReport
+from abbisect.gpu.sharing import GpuCheck, GpuProcess, SlotReport
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
 from abbisect.launch.engines.base import LoggedFacts
@@ -326,10 +326,10 @@ def representative(step: Step) -> TrialResult | None:
     return next((t for t in step.trials if t.verdict.outcome == step.outcome), step.result)
 
 
-def slot_check(check: dict | None) -> SlotReport | None:
-    """A trial's per-slot GPU check (gpu/sharing.py's `SlotReport`, as the trial wrote it), read once; None when
-    the trial has none (its slot had a GPU of its own)."""
-    return load(SlotReport, check) if check and check.get("mode") == "per-slot" else None
+def slot_check(check: GpuCheck | None) -> SlotReport | None:
+    """A trial's per-slot GPU check (gpu/sharing.py's `SlotReport`); None when the trial has none (its slot had a
+    GPU of its own: a whole-GPU check, or none)."""
+    return check if isinstance(check, SlotReport) else None
 
 
 def _check_cell(rep: SlotReport | None) -> str:
@@ -534,7 +534,7 @@ def trial_record(run: BisectRun, step: Step) -> dict:
             # user's caches): a performance step's launches are measured alike only when they started alike.
             "jit": {"folder": caches.folder, "starts": starts_of(step.trials)}
             if (caches := jit_of(r)) is not None else None,
-            "gpu": {w: rep for w, rep in (("before", r.extras.gpu_before), ("after", r.extras.gpu_after))
+            "gpu": {w: dump(rep) for w, rep in (("before", r.extras.gpu_before), ("after", r.extras.gpu_after))
                     if rep is not None} or None,
             "perf": told(run.recipe.perf.metric, metric_values(step.trials, run.recipe.perf.metric),
                          pass_errors(step.trials)) if run.recipe.perf else ""}

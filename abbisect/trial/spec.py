@@ -20,7 +20,7 @@ from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
 from abbisect.environment.inventory import Inventory
 from abbisect.environment.pins import DependencyCommit
-from abbisect.gpu.sharing import SlotPlace
+from abbisect.gpu.sharing import GpuCheck, SlotPlace
 from abbisect.infra.cache import Cache
 from abbisect.infra.serial import NoneLeftOut
 from abbisect.launch.jit import JitCache
@@ -214,13 +214,13 @@ class Extras(NoneLeftOut):
     fingerprint: dict | None = None  # the venv's torch, triton, engine version, its GPU (gpu/fingerprint.py)
     packages: Inventory | None = None  # the venv's full package list (environment/inventory.py)
     probe: dict | None = None  # a kernel probe's result (trial/probe_trial.py), instead of a launch
-    gpu_before: dict | None = None  # same-GPU hygiene's checks around the launch (gpu/sharing.py)
+    gpu_before: GpuCheck | None = None  # same-GPU hygiene's checks around the launch (gpu/sharing.py)
     server_times: dict | None = None  # wall clock: launched, ready, stopped
-    gpu_during: dict | None = None
+    gpu_during: GpuCheck | None = None
     eval: EvalRun | None = None  # the eval set's part this launch asked (query/evals.py)
     perf: PerfRun | None = None  # the performance passes (query/measure.py)
     numerics: NumericsRun | None = None  # the texts' token log-probabilities (query/logprobs.py)
-    gpu_after: dict | None = None
+    gpu_after: GpuCheck | None = None
     pass_outcomes: tuple[Outcome, ...] | None = None  # each pass's outcome (repeats.passes > 1)
     placement: Placement | None = None  # where and when it ran (trial/slots.py `placed`, an executor's node)
     cache: CacheOrigin | None = None  # a trial cache hit's origin: when stored, its logs (trial/trial_cache.py)
