@@ -14,7 +14,7 @@ from abbisect.infra import git
 from abbisect.infra.errors import UserError
 from abbisect.infra.git import GitError
 from abbisect.infra.git import git as _git
-from abbisect.infra.serial import NoneLeftOut
+from abbisect.infra.serial import NoneLeftOut, dump
 
 PathLike = str | Path
 
@@ -151,23 +151,6 @@ def github_repo(repo_path: PathLike) -> tuple[str, str] | None:
     return None
 
 
-def github_home(repo_path: PathLike) -> str | None:
-    """The repository's page on GitHub (its GitHub remote's, `github_repo`), None when it has none."""
-    found = github_repo(repo_path)
-    return f"https://github.com/{found[0]}/{found[1]}" if found else None
-
-
-def github_urls(repo_path: PathLike, sha: str, base_sha: str | None = None) -> dict[str, str]:
-    """{"commit": ..., "compare": ...} links on GitHub ("compare" only with a base), else {}."""
-    home = github_home(repo_path)
-    if home is None:
-        return {}
-    urls = {"commit": f"{home}/commit/{sha}"}
-    if base_sha:
-        urls["compare"] = f"{home}/compare/{base_sha}...{sha}"
-    return urls
-
-
 @dataclass(frozen=True)
 class CommitLinks(NoneLeftOut):
     """A commit on GitHub: its page, its compare view from a base, its pull request and, for a bisect's answer,
@@ -180,6 +163,23 @@ class CommitLinks(NoneLeftOut):
     parent: str | None = None  # the page of the commit a bisect's answer is measured against
 
 
+def github_home(repo_path: PathLike) -> str | None:
+    """The repository's page on GitHub (its GitHub remote's, `github_repo`), None when it has none."""
+    found = github_repo(repo_path)
+    return f"https://github.com/{found[0]}/{found[1]}" if found else None
+
+
+def _links(home: str, sha: str, base_sha: str | None, pr: int | None = None) -> CommitLinks:
+    return CommitLinks(f"{home}/commit/{sha}", f"{home}/compare/{base_sha}...{sha}" if base_sha else None,
+                       f"{home}/pull/{pr}" if pr else None)
+
+
+def github_urls(repo_path: PathLike, sha: str, base_sha: str | None = None) -> dict[str, str]:
+    """{"commit": ..., "compare": ...} links on GitHub ("compare" only with a base), else {}."""
+    home = github_home(repo_path)
+    return dump(_links(home, sha, base_sha)) if home else {}
+
+
 def github_links(repo_path: PathLike, sha: str, base_sha: str | None = None) -> CommitLinks:
     """Commit, compare (from `base_sha`) and PR links of a commit when the repository has a GitHub remote, else
     none (also when git cannot say: a report without links beats no report)."""
@@ -188,10 +188,7 @@ def github_links(repo_path: PathLike, sha: str, base_sha: str | None = None) -> 
         pr = pr_number(commit_info(repo_path, sha).subject) if home else None
     except (RuntimeError, OSError, UserError):
         return CommitLinks()
-    if home is None:
-        return CommitLinks()
-    return CommitLinks(f"{home}/commit/{sha}", f"{home}/compare/{base_sha}...{sha}" if base_sha else None,
-                       f"{home}/pull/{pr}" if pr else None)
+    return _links(home, sha, base_sha, pr) if home else CommitLinks()
 
 
 def merge_bases(repo_path: PathLike, a: str, b: str) -> list[str]:
