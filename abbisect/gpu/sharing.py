@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Any, Protocol, TypeAlias
 
 from pydantic import Discriminator, Tag
 
@@ -131,8 +131,8 @@ def _check_kind(value: Any) -> str:
 
 
 # What a trial's extras hold of a GPU check (gpu_before, gpu_during, gpu_after): the whole GPU's or a shared slot's.
-GpuCheck = Annotated[Annotated[HygieneReport, Tag("whole")] | Annotated[SlotReport, Tag("slot")],
-                     Discriminator(_check_kind)]
+GpuCheck: TypeAlias = Annotated[Annotated[HygieneReport, Tag("whole")] | Annotated[SlotReport, Tag("slot")],
+                                Discriminator(_check_kind)]
 
 
 # ---------------------------------------------------------------- the rule (pure)
