@@ -65,8 +65,8 @@ def _assessment_written(value: LaunchesAssessed | None) -> dict:
 class ABLinks:
     """Each side's commit on GitHub (gitlog.py `CommitLinks`)."""
 
-    a: gitlog.CommitLinks = gitlog.CommitLinks()
-    b: gitlog.CommitLinks = gitlog.CommitLinks()  # its compare view is from A
+    a: gitlog.CommitLinks = field(default_factory=gitlog.CommitLinks)
+    b: gitlog.CommitLinks = field(default_factory=gitlog.CommitLinks)  # its compare view is from A
 
 
 def _none_when_empty(value: object) -> object:

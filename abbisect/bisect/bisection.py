@@ -202,7 +202,7 @@ class BisectRun:
     narrowing: NarrowRun | None = field(default=None, repr=False)  # bisect.then_narrow: abbisect narrow at the answer
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).
     commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)
-    links: gitlog.CommitLinks = gitlog.CommitLinks()  # commit, compare, PR (and its parent's) links of the answer
+    links: gitlog.CommitLinks = field(default_factory=gitlog.CommitLinks)  # the answer's (and its parent's) links
     engine_commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)  # each trial's engine commit
     # What the answer (and every change named) changes in its dependencies' pins (abbisect/bisect/pinchange.py).
     pins: dict[str, PinDiff] = field(default_factory=dict)
