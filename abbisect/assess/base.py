@@ -105,8 +105,8 @@ class Comparison:
 
         numbers = data.get("comparison")
         call = numbers.get("call") if isinstance(numbers, Mapping) else None
-        return cls(data.get("kind", ""), data.get("text", ""), decide.Call(call) if call else None,
-                   Worse(data["worse"]) if data.get("worse") else None, numbers, data.get("metric"),
+        return cls(data.get("kind", ""), data.get("text", ""), load(decide.Call, call) if call else None,
+                   load(Worse, data["worse"]) if data.get("worse") else None, numbers, data.get("metric"),
                    load(Flips, data["flips"]) if data.get("flips") is not None else None,
                    load(logprobs.NumericsComparison, data["numerics"]) if data.get("numerics") is not None else None,
                    tuple(data.get("differing", ())))
