@@ -15,11 +15,12 @@ from pydantic import BeforeValidator, PlainSerializer
 
 from abbisect import __version__, checkout
 from abbisect.assess import assessor_for
+from abbisect.assess.base import Comparison
 from abbisect.bisect import gitlog
 from abbisect.infra.cache import Cache
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.errors import UserError
-from abbisect.infra.serial import NoneLeftOut, dump, load
+from abbisect.infra.serial import dump
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.score import Divergence, SignatureDiff, diff_signatures, divergence
@@ -49,7 +50,7 @@ class LaunchesAssessed:
     launches: int  # a side
     a: SideAssessed
     b: SideAssessed
-    comparison: dict  # the assessor's `Comparison`, as results.json carries it (`Comparison.to_dict`)
+    comparison: Comparison  # written as results.json carries it (`Comparison.to_dict`)
 
     def side(self, side: str) -> SideAssessed:
         return self.a if side == "a" else self.b
@@ -61,19 +62,11 @@ def _assessment_written(value: LaunchesAssessed | None) -> dict:
 
 
 @dataclass(frozen=True)
-class CommitLinks(NoneLeftOut):
-    """A side's commit on GitHub, its compare view from the other side and its pull request; None where the
-    repository has no GitHub remote or git cannot say (results.json leaves the key out)."""
-
-    commit: str | None = None
-    compare: str | None = None
-    pr: str | None = None
-
-
-@dataclass(frozen=True)
 class ABLinks:
-    a: CommitLinks = CommitLinks()
-    b: CommitLinks = CommitLinks()  # its compare view is from A
+    """Each side's commit on GitHub (gitlog.py `CommitLinks`)."""
+
+    a: gitlog.CommitLinks = field(default_factory=gitlog.CommitLinks)
+    b: gitlog.CommitLinks = field(default_factory=gitlog.CommitLinks)  # its compare view is from A
 
 
 def _none_when_empty(value: object) -> object:
@@ -162,13 +155,13 @@ def neutral_launch(result: TrialResult) -> str:
 
 
 def compare(recipe: Recipe, a: TrialResult, b: TrialResult, command: str, started: str,
-            links: dict[str, dict[str, str]] | None = None, more: tuple[tuple[TrialResult, ...], ...] = ((), ()),
+            links: ABLinks | None = None, more: tuple[tuple[TrialResult, ...], ...] = ((), ()),
             assessment: LaunchesAssessed | None = None, commits: dict[str, gitlog.CommitInfo] | None = None) -> ABResult:
     divs = tuple(divergence(oa.text, ob.text) if not (oa.error or ob.error) else None
                  for oa, ob in zip(a.outputs, b.outputs))
     return ABResult(recipe, a, b, divs,
                     diff_signatures(list(a.signatures), list(b.signatures)), neutral_launch(a), neutral_launch(b),
-                    command, __version__, started, load(ABLinks, links) if links else None, more[0], more[1], assessment,
+                    command, __version__, started, links, more[0], more[1], assessment,
                     commits or {})
 
 
@@ -219,13 +212,13 @@ def run_ab(recipe: Recipe, repo: Path, revs: list[checkout.Revision], cache: Cac
         seen = assessor.settle_ends(sides[0], sides[1], names="A and B")
         compared = assessor.compare(*sides)
         told = [SideAssessed(s.outcome, s.evidence, s.stats) for s in seen]
-        assessment = LaunchesAssessed(assessor.kind, len(got), told[0], told[1], compared.to_dict())
+        assessment = LaunchesAssessed(assessor.kind, len(got), told[0], told[1], compared)
         want = min(max(seen[0].wanted, seen[1].wanted), assessor.cap - len(got))
         if want > 0:
             progress(f"A and B after {len(got)} launch(es) each: {compared.text}; {want} more of each")
     a, b = got[0]
-    links = {"a": gitlog.github_links(a.spec.repo, a.spec.sha), "b": gitlog.github_links(b.spec.repo, b.spec.sha,
-                                                                                       a.spec.sha)}
+    links = ABLinks(gitlog.github_links(a.spec.repo, a.spec.sha),
+                    gitlog.github_links(b.spec.repo, b.spec.sha, a.spec.sha))
     more = (tuple(p[0] for p in got[1:]), tuple(p[1] for p in got[1:]))
     commits = {sha: gitlog.commit_info(repo, sha) for sha in sorted({a.spec.sha, b.spec.sha})}
     return compare(recipe, a, b, command, started, links, more, assessment, commits)

@@ -3,22 +3,25 @@ the pipeline makes them (a verdict, a launch, per-pass outcomes, perf passes) â€
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from abbisect.ab import LaunchesAssessed, SideAssessed
 from abbisect.assess import assessor_for
 from abbisect.assess.base import Worse, against_ends
 from abbisect.assess.differs import Differs, differing
 from abbisect.assess.flaky import Flaky
 from abbisect.assess.one_trial import Rules
 from abbisect.bisect.ends import judged_against_ends
+from abbisect.infra.serial import dump, load
 from abbisect.launch.server import Ready
 from abbisect.query.chat import Completion
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
 from abbisect.stats.decide import Call
-from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
+from abbisect.trial.spec import Extras, LaunchInfo, Timings, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
 
@@ -34,7 +37,7 @@ def launch() -> LaunchInfo:
 def trial(rec: Recipe, sha: str, n: int, status: Status = Status.OK, outcome: Outcome = Outcome.GOOD,
           reasons: tuple[str, ...] = ("fake",), **extras: Any) -> TrialResult:
     spec = TrialSpec(rec, "x", sha, sha, "", "/nonexistent", "/nonexistent", str(Path("/nonexistent") / sha))
-    return TrialResult(spec.again(n), None, launch(), (), (), (), (), None, Verdict(status, outcome, reasons), {},
+    return TrialResult(spec.again(n), None, launch(), (), (), (), (), None, Verdict(status, outcome, reasons), Timings(),
                        Extras(**extras))
 
 
@@ -172,6 +175,25 @@ def test_a_comparison_carries_its_call_worse_side_and_words_and_is_written_with_
     # a rule on one trial compares nothing: each side's verdict says it all
     rules = assessor_for(recipe()).compare(old[:1], new[:1])
     assert rules.call is None and rules.worse is None and "comparison" not in rules.to_dict()
+
+
+def test_an_ab_keeps_its_comparison_typed_and_results_json_reads_it_back():
+    """Over several launches a side, the A/B's assessment holds the `Comparison` itself: results.json writes it as
+    `to_dict` does and reads it back with its call, worse side and words; an earlier file's {} reads as nothing
+    compared."""
+    rec = recipe(repeats={"launches": 3})
+    a = assessor_for(rec)
+    old = [trial(rec, "old", i) for i in range(12)]
+    new = [trial(rec, "new", i, Status.CRASHED_AT_STARTUP, Outcome.BAD) for i in range(12)]
+    compared = a.compare(old, new)
+    sides = [SideAssessed(s.outcome, s.evidence, s.stats) for s in a.settle_ends(old, new, names="A and B")]
+    assessed = LaunchesAssessed(a.kind, 12, sides[0], sides[1], compared)
+    written = json.loads(json.dumps(dump(assessed)))
+    assert written["comparison"] == json.loads(json.dumps(compared.to_dict()))
+    back = load(LaunchesAssessed, written).comparison
+    assert (back.kind, back.call, back.worse, back.text) == (compared.kind, Call.DIFFERENT, Worse.B, compared.text)
+    assert json.loads(json.dumps(back.to_dict())) == written["comparison"]
+    assert load(LaunchesAssessed, {**written, "comparison": {}}).comparison.text == ""
 
 
 # --- differs from the good end: an assessor like the others -------------------------------------------------

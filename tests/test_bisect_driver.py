@@ -21,7 +21,7 @@ from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome, Status
 from abbisect.testing.fakes import FakeHistory, line
 from abbisect.trial.executors import Slot
-from abbisect.trial.spec import TrialResult, TrialSpec
+from abbisect.trial.spec import Timings, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
 STATUS = {Outcome.GOOD: Status.OK, Outcome.BAD: Status.DEGENERATE, Outcome.SKIP: Status.BUILD_FAILED}
@@ -41,7 +41,8 @@ class Verdicts:
     def fetch(self, spec: TrialSpec, progress, runner) -> TrialResult:
         self.asked.append(spec.sha)
         outcome = self.outcomes[spec.sha]
-        return TrialResult(spec, None, None, (), (), (), (), None, Verdict(STATUS[outcome], outcome, ("fake",)), {},
+        return TrialResult(spec, None, None, (), (), (), (), None, Verdict(STATUS[outcome], outcome, ("fake",)),
+                           Timings(),
                            cached=spec.sha in self.cached)
 
     def holds(self, spec: TrialSpec) -> bool:
@@ -233,7 +234,7 @@ def test_a_flaky_commit_is_skipped_by_retries(tmp_path):
     def runner(spec, progress):  # every retry of c005 disagrees with its first trial
         flips["n"] += 1
         outcome = Outcome.GOOD if spec.sha == shas[5] else outcomes[spec.sha]
-        return TrialResult(spec, None, None, (), (), (), (), None, Verdict(STATUS[outcome], outcome, ()), {})
+        return TrialResult(spec, None, None, (), (), (), (), None, Verdict(STATUS[outcome], outcome, ()), Timings())
 
     verdicts = Verdicts(outcomes)
     oracle = Oracle(rec, var, tmp_path, verdicts.fetch, verdicts.holds, lambda m: None, runner=runner, retries=1,

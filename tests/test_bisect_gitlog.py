@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import os
 import subprocess
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from abbisect.bisect.gitlog import (
     CommitInfo,
+    CommitLinks,
     candidate_graph,
     commit_info,
+    github_links,
     github_repo,
     github_urls,
     is_ancestor,
@@ -20,6 +23,7 @@ from abbisect.bisect.gitlog import (
     resolve,
 )
 from abbisect.infra.errors import UserError
+from abbisect.infra.serial import dump, load
 
 _clock = iter(range(1_700_000_000, 1_800_000_000, 60))
 
@@ -186,6 +190,22 @@ def test_github_urls_prefer_origin_then_any_github_remote(repo) -> None:
         "commit": f"https://github.com/up/stream/commit/{sha}",
         "compare": f"https://github.com/up/stream/compare/{base}...{sha}",
     }
+
+
+def test_github_links_are_written_without_the_ones_there_are_not(repo) -> None:
+    """A commit's links as results.json and bisect.json carry them: a key for each link there is (none without a
+    GitHub remote), read back the same; a bisect's answer adds its parent's page."""
+    path, sha, base = repo["path"], repo["a"], repo["o"]
+    assert github_links(path, sha, base) == CommitLinks() and dump(CommitLinks()) == {}
+    git(path, "remote", "add", "origin", "https://github.com/up/stream.git")
+    home = "https://github.com/up/stream"
+    alone = github_links(path, sha)  # "Add a (#101)": its pull request, no compare without a base
+    assert dump(alone) == {"commit": f"{home}/commit/{sha}", "pr": f"{home}/pull/101"}
+    answer = replace(github_links(path, sha, base), parent=github_links(path, base).commit)
+    written = dump(answer)
+    assert list(written) == ["commit", "compare", "pr", "parent"]
+    assert written["compare"] == f"{home}/compare/{base}...{sha}" and written["parent"] == f"{home}/commit/{base}"
+    assert load(CommitLinks, written) == answer and load(CommitLinks, {}) == CommitLinks()
 
 
 def test_touched_paths_and_the_prior_that_reads_them(repo) -> None:

@@ -28,6 +28,7 @@ from abbisect.gpu.sharing import (
     guard_for,
     need_mib,
 )
+from abbisect.infra.serial import dump
 from abbisect.infra.supervisor import TOKEN_VAR
 from abbisect.recipe import parse_recipe
 from abbisect.trial.pipeline import run_trial
@@ -88,7 +89,7 @@ def test_the_previous_server_still_holding_4gib_waits_then_goes(four_slots, monk
     ledgers, pids = four_slots
     nvml, clock, lines = RecordedNvml(tape(), "slot2_previous_holds_4gib_then_releases", pids), FakeClock(), []
     guard = _slot2(ledgers, nvml, clock, lines)
-    rep = guard.before()
+    rep = dump(guard.before())  # as the trial's result writes it
     assert guard.refusal is None
     assert not rep["busy"] and rep["waited_s"] == 1.5 and rep["own"] == []
     # the first look named the previous server and its 4 GiB; it waited until NVML no longer listed it
@@ -103,7 +104,7 @@ def test_another_slots_server_holding_memory_does_not_block_slot_2(four_slots, m
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     ledgers, pids = four_slots
     nvml, clock, lines = RecordedNvml(tape(), "other_slots_hold_30gib_each", pids), FakeClock(), []
-    rep = _slot2(ledgers, nvml, clock, lines).before()
+    rep = dump(_slot2(ledgers, nvml, clock, lines).before())
     free = H200_TOTAL - 618 - 90_000
     assert free >= need_mib(SHARE, H200_TOTAL)  # 53,153 MiB free: the share fits beside them
     assert not rep["busy"] and rep["waited_s"] == 0 and clock.t == 0  # no wait at all
@@ -121,7 +122,7 @@ def test_a_share_that_never_comes_free_leaves_the_trial_untested(four_slots, mon
         nvml = RecordedNvml(tape(), "another_program_holds_120gib", {**pids, "foreign": stranger.pid})
         clock, lines = FakeClock(), []
         guard = _slot2(ledgers, nvml, clock, lines)
-        rep = guard.before()
+        rep = dump(guard.before())
     finally:
         stranger.kill()
         stranger.wait()
@@ -148,11 +149,11 @@ def test_after_teardown_waits_until_the_trials_own_server_is_gone(tmp_path, monk
         guard = SharedSlot([0], 0.45, SlotPlace(1, "run", (0,)), ledgers, "c1", lines.append, nvml=nvml,
                            clock=clock, sleep=clock.sleep)
         guard.started(SimpleNamespace(token=token, pid=own.pid))
-        during = guard.during()
+        during = dump(guard.during())
         assert [p["pid"] for p in during["own"]] == [own.pid] and during["busy"]  # it sees its own server
         own.kill()
         own.wait()  # gone from /proc; NVML lists it for two more looks
-        after = guard.after()
+        after = dump(guard.after())
     finally:
         other.kill()
         other.wait()
@@ -213,7 +214,7 @@ def test_a_trial_on_a_shared_slot_waits_for_its_slots_previous_server(tmp_path, 
             p.wait()
     assert result.verdict.status == "ok", result.verdict.reasons
     assert result.launch is not None and "toy-0.22" in result.launch.argv
-    before, after = result.extras.gpu_before, result.extras.gpu_after
+    before, after = dump(result.extras.gpu_before), dump(result.extras.gpu_after)
     assert before["mode"] == "per-slot" and not before["busy"] and 0.5 <= before["waited_s"] < 10
     assert sorted(p["slot"] for p in before["others"]) == [0, 1, 3] and before["own"] == []
     assert after["mode"] == "per-slot" and not after["busy"]
@@ -237,22 +238,30 @@ def test_a_trial_whose_share_never_comes_free_is_not_launched(tmp_path, engine_r
     assert "GPU slot 1: not ready for a launch after 1" in result.verdict.reasons[0]
     assert "slot 1's share needs 63,672" in result.verdict.reasons[0]
     assert result.launch is None and not (Path(placed.out_dir) / "server.log").exists()
-    before = result.extras.gpu_before
+    before = dump(result.extras.gpu_before)
     assert before["busy"] and [p["mib"] for p in before["foreign"]] == [120_000, 2665]  # slot 0 has no ledger here
     assert not result.verdict.status.cacheable
 
 
 def test_a_per_slot_check_is_read_once_and_told_in_one_cell():
-    """The bisect report's per-slot cell: what a trial wrote (`SlotReport`, as JSON) read back once, then told —
-    busy or ok, the wait, the slot's own and the other slots' servers with their MiB, the free memory."""
+    """The bisect report's per-slot cell: what a trial wrote (`SlotReport`, as JSON) read back once, as a trial's
+    result, then told — busy or ok, the wait, the slot's own and the other slots' servers with their MiB, the free
+    memory."""
+    from abbisect.gpu.hygiene import HygieneReport
     from abbisect.gpu.sharing import GpuProcess, SlotReport
-    from abbisect.infra.serial import dump
+    from abbisect.infra.serial import load
     from abbisect.report.bisect import _check_cell, slot_check
+    from abbisect.trial.spec import Extras
 
-    written = dump(SlotReport(False, "", True, 1, 0.5, "before", devices=(0,), free_mib=(5000,),
+    def read(check: SlotReport | HygieneReport):  # written with the trial's result, read back with it
+        return load(Extras, {"gpu_before": dump(check)}).gpu_before
+
+    written = read(SlotReport(False, "", True, 1, 0.5, "before", devices=(0,), free_mib=(5000,),
                               own=(GpuProcess(11, 1024, 0, 1),), others=(GpuProcess(12, None, 0, 0),), waited_s=2.0))
     assert _check_cell(slot_check(written)) == "BUSY, waited 2 s; own: 11 (1,024 MiB); other slots: 12 (? MiB); free 5,000 MiB"
-    skipped = dump(SlotReport(True, "no NVML", False, 0, None, "after"))
+    skipped = read(SlotReport(True, "no NVML", False, 0, None, "after"))
     assert _check_cell(slot_check(skipped)) == "no NVML"
-    assert slot_check(None) is None and slot_check({"skipped": False, "busy": False}) is None  # a whole-GPU check
+    whole = read(HygieneReport(False, "", False))
+    assert isinstance(whole, HygieneReport) and dump(whole) == dump(HygieneReport(False, "", False))
+    assert slot_check(None) is None and slot_check(whole) is None  # a whole-GPU check
     assert _check_cell(None) == "—"

@@ -27,11 +27,12 @@ from abbisect.bisect.findings import (
     Round,
     States,
 )
+from abbisect.bisect.gitlog import CommitLinks
 from abbisect.bisect.search import SearchResult
 from abbisect.recipe import Recipe
 from abbisect.recipe.status import Outcome
 from abbisect.report import changes, posterior
-from abbisect.report.bisect import bisect_json, headline, how_sure_block
+from abbisect.report.bisect import bisect_json, found_block, headline, how_sure_block
 from abbisect.testing.fakes import FakeHistory, line
 
 RECIPE = Recipe.model_validate({"name": "pure", "engine": {"kind": "command", "repo": "/nonexistent"},
@@ -110,8 +111,8 @@ def effect(value: float, share: float | None = None) -> EffectShown:
 
 def two_changes(accounted: bool = True) -> Changes:
     part = summary(old="c005", answer="c009", likeliest="c009")
-    first = Change("c005", "c004", 1, effect(0.06, 0.6), Level.CONFIRMED, None, {"commit": "https://x/c005"})
-    second = Change("c009", "c008", 2, effect(0.04, 0.4), Level.CONFIRMED, part, {})
+    first = Change("c005", "c004", 1, effect(0.06, 0.6), Level.CONFIRMED, None, CommitLinks("https://x/c005"))
+    second = Change("c009", "c008", 2, effect(0.04, 0.4), Level.CONFIRMED, part, CommitLinks())
     return Changes(effect(0.1), (first, second), effect(0.0, 0.0), accounted, True,
                    "2 changes account for the ends' difference", 3, 168,
                    (PartSearched("c005", "c011", 2, Ended.CONFIRMED, 9),), first, confirmation())
@@ -166,3 +167,20 @@ def test_bisect_json_writes_each_result_with_its_keys():
     assert data["rounds"] == [{"round": 0, "commits": ["c000", "c011"], "seconds": 1.5, "remaining": 10}]
     bare = json.loads(json.dumps(bisect_json(run_of(ENDS)), default=str))
     assert bare["confirmation"] == {} and bare["posterior"] is None and bare["changes"] is None
+    assert [c["links"] for c in data["changes"]["changes"]] == [{"commit": "https://x/c005"}, {}]
+
+
+def test_the_answers_links_are_written_with_the_keys_there_are_and_shown():
+    """The found commit's GitHub links, gathered when the search ended: bisect.json's "links" has a key for each
+    link there is (its parent's page among them; none without a GitHub remote), and the found table links the sha
+    and the compare view with its parent."""
+    home = "https://github.com/o/r"
+    links = CommitLinks(f"{home}/commit/c005", f"{home}/compare/c004...c005", None, f"{home}/commit/c004")
+    run = run_of(ENDS, result=SearchResult("found", "c005", ("c005",), 0, ()), found_parent="c004", links=links)
+    run.commits = {sha: FakeHistory(line(12), RECIPE).info(sha) for sha in ("c000", "c005", "c011")}
+    data = json.loads(json.dumps(bisect_json(run), default=str))
+    assert data["links"] == {"commit": f"{home}/commit/c005", "compare": f"{home}/compare/c004...c005",
+                             "parent": f"{home}/commit/c004"}
+    assert bisect_json(run_of(ENDS))["links"] == {}
+    table = "\n".join(found_block(run))
+    assert f"[`c005`]({home}/commit/c005)" in table and f"[c004…c005]({home}/compare/c004...c005)" in table

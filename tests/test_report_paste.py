@@ -30,7 +30,7 @@ from abbisect.report.posterior import block as posterior_block
 from abbisect.report.text import NOTE_CAP, Notes, cell, code, esc, fence, plain, table
 from abbisect.score.degeneration import OutputAnalysis
 from abbisect.testing import seam
-from abbisect.trial.spec import LaunchInfo, TrialResult, TrialSpec
+from abbisect.trial.spec import LaunchInfo, Timings, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
 ANSI = "\x1b[31mred\x1b[0m"
@@ -104,7 +104,7 @@ def _trial(recipe, side: str, sha: str, ref: str, text: str, tmp: Path) -> Trial
     analyses = (OutputAnalysis("degenerate" if side == "a" else "healthy", f"loops {ANSI}", ()),)
     verdict = Verdict(Status.OK, Outcome.GOOD, (f"reason naming @heidi {ANSI}",))
     return TrialResult(spec, env, launch, outputs, analyses, (None,), (), (7, f"RuntimeError: @ivan {ANSI}"),
-                       verdict, {"build": 1.0})
+                       verdict, Timings(build=1.0))
 
 
 def test_the_ab_report_mentions_no_one_and_shows_no_raw_control_byte(tmp_path):

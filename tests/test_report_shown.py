@@ -25,7 +25,7 @@ from abbisect.recipe.status import Outcome, Status
 from abbisect.report.narrow import narrow_json, render_narrow
 from abbisect.report.render import ab_files, model_path, portable_for
 from abbisect.score.degeneration import OutputAnalysis
-from abbisect.trial.spec import LaunchInfo, TrialResult, TrialSpec
+from abbisect.trial.spec import LaunchInfo, Timings, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
 INVISIBLE = re.compile("[\u200b-\u200d\u2060\ufeff]")
@@ -53,7 +53,7 @@ def _trial(recipe, side: str, sha: str, cache: Path, out: Path, model: str, erro
     verdict = Verdict(status, Outcome.BAD if error else Outcome.GOOD,
                       (f"{error} (see {cache}/envs/{side}_key/build.log)",) if error else ())
     return TrialResult(spec, env, launch, outputs, analyses, (None,), (), (7, f"RuntimeError: {error}"), verdict,
-                       {"build": 1.0})
+                       Timings(build=1.0))
 
 
 def test_the_default_jobs_report_shows_no_cache_or_home_path_and_no_invisible_character(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from abbisect.ab import ABResult
-from abbisect.bisect.bisection import Step
+from abbisect.bisect.bisection import Step, StepStats
 from abbisect.bisect.gitlog import CommitInfo
 from abbisect.bisect.state import load_state
 from abbisect.environment import EnvResult
@@ -140,6 +140,20 @@ def test_bisect_json_steps_and_commit():
         assert same_as_written(as_written(dump(step, exclude={"result"})), raw)
     commit = load(CommitInfo, data["commit"])
     assert isinstance(commit.parents, tuple) and as_written(dump(commit)) == data["commit"]
+
+
+def test_a_steps_stats_are_one_object_the_assessors_keys_then_the_bisects():
+    """A step's stats on disk (state.json, bisect.json) as when they were a dict: the assessor's keys first, then
+    those the bisect adds that it has; read back into their typed fields, the rest the assessor's."""
+    raw = {"passes": 25, "metric": "tpot_median", "vs_good": {"call": "same"}, "p_after": 0.0, "launches": 5,
+           "mass": 0.0}
+    stats = load(StepStats, raw)
+    assert stats == StepStats({"passes": 25, "metric": "tpot_median", "vs_good": {"call": "same"}}, p_after=0.0,
+                              launches=5, mass=0.0)
+    assert list(dump(stats).items()) == list(raw.items())
+    skipped = StepStats(other_failure="OutOfMemoryError")
+    assert dump(skipped) == {"other_failure": "OutOfMemoryError"} and load(StepStats, dump(skipped)) == skipped
+    assert dump(StepStats()) == {} and load(StepStats, {}) == StepStats()
 
 
 def test_a_file_that_is_not_a_result_is_refused():

@@ -7,7 +7,10 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, Self, TypeVar
 
-from abbisect.infra.serial import dump
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
+
+from abbisect.infra.serial import dump, load
 from abbisect.recipe.status import Outcome
 from abbisect.trial.spec import TrialResult
 
@@ -93,6 +96,28 @@ class Comparison:
         if self.differing:
             out["differing"] = list(self.differing)
         return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Comparison:
+        """Read back from what `to_dict` wrote (results.json's "assessment"; {} from an abbisect that wrote none):
+        the call is what its numbers say, as the file carries it nowhere else (None where they say none)."""
+        from abbisect.stats import decide, logprobs
+
+        numbers = data.get("comparison")
+        call = numbers.get("call") if isinstance(numbers, Mapping) else None
+        return cls(data.get("kind", ""), data.get("text", ""), load(decide.Call, call) if call else None,
+                   load(Worse, data["worse"]) if data.get("worse") else None, numbers, data.get("metric"),
+                   load(Flips, data["flips"]) if data.get("flips") is not None else None,
+                   load(logprobs.NumericsComparison, data["numerics"]) if data.get("numerics") is not None else None,
+                   tuple(data.get("differing", ())))
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        """A result that holds a comparison (an A/B's `LaunchesAssessed`) writes it as `to_dict` does, and reads it
+        back with `from_dict`."""
+        return core_schema.no_info_plain_validator_function(
+            lambda value: value if isinstance(value, Comparison) else cls.from_dict(value),
+            serialization=core_schema.plain_serializer_function_ser_schema(lambda value: value.to_dict(), info_arg=False))
 
 
 def ends_told(different: bool, a_worse: bool, texts: tuple[str, str], said: str, alike: str, stats: dict,

@@ -3,10 +3,14 @@ the run itself. The driver fills a `BisectRun` in; the reports render it; `state
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, Any, Self, cast
+
+from pydantic import GetCoreSchemaHandler
+from pydantic_core import core_schema
 
 from abbisect import checkout
 from abbisect.bisect import gitlog
@@ -75,6 +79,39 @@ class EndsMode(StrEnum):
     LAZY = "lazy"
 
 
+@dataclass(frozen=True)
+class StepStats:
+    """The numbers behind a step's outcome: what its assessor said of the commit's trials (abbisect/assess, kept as
+    it wrote them) and what the bisect adds: a statistical search's chance that the commit is after the change, the
+    launches that chance rests on and the commit's share of the culprit mass (bisect/noisy.py), or how a candidate
+    fails when not as the bad end does (bisect/oracle.py). Written as one object, the assessor's keys first, then
+    the bisect's that are not None (state.json's and bisect.json's "stats", as the dict it replaced had them)."""
+
+    assessed: Mapping[str, Any] = field(default_factory=dict)
+    p_after: float | None = None
+    launches: int | None = None
+    mass: float | None = None
+    other_failure: str | None = None
+
+    @classmethod
+    def __get_pydantic_core_schema__(cls, source: Any, handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        own = ("p_after", "launches", "mass", "other_failure")
+
+        def read(value: Any) -> Any:  # the one object written: the bisect's keys apart, the rest the assessor's
+            if not isinstance(value, Mapping):
+                return value
+            return {"assessed": {k: v for k, v in value.items() if k not in own},
+                    **{k: value[k] for k in own if k in value}}
+
+        def write(value: Any, inner: core_schema.SerializerFunctionWrapHandler) -> dict[str, Any]:
+            fields = inner(value)
+            return {**fields["assessed"], **{k: fields[k] for k in own if fields[k] is not None}}
+
+        written = core_schema.wrap_serializer_function_ser_schema(write)
+        return core_schema.no_info_before_validator_function(
+            read, cast(core_schema.CoreSchema, {**handler(source), "serialization": written}))
+
+
 @dataclass
 class Step:
     n: int
@@ -93,7 +130,7 @@ class Step:
     start_s: float | None = None  # seconds since the bisect began
     needed: bool = True  # False: other verdicts decided the range first, so this one is not evidence
     more: tuple[TrialResult, ...] = field(default=(), repr=False)  # the commit's further trials (repeats)
-    stats: dict = field(default_factory=dict)  # the numbers behind a statistical outcome (abbisect/assess)
+    stats: StepStats = field(default_factory=StepStats)  # the numbers behind its outcome (the assessor's, the bisect's)
     trial_rounds: tuple[int, ...] = ()  # a statistical search: the round each of `trials` ran in (drift)
 
     @property
@@ -165,7 +202,7 @@ class BisectRun:
     narrowing: NarrowRun | None = field(default=None, repr=False)  # bisect.then_narrow: abbisect narrow at the answer
     # Gathered once the search is over, so the reports render without asking git (renderers are pure).
     commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)
-    links: dict[str, str] = field(default_factory=dict)  # commit, compare, PR (and its parent's) links of the answer
+    links: gitlog.CommitLinks = field(default_factory=gitlog.CommitLinks)  # the answer's (and its parent's) links
     engine_commits: dict[str, gitlog.CommitInfo] = field(default_factory=dict)  # each trial's engine commit
     # What the answer (and every change named) changes in its dependencies' pins (abbisect/bisect/pinchange.py).
     pins: dict[str, PinDiff] = field(default_factory=dict)

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from abbisect.bisect import confirm as rerun
@@ -116,9 +117,8 @@ class Driver:
                 run.releases = self.variable.releases(found)
             except RuntimeError as exc:  # a report without the releases beats no report
                 self.say(f"could not look up releases and backports: {exc}")
-            run.links = self.variable.links(found, run.found_parent)
-            if parent_link := self.variable.links(run.found_parent, None).get("commit"):
-                run.links["parent"] = parent_link
+            run.links = replace(self.variable.links(found, run.found_parent),
+                                parent=self.variable.links(run.found_parent, None).commit)
             if rerun.wanted(run, self.oracle.assessor.statistical):
                 rerun.confirm(self.oracle, run)
                 self.save(run)

@@ -12,6 +12,8 @@ from enum import StrEnum
 from typing import Any, Self
 
 from abbisect.assess.base import Comparison
+from abbisect.bisect.gitlog import CommitLinks
+from abbisect.infra.serial import dump
 from abbisect.recipe.status import Outcome
 
 
@@ -222,12 +224,12 @@ class Change:
     effect: EffectShown | None
     level: Level
     posterior: PosteriorSummary | None
-    links: dict[str, str]
+    links: CommitLinks
 
     def json(self) -> dict[str, Any]:
         return {"sha": self.sha, "parent": self.parent, "phase": self.phase,
                 "effect": self.effect.json() if self.effect else None, "level": str(self.level),
-                "posterior": self.posterior.json() if self.posterior else None, "links": self.links}
+                "posterior": self.posterior.json() if self.posterior else None, "links": dump(self.links)}
 
 
 @dataclass(frozen=True)

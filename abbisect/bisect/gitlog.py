@@ -14,6 +14,7 @@ from abbisect.infra import git
 from abbisect.infra.errors import UserError
 from abbisect.infra.git import GitError
 from abbisect.infra.git import git as _git
+from abbisect.infra.serial import NoneLeftOut, dump
 
 PathLike = str | Path
 
@@ -150,29 +151,44 @@ def github_repo(repo_path: PathLike) -> tuple[str, str] | None:
     return None
 
 
+@dataclass(frozen=True)
+class CommitLinks(NoneLeftOut):
+    """A commit on GitHub: its page, its compare view from a base, its pull request and, for a bisect's answer,
+    its parent's page. None where there is none (no GitHub remote, git cannot say, no base, no PR, not an
+    answer): results.json and bisect.json leave the key out."""
+
+    commit: str | None = None
+    compare: str | None = None
+    pr: str | None = None
+    parent: str | None = None  # the page of the commit a bisect's answer is measured against
+
+
+def github_home(repo_path: PathLike) -> str | None:
+    """The repository's page on GitHub (its GitHub remote's, `github_repo`), None when it has none."""
+    found = github_repo(repo_path)
+    return f"https://github.com/{found[0]}/{found[1]}" if found else None
+
+
+def _links(home: str, sha: str, base_sha: str | None, pr: int | None = None) -> CommitLinks:
+    return CommitLinks(f"{home}/commit/{sha}", f"{home}/compare/{base_sha}...{sha}" if base_sha else None,
+                       f"{home}/pull/{pr}" if pr else None)
+
+
 def github_urls(repo_path: PathLike, sha: str, base_sha: str | None = None) -> dict[str, str]:
     """{"commit": ..., "compare": ...} links on GitHub ("compare" only with a base), else {}."""
-    found = github_repo(repo_path)
-    if found is None:
-        return {}
-    base = f"https://github.com/{found[0]}/{found[1]}"
-    urls = {"commit": f"{base}/commit/{sha}"}
-    if base_sha:
-        urls["compare"] = f"{base}/compare/{base_sha}...{sha}"
-    return urls
+    home = github_home(repo_path)
+    return dump(_links(home, sha, base_sha)) if home else {}
 
 
-def github_links(repo_path: PathLike, sha: str, base_sha: str | None = None) -> dict[str, str]:
+def github_links(repo_path: PathLike, sha: str, base_sha: str | None = None) -> CommitLinks:
     """Commit, compare (from `base_sha`) and PR links of a commit when the repository has a GitHub remote, else
-    {} (also when git cannot say: a report without links beats no report)."""
+    none (also when git cannot say: a report without links beats no report)."""
     try:
-        urls = github_urls(repo_path, sha, base_sha)
-        pr = pr_number(commit_info(repo_path, sha).subject) if urls else None
+        home = github_home(repo_path)
+        pr = pr_number(commit_info(repo_path, sha).subject) if home else None
     except (RuntimeError, OSError, UserError):
-        return {}
-    if urls and pr:
-        urls["pr"] = urls["commit"].split("/commit/")[0] + f"/pull/{pr}"
-    return urls
+        return CommitLinks()
+    return _links(home, sha, base_sha, pr) if home else CommitLinks()
 
 
 def merge_bases(repo_path: PathLike, a: str, b: str) -> list[str]:

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 
 from abbisect.assess.base import Assessor
 from abbisect.assess.failure import fingerprint
-from abbisect.bisect.bisection import BisectRun, Mode, Role, Step
+from abbisect.bisect.bisection import BisectRun, Mode, Role, Step, StepStats
 from abbisect.bisect.findings import Change, Changes, PosteriorSummary, Round, States
 from abbisect.bisect.findings import Confirmation as Confirmed
 from abbisect.bisect.launches import Evidence, phase_of, prior_weights
@@ -411,8 +411,8 @@ class NoisySearch:
             q = post.after(step.sha) if step.sha in self.graph else 0.0
             seen = driver.oracle.assessor.alone(step.trials)
             observed = any(self.evidence.observes(t) for t in step.trials)
-            step.stats = {**seen.stats, "p_after": round(q, 4), "launches": len(step.trials),
-                          **({"mass": round(post.culprit_mass().get(step.sha, 0.0), 4)} if step.sha in self.graph else {})}
+            step.stats = StepStats(seen.stats, round(q, 4), len(step.trials),
+                                   round(post.culprit_mass().get(step.sha, 0.0), 4) if step.sha in self.graph else None)
             if not observed:
                 step.outcome, step.evidence = Outcome.SKIP, seen.evidence
                 continue
@@ -477,4 +477,4 @@ class NoisySearch:
             likely=tuple((s, round(m, 6)) for s, m in decision.likely), prior=dict(self.prior),
             unlikely=tuple(self.recipe.bisect.prior.unlikely), states=States(states["before"], states["after"]),
             # a step's chance of being after the change, once the whole range's search concluded it
-            after={s.sha: s.stats.get("p_after") for s in self.run.steps if s.sha in self.graph})
+            after={s.sha: s.stats.p_after for s in self.run.steps if s.sha in self.graph})

@@ -19,7 +19,7 @@ from pathlib import Path
 from abbisect.assess import assessor_for
 from abbisect.assess.base import Assessor, against_ends
 from abbisect.assess.failure import sample_fingerprint
-from abbisect.bisect.bisection import BisectRun, Role, Step
+from abbisect.bisect.bisection import BisectRun, Role, Step, StepStats
 from abbisect.bisect.state import recorded_step
 from abbisect.bisect.variables import Variable
 from abbisect.environment import EnvResult
@@ -186,9 +186,9 @@ class Oracle:
         step = self.replayed(run, sha, role)
         if step is None:
             outcome, result, evidence = self._judged(sha, role, ends)
-            outcome, evidence, stats = self._same_failure(role, [result], outcome, evidence, {})
+            outcome, evidence, other = self._same_failure(role, [result], outcome, evidence)
             step = Step(len(run.steps), sha, role, outcome, result.verdict.status, evidence,
-                        round(time.monotonic() - t, 2), result.cached, result, stats=stats)
+                        round(time.monotonic() - t, 2), result.cached, result, stats=StepStats(other_failure=other))
         run.steps.append(step)
         return step
 
@@ -197,16 +197,16 @@ class Oracle:
         self.say(f"{step.role} {step.sha[:10]}: {step.outcome} ({step.status}) {step.evidence[:100]}"
                  + (" (recorded before the interruption)" if step.replayed else ""))
 
-    def _same_failure(self, role: Role, trials: list[TrialResult], outcome: Outcome, evidence: str,
-                      stats: dict) -> tuple[Outcome, str, dict]:
-        """A candidate that fails, but not the way the bad end does, is another bug: skipped, and said."""
+    def _same_failure(self, role: Role, trials: list[TrialResult], outcome: Outcome,
+                      evidence: str) -> tuple[Outcome, str, str | None]:
+        """A candidate that fails, but not the way the bad end does, is another bug: skipped, and said (with how it
+        fails; None when it is not another failure)."""
         if outcome != Outcome.BAD or role.is_end or not self.failure or not self.recipe.verdict.same_failure:
-            return outcome, evidence, stats
+            return outcome, evidence, None
         mine = sample_fingerprint(trials, self.recipe.scoring.warn_severity)
         if mine is None or mine == self.failure:
-            return outcome, evidence, stats
-        return (Outcome.SKIP, f"another failure: {mine} (the bad end fails as: {self.failure})",
-                {**stats, "other_failure": mine})
+            return outcome, evidence, None
+        return Outcome.SKIP, f"another failure: {mine} (the bad end fails as: {self.failure})", mine
 
     def slot_step(self, slot: Slot, run: BisectRun, sha: str, role: Role,
                   ends: Mapping[str, Sample] | None) -> Step:

@@ -26,7 +26,7 @@ from abbisect.bisect.search import Graph
 from abbisect.bisect.versions import is_version, resolve_versions
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult, ensure_env, needs_source
-from abbisect.environment.pins import after_engine
+from abbisect.environment.pins import DependencyCommit, after_engine
 from abbisect.infra.cache import Cache
 from abbisect.infra.errors import UserError
 from abbisect.infra.progress import Say
@@ -75,8 +75,8 @@ class Variable(Protocol):
     def info(self, candidate: str) -> gitlog.CommitInfo:
         """What a report says about a candidate (sha, subject, author, date, PR, parents)."""
 
-    def links(self, candidate: str, base: str | None) -> dict[str, str]:
-        """GitHub links of the candidate (and a compare from `base`), {} when there are none."""
+    def links(self, candidate: str, base: str | None) -> gitlog.CommitLinks:
+        """GitHub links of the candidate (and a compare from `base`), none when there are none."""
 
     def engine_commit(self, sha: str) -> gitlog.CommitInfo:
         """The engine commit a trial ran (`TrialSpec.sha`): the candidate itself, or the fixed engine."""
@@ -109,7 +109,7 @@ class _Git:
     def info(self, candidate: str) -> gitlog.CommitInfo:
         return gitlog.commit_info(self.repo, candidate)
 
-    def links(self, candidate: str, base: str | None) -> dict[str, str]:
+    def links(self, candidate: str, base: str | None) -> gitlog.CommitLinks:
         return gitlog.github_links(self.repo, candidate, base)
 
     def releases(self, candidate: str) -> gitlog.Releases | None:
@@ -177,7 +177,8 @@ class _FixedEngine:
                  say: Say | None = None) -> None:
         self.recipe, self.engine_repo, self.engine, self.cache, self.say = recipe, engine_repo, engine, cache, say
 
-    def _spec(self, label: str, slug: str, out: Path, pins: list[str], dependency: dict | None) -> TrialSpec:
+    def _spec(self, label: str, slug: str, out: Path, pins: list[str],
+              dependency: DependencyCommit | None) -> TrialSpec:
         return TrialSpec(self.recipe, Label.plain(label), self.engine.ref, self.engine.sha, self.engine.subject,
                          str(self.engine_repo), str(self.cache), str(out / f"{label.replace(' ', '-')}-{slug}"),
                          pins, dependency)
@@ -268,8 +269,8 @@ class PackageVersions(_FixedEngine):
     def info(self, candidate: str) -> gitlog.CommitInfo:
         return gitlog.CommitInfo(candidate, candidate, f"{self.package}=={candidate}", "", "", "", None, ())
 
-    def links(self, candidate: str, base: str | None) -> dict[str, str]:
-        return {}
+    def links(self, candidate: str, base: str | None) -> gitlog.CommitLinks:
+        return gitlog.CommitLinks()
 
     def releases(self, candidate: str) -> gitlog.Releases | None:
         return None  # versions are releases themselves
@@ -310,8 +311,7 @@ class DependencyCommits(_Git, _FixedEngine):
         return _Git.graph(self, new, olds, unrelated_olds)
 
     def spec(self, candidate: str, label: str, out: Path) -> TrialSpec:
-        dep = {"repo": str(self.repo), "sha": candidate, "commands": list(self.install.commands),
-               "env": dict(self.install.env)}
+        dep = DependencyCommit(str(self.repo), candidate, tuple(self.install.commands), dict(self.install.env))
         return self._spec(label, candidate[:10], out, [], dep)
 
     def describe(self) -> str:

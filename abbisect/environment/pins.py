@@ -22,6 +22,17 @@ from abbisect.infra.progress import Say
 
 
 @dataclass(frozen=True)
+class DependencyCommit:
+    """A commit of a dependency's own repository that a trial installs after the engine (bisect.over): the local
+    repository holding it, the sha, how to install its worktree (default: uv pip install it) and their environment."""
+
+    repo: str
+    sha: str
+    commands: tuple[str, ...] = ()
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class AfterEngine:
     pins: tuple[str, ...] = ()
     dep_sha: str | None = None  # a dependency commit, built from `dep_source` (its worktree)
@@ -54,17 +65,16 @@ class AfterEngine:
         return out
 
 
-def after_engine(pins: list[str] | tuple[str, ...], dependency: dict | None, cache: Cache | Path,
+def after_engine(pins: list[str] | tuple[str, ...], dependency: DependencyCommit | None, cache: Cache | Path,
                  planning: bool = False, say: Say | None = None) -> AfterEngine | None:
-    """A trial's pins and dependency commit (`{"repo", "sha", "commands", "env"}`) as build input; `planning`
-    computes keys without checking the dependency out."""
-    if not pins and not dependency:
+    """A trial's pins and dependency commit as build input; `planning` computes keys without checking the
+    dependency out."""
+    if not pins and dependency is None:
         return None
-    source = None
-    if dependency and not planning:
-        source = checkout.worktree(Path(dependency["repo"]), dependency["sha"], cache, say=say)
-    dep = dependency or {}
-    return AfterEngine(tuple(pins), dep.get("sha"), source, tuple(dep.get("commands", ())), dict(dep.get("env", {})))
+    if dependency is None:
+        return AfterEngine(tuple(pins))
+    source = None if planning else checkout.worktree(Path(dependency.repo), dependency.sha, cache, say=say)
+    return AfterEngine(tuple(pins), dependency.sha, source, tuple(dependency.commands), dict(dependency.env))
 
 
 def requirement_name(req: str) -> str:

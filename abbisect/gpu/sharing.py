@@ -29,10 +29,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Annotated, Any, Protocol, TypeAlias
+
+from pydantic import Discriminator, Tag
 
 from abbisect.gpu.hygiene import (
     IDLE_USED_MIB,
@@ -49,7 +51,6 @@ from abbisect.infra import procfs
 from abbisect.infra.cache import Cache
 from abbisect.infra.errors import UserError
 from abbisect.infra.locks import atomic_write
-from abbisect.infra.serial import dump
 from abbisect.infra.supervisor import TOKEN_VAR
 from abbisect.recipe.status import Outcome, Status
 from abbisect.verdict.rules import Verdict
@@ -119,7 +120,19 @@ class SlotReport:
     others: tuple[GpuProcess, ...] = ()  # the other slots' servers
     foreign: tuple[GpuProcess, ...] = ()  # of no slot of this run
     waited_s: float = 0.0
-    mode: str = "per-slot"
+    mode: str = "per-slot"  # what tells it from a whole-GPU check (`GpuCheck`) where a trial's result is read back
+
+
+def _check_kind(value: Any) -> str:
+    """Which kind of check a GPU check is, as a trial's result holds it or as it was written: a shared slot's
+    carries its mode, a whole-GPU one none."""
+    mode = value.get("mode") if isinstance(value, Mapping) else getattr(value, "mode", None)
+    return "slot" if mode == "per-slot" else "whole"
+
+
+# What a trial's extras hold of a GPU check (gpu_before, gpu_during, gpu_after): the whole GPU's or a shared slot's.
+GpuCheck: TypeAlias = Annotated[Annotated[HygieneReport, Tag("whole")] | Annotated[SlotReport, Tag("slot")],
+                                Discriminator(_check_kind)]
 
 
 # ---------------------------------------------------------------- the rule (pure)
@@ -243,17 +256,17 @@ class Ledgers:
 class GpuGuard(Protocol):
     """Hygiene around one server: `before` the launch (and `refusal`, a verdict when the trial must not
     launch), `started` with the server's supervised process, `during` once it is ready, `after` teardown.
-    Each check returns its report as JSON-able data for the trial's extras."""
+    Each check returns its report for the trial's extras."""
 
     refusal: Verdict | None
 
-    def before(self) -> dict: ...
+    def before(self) -> GpuCheck: ...
 
     def started(self, proc: Any) -> None: ...
 
-    def during(self) -> dict: ...
+    def during(self) -> GpuCheck: ...
 
-    def after(self) -> dict: ...
+    def after(self) -> GpuCheck: ...
 
 
 class WholeGpu:
@@ -266,26 +279,26 @@ class WholeGpu:
         self.gpus, self.say = gpus, say
         self.baseline: HygieneReport | None = None
 
-    def before(self) -> dict:
+    def before(self) -> HygieneReport:
         rep = check_idle(self.gpus)
         if rep.busy:
             self.say(f"GPU busy before launch, waiting: {describe(rep)}")
             rep = wait_released(self.gpus, timeout_s=120)
         self.say(f"GPU before launch: {describe(rep)}")
         self.baseline = rep
-        return dump(rep)
+        return rep
 
     def started(self, proc: Any) -> None:
         pass
 
-    def during(self) -> dict:  # evidence that the check sees this side's own server on the GPU
-        return dump(check_idle(self.gpus))
+    def during(self) -> HygieneReport:  # evidence that the check sees this side's own server on the GPU
+        return check_idle(self.gpus)
 
-    def after(self) -> dict:
+    def after(self) -> HygieneReport:
         base = self.baseline.used_mib if self.baseline is not None and not self.baseline.skipped else None
         rep = wait_released(self.gpus, timeout_s=60, baseline=base or None)
         self.say(f"GPU after teardown: {describe(rep)}")
-        return dump(rep)
+        return rep
 
 
 class SharedSlot:
@@ -336,7 +349,7 @@ class SharedSlot:
         finally:
             _close(n)
 
-    def before(self) -> dict:
+    def before(self) -> SlotReport:
         rep = self._poll("before", self.before_timeout_s, lambda first: self.say(
             f"GPU slot {self.place.index} not ready for a launch, waiting: {describe_slot(first)}"))
         if rep.busy:
@@ -346,7 +359,7 @@ class SharedSlot:
             self.say(why)
         else:
             self.say(f"GPU before launch: {describe_slot(rep)}")
-        return dump(rep)
+        return rep
 
     def started(self, proc: Any) -> None:
         """The server is started: its token (and main PID) in the slot's ledger before anything else, so a
@@ -354,21 +367,21 @@ class SharedSlot:
         self.token = str(proc.token)
         self.ledgers.record(self.place.index, self.token, [int(proc.pid)] if proc.pid else [], self.sha)
 
-    def during(self) -> dict:
+    def during(self) -> SlotReport:
         rep = self._poll("during", 0.0)
         if not rep.skipped and self.token is not None:
             mine = [p.pid for p in rep.foreign + rep.own + rep.others
                     if procfs.env_value(p.pid, TOKEN_VAR) == self.token]
             if mine:  # NVML's PIDs of this server: attributable to the slot after they are gone from /proc
                 self.ledgers.record(self.place.index, self.token, mine, self.sha)
-        return dump(rep)
+        return rep
 
-    def after(self) -> dict:
+    def after(self) -> SlotReport:
         rep = self._poll("after", self.after_timeout_s)
         if rep.busy:
             rep = SlotReport(**{**rep.__dict__, "notice": f"still in use after {rep.waited_s:g}s: {rep.notice}"})
         self.say(f"GPU after teardown: {describe_slot(rep)}")
-        return dump(rep)
+        return rep
 
 
 def _wait_s() -> float:

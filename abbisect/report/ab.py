@@ -15,7 +15,8 @@ from statistics import median
 
 import yaml
 
-from abbisect.ab import ABLinks, CommitLinks
+from abbisect.ab import ABLinks
+from abbisect.bisect.gitlog import CommitLinks
 from abbisect.gpu.fingerprint import Fingerprint
 from abbisect.infra.serial import load
 from abbisect.launch.engines.base import LoggedFacts
@@ -80,7 +81,7 @@ def side_summary(r: TrialResult) -> dict[str, str]:
     checked = sum(1 for c in r.answers if c is not None)
     serious = sorted({s.id for s in r.signatures if s.severity in ("warning", "error", "fatal")})
     minor = len({s.id for s in r.signatures} - set(serious))
-    build = "failed" if r.env and not r.env.ok else ("reused" if r.env and r.env.reused else _secs(r.timings.get("build")))
+    build = "failed" if r.env and not r.env.ok else ("reused" if r.env and r.env.reused else _secs(r.timings.build))
     return {
         "result": cached_note(r, short=True),
         "build": build,
@@ -115,7 +116,7 @@ def repeated_verdict_line(ab) -> str:
     s = ab.assessment
     said = "; ".join(f"{side.upper()}: {cell(s.side(side).evidence.split('; ')[0], 200)}" for side in ("a", "b"))
     return (f"**Verdict over {s.launches} launch(es) a side: A {r_ref(ab.a)} is {s.a.outcome}, B {r_ref(ab.b)} is "
-            f"{s.b.outcome}** — {cell(s.comparison.get('text', ''), 300)}. {said}.")
+            f"{s.b.outcome}** — {cell(s.comparison.text, 300)}. {said}.")
 
 
 def launches_block(ab) -> str:
@@ -293,10 +294,10 @@ def gpu_block(a: TrialResult, b: TrialResult) -> str:
     for label, r in (("A", a), ("B", b)):
         for when, rep in (("before", r.extras.gpu_before), ("during", r.extras.gpu_during),
                           ("after", r.extras.gpu_after)):
-            if rep:
-                state = "skipped: " + cell(rep["notice"], 120) if rep["skipped"] else ("BUSY" if rep["busy"] else "idle")
-                rows.append([label, when, state, ", ".join(map(str, rep["pids"])) or "—",
-                             ", ".join(map(str, rep["used_mib"])) or "—", f"{rep['waited_s']:.1f} s"])
+            if rep is not None:
+                state = "skipped: " + cell(rep.notice, 120) if rep.skipped else ("BUSY" if rep.busy else "idle")
+                rows.append([label, when, state, ", ".join(map(str, rep.pids)) or "—",
+                             ", ".join(map(str, rep.used_mib)) or "—", f"{rep.waited_s:.1f} s"])
     return table(["side", "when", "GPU", "PIDs", "used MiB", "waited"], rows) if rows else ""
 
 
@@ -405,7 +406,7 @@ def render_ab(ab, budget: Budget = Budget(), level: int = 2, embedded: bool = Fa
     fp = fingerprint_block(a, b) if not embedded else ""
     if fp:
         lines += [fp, ""]
-    timing = table(["stage", "A", "B"], [[k, _secs(a.timings.get(k)), _secs(b.timings.get(k))]
+    timing = table(["stage", "A", "B"], [[k, _secs(getattr(a.timings, k)), _secs(getattr(b.timings, k))]
                                          for k in ("checkout", "build", "ready", "query", "perf", "probe", "teardown", "score",
                                                    "overhead", "total")])
     lines += [details("Timings", timing + "\n\n" + TIMINGS_NOTE), ""]

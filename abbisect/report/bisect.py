@@ -12,17 +12,19 @@ from dataclasses import replace
 from pathlib import Path
 
 from abbisect import __version__
-from abbisect.ab import ABResult, compare
+from abbisect.ab import ABLinks, ABResult, compare
 from abbisect.assess import assessor_for
 from abbisect.assess.accuracy import eval_run
 from abbisect.assess.base import against_ends
 from abbisect.assess.perf import metric_values, pass_errors
 from abbisect.bisect.bisection import BisectRun, EndsMode, Mode, Role, Step
 from abbisect.bisect.findings import Level
+from abbisect.bisect.gitlog import CommitLinks
 from abbisect.gpu.fingerprint import Fingerprint, render_sides
-from abbisect.gpu.sharing import GpuProcess, SlotReport
+from abbisect.gpu.sharing import GpuCheck, GpuProcess, SlotReport
 from abbisect.infra.envelope import SCHEMA_VERSION
 from abbisect.infra.serial import dump, load
+from abbisect.launch.engines.base import LoggedFacts
 from abbisect.launch.jit import JitMode
 from abbisect.report import changes, follow, posterior
 from abbisect.report.ab import (
@@ -164,8 +166,8 @@ def found_block(run: BisectRun) -> list[str]:
     if run.variable.kind.noun == "version":
         rows = [["version", code(info.subject, 120, in_table=True)]]
     else:
-        pr = f"[#{info.pr}]({urls['pr']})" if info.pr and urls.get("pr") else f"#{info.pr}" if info.pr else "—"
-        rows = [["sha", f"[`{info.sha}`]({urls['commit']})" if urls.get("commit") else f"`{info.sha}`"],
+        pr = f"[#{info.pr}]({urls.pr})" if info.pr and urls.pr else f"#{info.pr}" if info.pr else "—"
+        rows = [["sha", f"[`{info.sha}`]({urls.commit})" if urls.commit else f"`{info.sha}`"],
                 ["subject", cell(info.subject, 120, notes)], ["author", cell(info.author, 60, notes)],
                 ["date", info.date], ["PR", pr]]
     engine = run.variable.engine
@@ -173,8 +175,8 @@ def found_block(run: BisectRun) -> list[str]:
         rows.append(["engine (fixed)", f"{code(engine.ref, 60, in_table=True)} = `{engine.sha}`"])
     rows += [["kind", "**fix** (old end bad, new end good)" if run.mode is Mode.FIX else
              "**regression** (old end good, new end bad)"]]
-    if urls.get("compare"):
-        rows.append(["compare with its parent", f"[{(run.found_parent or '')[:10]}…{res.first_new[:10]}]({urls['compare']})"])
+    if urls.compare:
+        rows.append(["compare with its parent", f"[{(run.found_parent or '')[:10]}…{res.first_new[:10]}]({urls.compare})"])
     return [table(["field", "value"], rows, notes), ""]
 
 
@@ -196,7 +198,7 @@ def trail(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
 
 def another_failure(step: Step) -> str:
     """How a candidate failed when it is not how the bad end fails ("" when it is, or it did not fail)."""
-    return step.stats.get("other_failure", "") if step.outcome == "skip" else ""
+    return (step.stats.other_failure or "") if step.outcome == "skip" else ""
 
 
 def how_sure_block(run: BisectRun) -> list[str]:
@@ -324,10 +326,10 @@ def representative(step: Step) -> TrialResult | None:
     return next((t for t in step.trials if t.verdict.outcome == step.outcome), step.result)
 
 
-def slot_check(check: dict | None) -> SlotReport | None:
-    """A trial's per-slot GPU check (gpu/sharing.py's `SlotReport`, as the trial wrote it), read once; None when
-    the trial has none (its slot had a GPU of its own)."""
-    return load(SlotReport, check) if check and check.get("mode") == "per-slot" else None
+def slot_check(check: GpuCheck | None) -> SlotReport | None:
+    """A trial's per-slot GPU check (gpu/sharing.py's `SlotReport`); None when the trial has none (its slot had a
+    GPU of its own: a whole-GPU check, or none)."""
+    return check if isinstance(check, SlotReport) else None
 
 
 def _check_cell(rep: SlotReport | None) -> str:
@@ -372,7 +374,7 @@ def decisive_ab(run: BisectRun) -> ABResult | None:
     if run.result and run.result.first_new and run.found_parent in by_sha:
         parent, found = representative(by_sha[run.found_parent]), representative(by_sha[run.result.first_new])
         if parent is not None and found is not None:
-            links = {"a": {"commit": run.links["parent"]} if run.links.get("parent") else {}, "b": run.links}
+            links = ABLinks(CommitLinks(commit=run.links.parent), replace(run.links, parent=None))
             return compare(run.recipe, relabel(parent, "parent"), relabel(found, "found"), "", "", links)
     return None
 
@@ -496,7 +498,7 @@ def bisect_json(run: BisectRun) -> dict:
             "outcome": res.outcome if res else None, "first_new": res.first_new if res else None,
             "candidates": list(res.candidates) if res else [], "found_parent": run.found_parent,
             "commit": dump(run.commits[res.first_new]) if res and res.first_new else None,
-            "links": run.links, "mislabelled": run.mislabelled,
+            "links": dump(run.links), "mislabelled": run.mislabelled,
             "steps": [{**dump(s, exclude={"result", "more"}), "launches": len(s.trials)} for s in run.steps],
             "launches": run.launches, "builds": run.builds, "before": dump(run.before),  # a resumed one's every run
             "failure": run.failure, "unstable": list(run.unstable),
@@ -523,16 +525,16 @@ def trial_record(run: BisectRun, step: Step) -> dict:
     assert r is not None  # only steps with a trial are recorded
     info = run.engine_commits[r.spec.sha]
     return {"n": step.n, "sha": r.spec.sha, "ref": r.spec.ref, "subject": info.subject,
-            "pins": list(r.spec.pins), "dependency": (r.spec.dependency or {}).get("sha"),
+            "pins": list(r.spec.pins), "dependency": r.spec.dependency.sha if r.spec.dependency else None,
             "commit_date": info.date, "parents": list(info.parents),
-            "version": r.launch.facts.get("version") if r.launch else None,
-            "fingerprint": r.extras.fingerprint, "timings": r.timings, "cached": r.cached,
+            "version": LoggedFacts.of(r.launch.facts).version if r.launch else None,
+            "fingerprint": r.extras.fingerprint, "timings": dump(r.timings), "cached": r.cached,
             "placement": dump(r.extras.placement) if r.extras.placement is not None else None,
             # Where its JIT caches were, and how each launch of the commit started (cold, warm; unknown on the
             # user's caches): a performance step's launches are measured alike only when they started alike.
             "jit": {"folder": caches.folder, "starts": starts_of(step.trials)}
             if (caches := jit_of(r)) is not None else None,
-            "gpu": {w: rep for w, rep in (("before", r.extras.gpu_before), ("after", r.extras.gpu_after))
+            "gpu": {w: dump(rep) for w, rep in (("before", r.extras.gpu_before), ("after", r.extras.gpu_after))
                     if rep is not None} or None,
             "perf": told(run.recipe.perf.metric, metric_values(step.trials, run.recipe.perf.metric),
                          pass_errors(step.trials)) if run.recipe.perf else ""}

@@ -44,8 +44,8 @@ def block(run: BisectRun) -> list[str]:
     for n, r in enumerate(c.changes, 1):
         info = run.commits.get(r.sha)
         links = r.links
-        commit = f"[`{r.sha[:10]}`]({links['commit']})" if "commit" in links else f"`{r.sha[:10]}`"
-        pr = (f"[#{info.pr}]({links['pr']})" if info and info.pr and "pr" in links else
+        commit = f"[`{r.sha[:10]}`]({links.commit})" if links.commit else f"`{r.sha[:10]}`"
+        pr = (f"[#{info.pr}]({links.pr})" if info and info.pr and links.pr else
               f"#{info.pr}" if info and info.pr else "—")
         e = r.effect
         rows.append([str(n), commit, cell(info.subject if info else "", 80, notes), pr, e.sign if e else "—",

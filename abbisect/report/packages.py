@@ -78,7 +78,7 @@ def named_packages(*results) -> set[str]:
         dep = getattr(r.spec, "dependency", None)
         if dep:
             dists = r.extras.packages.dists if r.extras.packages is not None else {}
-            named |= {n for n, d in dists.items() if dep["sha"] in (d.url or "")}
+            named |= {n for n, d in dists.items() if dep.sha in (d.url or "")}
     return named
 
 
@@ -86,7 +86,7 @@ def side_variable(r) -> str:
     """What a trial installs after the engine, in words ("" when nothing)."""
     spec = r.spec
     if spec.dependency:
-        return f"dependency commit `{spec.dependency['sha'][:10]}`"
+        return f"dependency commit `{spec.dependency.sha[:10]}`"
     return ", ".join(f"`{p}`" for p in spec.pins)
 
 

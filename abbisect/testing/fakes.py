@@ -73,8 +73,8 @@ class FakeHistory:
         return gitlog.CommitInfo(candidate, candidate[:7], f"subject of {candidate}", "", "", "", None,
                                   self.parents[candidate])
 
-    def links(self, candidate: str, base: str | None) -> dict[str, str]:
-        return {}
+    def links(self, candidate: str, base: str | None) -> gitlog.CommitLinks:
+        return gitlog.CommitLinks()
 
     def engine_commit(self, sha: str) -> gitlog.CommitInfo:
         return self.info(sha)

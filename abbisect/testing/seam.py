@@ -47,7 +47,7 @@ from abbisect.recipe.status import Outcome, Status
 from abbisect.score.degeneration import OutputAnalysis
 from abbisect.testing.fakes import FakeHistory, ancestors, line
 from abbisect.trial.executors import Slot
-from abbisect.trial.spec import Extras, LaunchInfo, TrialResult, TrialSpec
+from abbisect.trial.spec import Extras, LaunchInfo, Timings, TrialResult, TrialSpec
 from abbisect.verdict.rules import Signals, Verdict, judge
 
 # The performance kind's noise models, each a launch's offset and a pass's own offset (standard deviations on the
@@ -149,7 +149,7 @@ class World:
         status = Ready("exited" if verdict.status is Status.CRASHED_AT_STARTUP else "ready")
         launch = LaunchInfo((), {}, status, 0.0, None, "", (), {}, {})  # a server was started: one launch
         return TrialResult(spec, None, launch, kw.pop("outputs", ()), kw.pop("analyses", ()), kw.pop("answers", ()),
-                           (), kw.pop("first_exception", None), verdict, {}, kw.pop("extras", Extras()))
+                           (), kw.pop("first_exception", None), verdict, Timings(), kw.pop("extras", Extras()))
 
     def busy_now(self, spec: TrialSpec) -> float:
         """How busy the host is for this launch: `busy_confirm` for a confirmation's, else 0."""

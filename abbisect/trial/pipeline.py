@@ -52,7 +52,7 @@ from abbisect.score import (
     severity_at_least,
 )
 from abbisect.score.scanner import LineScanner
-from abbisect.trial.spec import Extras, LaunchInfo, Progress, TrialResult, TrialSpec
+from abbisect.trial.spec import Extras, LaunchInfo, Progress, Timings, TrialResult, TrialSpec
 from abbisect.verdict.rules import Signals, Verdict, judge
 
 LOG_TAIL_LINES = 30
@@ -94,7 +94,7 @@ class TrialRecord:
         timings["overhead"] = round(max(timings["total"] - spent, 0.0), 3)
         extras = replace(self.extras, fingerprint=self.fingerprint, packages=self.packages)
         return TrialResult(self.spec, self.env, self.launch, self.outputs, self.analyses, self.answers,
-                           self.signatures, self.first_exception, self.verdict, timings, extras)
+                           self.signatures, self.first_exception, self.verdict, Timings(**timings), extras)
 
 
 def server_env(recipe: Recipe, plan_env: dict[str, str], venv: str, base: str | None = None,

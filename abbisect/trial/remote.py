@@ -62,7 +62,7 @@ class Parcels:
         with self.lock:
             parcel = {"repo": self._repo(spec.repo, spec.sha)}
             if spec.dependency:
-                parcel["dependency"] = self._repo(spec.dependency["repo"], spec.dependency["sha"])
+                parcel["dependency"] = self._repo(spec.dependency.repo, spec.dependency.sha)
             for key, path in recipe_files(spec.recipe).items():
                 parcel[key] = self._file(path)
         return parcel
@@ -97,9 +97,9 @@ def localized(spec: TrialSpec, parcel: dict[str, dict], fetch: Fetch, cache: Cac
     repo = checkout.from_bundle(cache.shipped_repo(parcel["repo"]["origin"]), spec.sha, lambda: fetch("repo"))
     dependency = spec.dependency
     if dependency is not None:
-        dep_repo = checkout.from_bundle(cache.shipped_repo(parcel["dependency"]["origin"]), dependency["sha"],
+        dep_repo = checkout.from_bundle(cache.shipped_repo(parcel["dependency"]["origin"]), dependency.sha,
                                         lambda: fetch("dependency"))
-        dependency = {**dependency, "repo": str(dep_repo)}
+        dependency = replace(dependency, repo=str(dep_repo))
     recipe = spec.recipe
     updates: dict[str, object] = {}
     files = {key: _written(cache, parcel[key], key, fetch) for key in recipe_files(recipe)}

@@ -17,7 +17,7 @@ from abbisect.infra.serial import load
 from abbisect.recipe.gpus import neighbours, parse_gpu_option
 from abbisect.recipe.status import Outcome, Status
 from abbisect.trial.provenance import LostAttempt, Node, Placement
-from abbisect.trial.spec import Extras, Progress, TrialResult, TrialSpec
+from abbisect.trial.spec import Extras, Progress, Timings, TrialResult, TrialSpec
 from abbisect.verdict.rules import Verdict
 
 
@@ -82,7 +82,7 @@ def placed(result: TrialResult, executor: str, slot: Slot, started: float, node:
 def infra_result(spec: TrialSpec, reason: str) -> TrialResult:
     """The result of a trial that the executor could not carry out (not the commit's fault)."""
     return TrialResult(spec, None, None, (), (), (), (), None, Verdict(Status.INFRA_ERROR, Outcome.SKIP, (reason,)),
-                       {}, Extras(executor_error=reason))
+                       Timings(), Extras(executor_error=reason))
 
 
 class Executor(Protocol):

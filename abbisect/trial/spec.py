@@ -19,7 +19,8 @@ from pydantic_core import core_schema
 from abbisect.checkout import Revision
 from abbisect.environment import EnvResult
 from abbisect.environment.inventory import Inventory
-from abbisect.gpu.sharing import SlotPlace
+from abbisect.environment.pins import DependencyCommit
+from abbisect.gpu.sharing import GpuCheck, SlotPlace
 from abbisect.infra.cache import Cache
 from abbisect.infra.serial import NoneLeftOut
 from abbisect.launch.jit import JitCache
@@ -142,10 +143,10 @@ class TrialSpec:
     repo: str  # local git directory holding the sha
     cache_dir: str
     out_dir: str  # where this trial's logs go
-    # Installed after the engine (abbisect/environment/pins.py): a side's pins, a dependency's commit
-    # ({"repo", "sha", "commands", "env"}); part of the env key.
+    # Installed after the engine (abbisect/environment/pins.py): a side's pins, a dependency's commit; part of the
+    # env key.
     pins: list[str] = field(default_factory=list)
-    dependency: dict | None = None
+    dependency: DependencyCommit | None = None
     # Which launch of this commit it is (repeats: several per commit): each is a trial of its own, cached
     # under its own key and logged in its own folder.
     attempt: int = 0
@@ -213,13 +214,13 @@ class Extras(NoneLeftOut):
     fingerprint: dict | None = None  # the venv's torch, triton, engine version, its GPU (gpu/fingerprint.py)
     packages: Inventory | None = None  # the venv's full package list (environment/inventory.py)
     probe: dict | None = None  # a kernel probe's result (trial/probe_trial.py), instead of a launch
-    gpu_before: dict | None = None  # same-GPU hygiene's checks around the launch (gpu/sharing.py)
+    gpu_before: GpuCheck | None = None  # same-GPU hygiene's checks around the launch (gpu/sharing.py)
     server_times: dict | None = None  # wall clock: launched, ready, stopped
-    gpu_during: dict | None = None
+    gpu_during: GpuCheck | None = None
     eval: EvalRun | None = None  # the eval set's part this launch asked (query/evals.py)
     perf: PerfRun | None = None  # the performance passes (query/measure.py)
     numerics: NumericsRun | None = None  # the texts' token log-probabilities (query/logprobs.py)
-    gpu_after: dict | None = None
+    gpu_after: GpuCheck | None = None
     pass_outcomes: tuple[Outcome, ...] | None = None  # each pass's outcome (repeats.passes > 1)
     placement: Placement | None = None  # where and when it ran (trial/slots.py `placed`, an executor's node)
     cache: CacheOrigin | None = None  # a trial cache hit's origin: when stored, its logs (trial/trial_cache.py)
@@ -233,6 +234,25 @@ class Extras(NoneLeftOut):
 
 
 @dataclass(frozen=True)
+class Timings(NoneLeftOut):
+    """The seconds each stage of a trial took, in the order they run; None for a stage that did not run (results.json
+    and the trial cache leave its key out). `total`: the whole trial; `overhead`: what no stage accounts for."""
+
+    checkout: float | None = None
+    build: float | None = None
+    probe: float | None = None  # a kernel probe instead of a launch (trial/probe_trial.py)
+    ready: float | None = None
+    query: float | None = None
+    eval: float | None = None
+    numerics: float | None = None
+    perf: float | None = None
+    teardown: float | None = None
+    score: float | None = None
+    total: float | None = None
+    overhead: float | None = None
+
+
+@dataclass(frozen=True)
 class TrialResult:
     spec: TrialSpec
     env: EnvResult | None
@@ -243,7 +263,7 @@ class TrialResult:
     signatures: tuple[SignatureMatch, ...]
     first_exception: tuple[int, str] | None
     verdict: Verdict
-    timings: dict[str, float]
+    timings: Timings
     extras: Extras = field(default_factory=Extras)  # what the optional stages add (eval, perf, hygiene, …)
     cached: bool = False
 
