@@ -114,7 +114,7 @@ def verdict_line(a: TrialResult, b: TrialResult) -> str:
 def repeated_verdict_line(ab) -> str:
     """The answer first, over every launch of each side: each side's outcome and the comparison."""
     s = ab.assessment
-    said = "; ".join(f"{side.upper()}: {cell(s.side(side).evidence.split('; ')[0], 200)}" for side in ("a", "b"))
+    said = "; ".join(f"{side.upper()}: {cell(s.side(side).evidence, 200)}" for side in ("a", "b"))
     return (f"**Verdict over {s.launches} launch(es) a side: A {r_ref(ab.a)} is {s.a.outcome}, B {r_ref(ab.b)} is "
             f"{s.b.outcome}** — {cell(s.comparison.text, 300)}. {said}.")
 
