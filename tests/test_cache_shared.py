@@ -47,7 +47,7 @@ def slow_links(tmp_path: Path) -> Iterator[tuple[str, bytes, list[str]]]:
     downloads: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 -- the http.server name
+        def do_GET(self) -> None:
             if self.path.rstrip("/") == "":
                 page = f'<html><body><a href="{FILE}">{FILE}</a></body></html>'.encode()
                 self._send(page, "text/html")

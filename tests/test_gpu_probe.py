@@ -13,6 +13,7 @@ import pytest
 import yaml
 from triton_kernels import GEMM
 
+from abbisect.builtin.realengine import fetch_wheel
 from abbisect.gpu.kernel_probe import (
     ProbeConfig,
     ProbeResult,
@@ -22,7 +23,6 @@ from abbisect.gpu.kernel_probe import (
     render_probe_markdown,
     run_probe,
 )
-from abbisect.builtin.realengine import fetch_wheel
 from abbisect.infra.errors import InfraError, UserError
 from abbisect.infra.serial import dump, load
 from abbisect.recipe import load_recipe

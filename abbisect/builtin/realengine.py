@@ -176,10 +176,11 @@ def fetch_wheel(cache: Cache | Path, requirement: str = WHEEL, say: Say | None =
             got = sorted(part.glob(pattern))
             if out.returncode != 0 or not got:
                 raise InfraError(f"cannot download {requirement}: {(out.stderr.strip().splitlines() or [''])[-1]}")
-            os.replace(got[0], dl / got[0].name)
+            wheel = dl / got[0].name
+            os.replace(got[0], wheel)
         finally:
             shutil.rmtree(part, ignore_errors=True)
-        return dl / got[0].name
+        return wheel
 
 
 def shipped_source(wheel: Path, package: str) -> list[str]:
