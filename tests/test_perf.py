@@ -1,6 +1,7 @@
 """A performance verdict through the CLI on real toy-engine processes: an A/B of a planted +10 % per-token
-cost, an A-vs-A that comes out same with its noise floor, a bisect that names the slowing commit (and resumes
-without measuring a finished commit again), and the placements and commands a performance verdict refuses."""
+cost, an A-vs-A that comes out same with its noise floor, a bisect that names the slowing commit (interrupted
+and resumed, without measuring a finished commit again), and the placements and commands a performance verdict
+refuses."""
 
 from __future__ import annotations
 
@@ -96,28 +97,13 @@ def _perf_recipe(tmp_path, repo):
 
 @pytest.mark.alone
 @pytest.mark.e2e
-def test_a_performance_bisect_names_the_slowing_commit(tmp_path, cache_dir, slow_history):
-    repo, shas = slow_history
-    path = _perf_recipe(tmp_path, repo)
-    out = tmp_path / "bis"
-    proc = abbisect("bisect", str(path), "--good", shas[0], "--bad", shas[-1], "-o", str(out), "--json",
-                    cwd=tmp_path, cache=cache_dir)
-    assert proc.returncode == 0, proc.stderr
-    data = json.loads(proc.stdout)["data"]
-    assert data["first_new"] == shas[6], [(s["sha"][:8], s["outcome"], s["evidence"][:80]) for s in data["steps"]]
-    c = data["confirmation"]
-    assert c["level"] == "confirmed" and c["mass"]["found"] >= 0.99, c
-    assert data["posterior"]["kind"] == "perf" and data["posterior"]["answer"] == shas[6]
-    assert all(t["perf"].startswith("tpot_median ") for t in data["trials"])
-    md = (out / "bisect.md").read_text()
-    assert "### Performance" in md and "tpot_median along the tested commits" in md and "**Confirmed**" in md
-    state = json.loads((out / "state.json").read_text())
-    assert all(s["result"]["extras"]["perf"]["passes"] for s in state["steps"])  # the samples are saved
-
-
-@pytest.mark.alone
-@pytest.mark.e2e
-def test_a_resumed_performance_bisect_never_measures_a_finished_commit_again(tmp_path, cache_dir, slow_history):
+def test_a_resumed_performance_bisect_names_the_slowing_commit_and_measures_no_finished_commit_again(
+        tmp_path, cache_dir, slow_history):
+    """Interrupted once a candidate is measured, then resumed: the resumed bisect names the slowing commit,
+    confirmed, with every trial's measurement and the report's performance sections, and reads each commit measured
+    before the interruption from its record instead of measuring it again. (A performance bisect is never served
+    from the trial cache, so an uninterrupted one here would measure every commit once more for the same answer;
+    an uninterrupted bisect of the toy engine's slowdowns: tests/test_bisect_changes.py, two in one range.)"""
     repo, shas = slow_history
     path = _perf_recipe(tmp_path, repo)
     out = tmp_path / "bis"
@@ -141,12 +127,19 @@ def test_a_resumed_performance_bisect_never_measures_a_finished_commit_again(tmp
     again = abbisect("bisect", "--resume", str(out), "--json", cwd=tmp_path, cache=cache_dir)
     assert again.returncode == 0, again.stderr
     data = json.loads(again.stdout)["data"]
-    assert data["first_new"] == shas[6]
+    assert data["first_new"] == shas[6], [(s["sha"][:8], s["outcome"], s["evidence"][:80]) for s in data["steps"]]
+    c = data["confirmation"]
+    assert c["level"] == "confirmed" and c["mass"]["found"] >= 0.99, c
+    assert data["posterior"]["kind"] == "perf" and data["posterior"]["answer"] == shas[6]
+    assert all(t["perf"].startswith("tpot_median ") for t in data["trials"])
+    md = (out / "bisect.md").read_text()
+    assert "### Performance" in md and "tpot_median along the tested commits" in md and "**Confirmed**" in md
     done = {s["sha"] for s in before}
     replayed = [s for s in data["steps"] if s["sha"] in done]
     assert replayed and all(s["replayed"] for s in replayed)
     # a finished commit's passes are the ones measured before the interruption, not new ones
     after = {s["sha"]: s for s in json.loads((out / "state.json").read_text())["steps"]}
+    assert all(s["result"]["extras"]["perf"]["passes"] for s in after.values())  # every step's samples are saved
     for step in before:
         assert _passes(after[step["sha"]]["result"]) == _passes(step["result"])
 

@@ -27,7 +27,7 @@ from conftest import REPO_ROOT, git_out, machine_traces, sha_of_subject
 from abbisect.builtin.realengine import fetch_wheel, shipped_source
 from abbisect.builtin.realsglang import SUBDIR, WHEEL, ensure_sglang_repo
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("sglang-cpu")]  # one worker: conftest.py
 
 RECIPE = Path(__file__).resolve().parent.parent / "recipes" / "sglang-cpu-smollm2.yaml"
 CLI = [sys.executable, "-c", "from abbisect.cli import main; main()"]

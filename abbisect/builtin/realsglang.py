@@ -110,7 +110,7 @@ def default_history(n_before: int = 6, n_between: int = 4, n_after: int = 3) -> 
 
 def ensure_sglang_repo(cache: Cache | Path, say: Say | None = None) -> Path:
     def build(dest: Path) -> None:
-        build_history(dest, fetch_wheel(cache, WHEEL), default_history(), package="sglang", under=SUBDIR,
+        build_history(dest, fetch_wheel(cache, WHEEL, say), default_history(), package="sglang", under=SUBDIR,
                       changelog="# Changes on top of SGLang 0.5.23\n", apply=applier(CHANGES))
     return ensure_built(cache, "sglang-0.5.23", build, say)
 
