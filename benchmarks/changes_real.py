@@ -4,12 +4,12 @@ at least 8 apart, as benchmarks/changes_sim.py draws them), bisected by `abbisec
 recipes/perf-demo.yaml's perf section (tpot_median, 5 passes, 2 launches, min_effect 0.03) and `bisect.changes:
 all`, on a quiet host or (`--busy 2`) beside busy loops, each pinned to one of this process's cores and spinning
 for the whole run; beside each real run, the simulation's prediction for the same history (abbisect/testing/seam.py with
-the `--noise` model: `sim` on a quiet host, `busy-toy` beside busy loops, unless named). A row: both changes named,
+the `--noise` model: `quiet-toy` on a quiet host, `loops-toy` beside busy loops, unless named). A row: both changes named,
 a wrong commit named, the named planted changes whose 95 % interval covers +6 % (log ratio), the launches, the
 wall time and the load average at the start and the end; then the totals: both named, wrong, intervals covering,
 median launches and wall time, real and predicted.
 
-    python benchmarks/changes_real.py [--seeds 10] [--first 0] [--commits 32] [--busy 2] [--noise busy-toy]
+    python benchmarks/changes_real.py [--seeds 10] [--first 0] [--commits 32] [--busy 2] [--noise loops-toy]
 """
 
 from __future__ import annotations
@@ -74,11 +74,11 @@ def main() -> None:
     ap.add_argument("--commits", type=int, default=32)
     ap.add_argument("--busy", type=int, default=0, help="busy loops beside the real runs (one core each)")
     ap.add_argument("--noise", choices=sorted(seam.NOISE),
-                    help="the simulation's noise model (default: sim on a quiet host, busy-toy beside busy loops)")
+                    help="the simulation's noise model (default: quiet-toy on a quiet host, loops-toy beside busy loops)")
     ap.add_argument("--sigma", type=float, default=0.05)
     ap.add_argument("--token-seconds", type=float, default=0.002)
     args = ap.parse_args()
-    args.noise = args.noise or ("busy-toy" if args.busy else "sim")
+    args.noise = args.noise or ("loops-toy" if args.busy else "quiet-toy")
     work = Path(tempfile.mkdtemp(prefix="abbisect-changes-real-"))
     cache = Path(os.environ.get("ABBISECT_CACHE_DIR") or work / "cache")
     print(f"`{shlex.join(['python', 'benchmarks/changes_real.py', *sys.argv[1:]])}`; {os.cpu_count()} CPU cores; "

@@ -58,6 +58,11 @@ NOISE: dict[str, dict[str, float]] = {
     # measured 2026-12-05 on the 2-core machine beside other work (load average 11.4–14.3): 24 launches of one
     # toy-engine commit, 120 passes; pass to pass 0.068 (less the requests' 0.013), launch to launch 0.028
     "busy-toy": {"launch_sd": 0.0282, "pass_sd": 0.0671},
+    # measured 2026-12-05 on the 2-core machine with nothing else running (load average 0.6–1.0), and beside two
+    # busy loops, one a core (load 2.3–2.4): the same 24 launches each; launch to launch nothing beyond what the
+    # passes explain, pass to pass 0.013 and 0.016 (less the requests' 0.013)
+    "quiet-toy": {"launch_sd": 0.0, "pass_sd": 0.0040},
+    "loops-toy": {"launch_sd": 0.0, "pass_sd": 0.0098},
 }
 
 CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
