@@ -17,7 +17,6 @@ from abbisect.bisect.gitlog import (
     commit_info,
     github_links,
     github_repo,
-    github_urls,
     is_ancestor,
     pr_number,
     resolve,
@@ -180,16 +179,17 @@ def test_github_remote_forms(tmp_path: Path, url: str, found: tuple[str, str] | 
     assert github_repo(tmp_path) == found
 
 
-def test_github_urls_prefer_origin_then_any_github_remote(repo) -> None:
+def test_github_links_prefer_origin_then_any_github_remote(repo) -> None:
     path, sha, base = repo["path"], repo["m"], repo["o"]
-    assert github_urls(path, sha) == {}
+    def pages(links: CommitLinks) -> tuple[str | None, str | None]:
+        return links.commit, links.compare
+
+    assert github_links(path, sha) == CommitLinks()
     git(path, "remote", "add", "fork", "git@github.com:me/fork.git")
-    assert github_urls(path, sha) == {"commit": f"https://github.com/me/fork/commit/{sha}"}
+    assert pages(github_links(path, sha)) == (f"https://github.com/me/fork/commit/{sha}", None)
     git(path, "remote", "add", "origin", "https://github.com/up/stream.git")
-    assert github_urls(path, sha, base) == {
-        "commit": f"https://github.com/up/stream/commit/{sha}",
-        "compare": f"https://github.com/up/stream/compare/{base}...{sha}",
-    }
+    assert pages(github_links(path, sha, base)) == (f"https://github.com/up/stream/commit/{sha}",
+                                                    f"https://github.com/up/stream/compare/{base}...{sha}")
 
 
 def test_github_links_are_written_without_the_ones_there_are_not(repo) -> None:

@@ -14,7 +14,7 @@ from abbisect.infra import git
 from abbisect.infra.errors import UserError
 from abbisect.infra.git import GitError
 from abbisect.infra.git import git as _git
-from abbisect.infra.serial import NoneLeftOut, dump
+from abbisect.infra.serial import NoneLeftOut
 
 PathLike = str | Path
 
@@ -172,12 +172,6 @@ def github_home(repo_path: PathLike) -> str | None:
 def _links(home: str, sha: str, base_sha: str | None, pr: int | None = None) -> CommitLinks:
     return CommitLinks(f"{home}/commit/{sha}", f"{home}/compare/{base_sha}...{sha}" if base_sha else None,
                        f"{home}/pull/{pr}" if pr else None)
-
-
-def github_urls(repo_path: PathLike, sha: str, base_sha: str | None = None) -> dict[str, str]:
-    """{"commit": ..., "compare": ...} links on GitHub ("compare" only with a base), else {}."""
-    home = github_home(repo_path)
-    return dump(_links(home, sha, base_sha)) if home else {}
 
 
 def github_links(repo_path: PathLike, sha: str, base_sha: str | None = None) -> CommitLinks:
