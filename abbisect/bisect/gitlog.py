@@ -163,26 +163,19 @@ class CommitLinks(NoneLeftOut):
     parent: str | None = None  # the page of the commit a bisect's answer is measured against
 
 
-def github_home(repo_path: PathLike) -> str | None:
-    """The repository's page on GitHub (its GitHub remote's, `github_repo`), None when it has none."""
-    found = github_repo(repo_path)
-    return f"https://github.com/{found[0]}/{found[1]}" if found else None
-
-
-def _links(home: str, sha: str, base_sha: str | None, pr: int | None = None) -> CommitLinks:
-    return CommitLinks(f"{home}/commit/{sha}", f"{home}/compare/{base_sha}...{sha}" if base_sha else None,
-                       f"{home}/pull/{pr}" if pr else None)
-
-
 def github_links(repo_path: PathLike, sha: str, base_sha: str | None = None) -> CommitLinks:
-    """Commit, compare (from `base_sha`) and PR links of a commit when the repository has a GitHub remote, else
-    none (also when git cannot say: a report without links beats no report)."""
+    """Commit, compare (from `base_sha`) and PR links of a commit when the repository has a GitHub remote
+    (`github_repo`), else none (also when git cannot say: a report without links beats no report)."""
     try:
-        home = github_home(repo_path)
-        pr = pr_number(commit_info(repo_path, sha).subject) if home else None
+        found = github_repo(repo_path)
+        pr = pr_number(commit_info(repo_path, sha).subject) if found else None
     except (RuntimeError, OSError, UserError):
         return CommitLinks()
-    return _links(home, sha, base_sha, pr) if home else CommitLinks()
+    if found is None:
+        return CommitLinks()
+    home = f"https://github.com/{found[0]}/{found[1]}"
+    return CommitLinks(f"{home}/commit/{sha}", f"{home}/compare/{base_sha}...{sha}" if base_sha else None,
+                       f"{home}/pull/{pr}" if pr else None)
 
 
 def merge_bases(repo_path: PathLike, a: str, b: str) -> list[str]:

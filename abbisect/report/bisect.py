@@ -351,8 +351,7 @@ def slot_hygiene(run: BisectRun, budget: Budget = BUDGETS[0]) -> str:
     """Each trial's per-slot checks (gpu/sharing.py) when the run's slots share a GPU; "" otherwise."""
     rows = []
     for s in run.steps:
-        before = slot_check(s.result.extras.gpu_before) if s.result is not None else None
-        if before is None or s.result is None:
+        if s.result is None or (before := slot_check(s.result.extras.gpu_before)) is None:
             continue
         after = slot_check(s.result.extras.gpu_after)
         rows.append([str(s.n), str(s.slot if s.slot is not None else before.slot), f"`{s.sha[:10]}`",
