@@ -265,3 +265,30 @@ def test_a_whole_range_search_blurred_by_two_changes_is_cut_and_both_named_withi
             seen = True
             break
     assert seen, "no history's whole-range search ran to its cap naming none: the case is not exercised"
+
+
+def test_an_answer_not_reproduced_as_the_ends_but_unlike_its_parent_is_one_change_of_two_and_both_are_named():
+    """Two +6 % changes in 60 commits, on the noise measured on the real vLLM CPU tier beside two busy loops (a
+    launch's mean moving 1.5 % beyond its passes): the whole range's search names one of them, and its confirmation
+    finds it not reproduced — with two changes neither it nor its parent looks like an end — though their fresh
+    launches differ by +6 %. The range is cut at its parent and both parts searched: both changes named, nothing
+    else, within the budget (before: "no change was named" with 11 % between the ends). Seeds tried until the case
+    occurs; on every seed tried, nothing wrong named."""
+    seen = False
+    for seed in range(10):
+        rng = random.Random(f"perf-two-{seed}")
+        at = sorted(rng.sample(range(2, 58), 2))
+        while at[1] - at[0] < 8:
+            at = sorted(rng.sample(range(2, 58), 2))
+        world = seam.World("perf", 60, at[0], seed=seed, changes=((at[0], 0.06), (at[1], 0.06)),
+                           **seam.NOISE["loops-vllm"])
+        said: list[str] = []
+        run, _ = seam.bisect(world, seam.recipe_for("perf", bisect={"changes": "all"}), say=said.append)
+        planted = {f"c{a:03d}" for a in at}
+        assert set(named(run)) <= planted, (seed, at, named(run))
+        assert run.launches <= run.changes.budget
+        if any("one of several" in m for m in said):  # the answer not reproduced, its pair differing
+            assert set(named(run)) == planted, (seed, at, run.changes.said)
+            seen = True
+            break
+    assert seen, "no history's whole-range answer was one of two changes not reproduced: the case is not exercised"

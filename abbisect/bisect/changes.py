@@ -20,8 +20,12 @@ named. A search of a part that names nothing narrows it at its likeliest commit.
 way (a fix inside a regression's range) is named with its sign. When the whole range's search ran to its cap
 without naming one (two changes of one size blur one posterior) and the ends differ by room for two changes, the
 range is cut where a fit of two steps over the tested commits says the difference grows, and both parts are
-searched (abbisect/bisect/split.py); with less, its likeliest commit bounds the parts instead; an answer its
-confirmation could not confirm is left not sure, with no search of the parts. The searches spend at most the
+searched (abbisect/bisect/split.py); with less, its likeliest commit bounds the parts instead. An answer its
+confirmation found not reproduced is one change of several when its fresh launches and its parent's differ by a
+change that matters, the ends' way, and the ends leave room for two: neither it nor its parent then looks like an
+end, the confirmation's question, so the range is cut at the parent and both parts searched (the part after the
+parent holds the found commit, and its search's confirmation asks the question of that part's ends); any other
+answer its confirmation could not confirm is left so, with no search of the parts. The searches spend at most the
 bisect's budget (split.budget, which the report states): no part's search starts that what is left of it cannot
 hold with its confirmation.
 """
@@ -224,6 +228,16 @@ class ChangeSearch:
         e = self.named(confirmation.found.sha, confirmation.parent.sha)
         return e is not None and abs(e.value) >= self.a.least
 
+    def one_of_several(self, said: Confirmation) -> bool:
+        """Whether a whole range's answer its confirmation found not reproduced is one change of several: the found
+        commit and its parent differ on their fresh launches by a change that matters (judged as what is left is),
+        the way the ends differ, and the ends differ by room for two such changes — the confirmation asks whether
+        the pair looks like the ends, and with two changes in the range neither does."""
+        ends = self.effect([(1.0, self.old, self.new)], 1)
+        pair = self.named(said.found.sha, said.parent.sha, 1)
+        return (ends is not None and pair is not None and blurred(ends.value, self.a.least)
+                and pair.value * ends.value > 0 and residual(pair, pair, self.a.least, self.a.alpha).another)
+
     def telling(self) -> tuple[str, ...] | None:
         """An accuracy's items a part's search asks at every launch: those the whole range's ends answered
         differently (a change inside the range moves only those, or the ends would agree on it), 20 at least;
@@ -321,6 +335,15 @@ class ChangeSearch:
                          "commits shows, and searching both parts")
             elif not said and likely:
                 self.parts = self.split(Part(self.old, self.new), likely, None)
+        elif said is not None and said.level is Level.NOT_REPRODUCED and self.one_of_several(said):
+            # cut at its parent: the part after it holds the found commit with its parent for the old end, where
+            # its own search's confirmation asks what it can answer
+            found, parent = said.found.sha, said.parent.sha
+            self.parts = [p for p in (Part(self.old, parent), Part(parent, self.new)) if self.inside(p)]
+            self.cut = [p for p in self.parts if p.old == parent]  # its fresh launches put a change there
+            main.say(f"{found[:10]} and its parent {parent[:10]} differ on fresh launches, but not as the ends do: "
+                     "with room for two changes between the ends it is one of several, so the range is cut at the "
+                     "parent and both parts searched")
         phase = 2
         while len(self.found) < self.cap and len(self.searched) < 3 * self.cap:
             self.fill(phase)
