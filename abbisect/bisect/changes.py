@@ -11,7 +11,8 @@ the changes', is judged on one interval, at 1 − alpha, the one the report tell
 out and reaches the smallest effect that matters (`perf.min_effect`, `repeats.min_effect`, `eval.min_effect`),
 surely small when it lies within ± that effect; a change a part's search then confirms below that size (on its
 fresh launches) is not named. While what is left is not surely small, a part whose own ends the searches measured
-as different (judged the same way) is searched even when the sum cannot say.
+as different (judged the same way) is searched even when the sum cannot say, and the open parts are searched when
+what is left is as large as a change that matters but too wide to be sure (launches that drift widen it).
 Then the parts of the range between the tested commits that bound the changes
 found (the old end to X's parent, X to the new end) are searched, the part whose ends differ most first, each by
 a posterior search of its own with its confirmation (labelled `change<k> …`, so a resumed bisect replays the
@@ -355,18 +356,21 @@ class ChangeSearch:
             # a part whose ends the searches measured as different is searched even when what is left, as one
             # sum, cannot say (its interval too wide): it is evidence of a change the sum blurs
             differ = [p for p in open_parts if p in self.cut or self.differs(p, phase)]
-            if not open_parts or not (left.another or differ):
+            # what is left as large as a change that matters, but too wide to be sure (a host whose launches
+            # drift): the open parts are searched, as for another change, rather than left unsearched
+            large = not left.another and not differ and abs(left.left.value) >= self.a.least
+            if not open_parts or not (left.another or differ or large):
                 break
             limit = room(self.budget - self.spent(), self.reserve())
             if limit < 2 * self.a.cap:  # not even a candidate's cap and an end's: stopped at the budget
                 self.spent_all = True
                 break
-            part = max(open_parts if left.another else differ,
+            part = max(open_parts if left.another or large else differ,
                        key=lambda p: abs(e.value) if (e := self.effect([(1.0, p.old, p.new)], phase)) else 0.0)
             main.say(f"the changes named leave {left.left.describe()} ({left.left.confidence:.0%} interval) of the "
                      f"ends' {ends.describe() if ends else ''}"
-                     + ("" if left.another else f", not sure; but the ends of {part.old[:10]}..{part.new[:10]} "
-                        "differ")
+                     + ("" if left.another else ", not sure, but as large as a change that matters" if large else
+                        f", not sure; but the ends of {part.old[:10]}..{part.new[:10]} differ")
                      + f": searching {part.old[:10]}..{part.new[:10]} for another change (search {phase})")
             sub = main.part(part.old, part.new, phase, self.telling(), budget=limit)
             post, confirmation = sub.settle()
