@@ -11,8 +11,9 @@ the changes', is judged on one interval, at 1 − alpha, the one the report tell
 out and reaches the smallest effect that matters (`perf.min_effect`, `repeats.min_effect`, `eval.min_effect`),
 surely small when it lies within ± that effect; a change a part's search then confirms below that size (on its
 fresh launches) is not named. While what is left is not surely small, a part whose own ends the searches measured
-as different (judged the same way) is searched even when the sum cannot say, and the open parts are searched when
-what is left is as large as a change that matters but too wide to be sure (launches that drift widen it).
+as different (judged the same way) is searched even when the sum cannot say, and, for a verdict whose launches may
+drift (performance), the open parts are searched when what is left is as large as a change that matters but too
+wide to be sure (launches that drift widen it).
 Then the parts of the range between the tested commits that bound the changes
 found (the old end to X's parent, X to the new end) are searched, the part whose ends differ most first, each by
 a posterior search of its own with its confirmation (labelled `change<k> …`, so a resumed bisect replays the
@@ -109,6 +110,7 @@ class ChangeSearch:
         self.cut: list[Part] = []  # parts of a range cut between two steps: searched whether or not their ends differ
         self.budget = budget(main.budget)  # launches in all, the whole range's search's included
         self.spent_all = False  # a part's search was left unstarted for want of budget
+        self.drifts = main.evidence.model(()).drifts  # a verdict whose launches may drift with the host (performance)
 
     # -- measurements -----------------------------------------------------------------------------------------
     def trials(self, sha: str, upto: int | None = None) -> list[TrialResult]:
@@ -356,9 +358,11 @@ class ChangeSearch:
             # a part whose ends the searches measured as different is searched even when what is left, as one
             # sum, cannot say (its interval too wide): it is evidence of a change the sum blurs
             differ = [p for p in open_parts if p in self.cut or self.differs(p, phase)]
-            # what is left as large as a change that matters, but too wide to be sure (a host whose launches
-            # drift): the open parts are searched, as for another change, rather than left unsearched
-            large = not left.another and not differ and abs(left.left.value) >= self.a.least
+            # what is left of a verdict whose launches may drift (performance), as large as a change that matters
+            # but too wide to be sure: the open parts are searched, as for another change, rather than left
+            # unsearched (a failure rate's wide interval is its rate's, said as it is: settle)
+            large = (self.drifts and not left.another and not differ
+                     and abs(left.left.value) >= self.a.least)
             if not open_parts or not (left.another or differ or large):
                 break
             limit = room(self.budget - self.spent(), self.reserve())
