@@ -11,7 +11,9 @@ the changes', is judged on one interval, at 1 − alpha, the one the report tell
 out and reaches the smallest effect that matters (`perf.min_effect`, `repeats.min_effect`, `eval.min_effect`),
 surely small when it lies within ± that effect; a change a part's search then confirms below that size (on its
 fresh launches) is not named. While what is left is not surely small, a part whose own ends the searches measured
-as different (judged the same way) is searched even when the sum cannot say.
+as different (judged the same way) is searched even when the sum cannot say, and, for a verdict whose launches may
+drift (performance), the open parts are searched when what is left is as large as a change that matters but too
+wide to be sure (launches that drift widen it).
 Then the parts of the range between the tested commits that bound the changes
 found (the old end to X's parent, X to the new end) are searched, the part whose ends differ most first, each by
 a posterior search of its own with its confirmation (labelled `change<k> …`, so a resumed bisect replays the
@@ -20,8 +22,12 @@ named. A search of a part that names nothing narrows it at its likeliest commit.
 way (a fix inside a regression's range) is named with its sign. When the whole range's search ran to its cap
 without naming one (two changes of one size blur one posterior) and the ends differ by room for two changes, the
 range is cut where a fit of two steps over the tested commits says the difference grows, and both parts are
-searched (abbisect/bisect/split.py); with less, its likeliest commit bounds the parts instead; an answer its
-confirmation could not confirm is left not sure, with no search of the parts. The searches spend at most the
+searched (abbisect/bisect/split.py); with less, its likeliest commit bounds the parts instead. An answer its
+confirmation found not reproduced is one change of several when its fresh launches and its parent's differ by a
+change that matters, the ends' way, and the ends leave room for two: neither it nor its parent then looks like an
+end, the confirmation's question, so the range is cut at the parent and both parts searched (the part after the
+parent holds the found commit, and its search's confirmation asks the question of that part's ends); any other
+answer its confirmation could not confirm is left so, with no search of the parts. The searches spend at most the
 bisect's budget (split.budget, which the report states): no part's search starts that what is left of it cannot
 hold with its confirmation.
 """
@@ -104,6 +110,7 @@ class ChangeSearch:
         self.cut: list[Part] = []  # parts of a range cut between two steps: searched whether or not their ends differ
         self.budget = budget(main.budget)  # launches in all, the whole range's search's included
         self.spent_all = False  # a part's search was left unstarted for want of budget
+        self.drifts = main.evidence.model(()).drifts  # a verdict whose launches may drift with the host (performance)
 
     # -- measurements -----------------------------------------------------------------------------------------
     def trials(self, sha: str, upto: int | None = None) -> list[TrialResult]:
@@ -224,6 +231,16 @@ class ChangeSearch:
         e = self.named(confirmation.found.sha, confirmation.parent.sha)
         return e is not None and abs(e.value) >= self.a.least
 
+    def one_of_several(self, said: Confirmation) -> bool:
+        """Whether a whole range's answer its confirmation found not reproduced is one change of several: the found
+        commit and its parent differ on their fresh launches by a change that matters (judged as what is left is),
+        the way the ends differ, and the ends differ by room for two such changes — the confirmation asks whether
+        the pair looks like the ends, and with two changes in the range neither does."""
+        ends = self.effect([(1.0, self.old, self.new)], 1)
+        pair = self.named(said.found.sha, said.parent.sha, 1)
+        return (ends is not None and pair is not None and blurred(ends.value, self.a.least)
+                and pair.value * ends.value > 0 and residual(pair, pair, self.a.least, self.a.alpha).another)
+
     def telling(self) -> tuple[str, ...] | None:
         """An accuracy's items a part's search asks at every launch: those the whole range's ends answered
         differently (a change inside the range moves only those, or the ends would agree on it), 20 at least;
@@ -321,6 +338,15 @@ class ChangeSearch:
                          "commits shows, and searching both parts")
             elif not said and likely:
                 self.parts = self.split(Part(self.old, self.new), likely, None)
+        elif said is not None and said.level is Level.NOT_REPRODUCED and self.one_of_several(said):
+            # cut at its parent: the part after it holds the found commit with its parent for the old end, where
+            # its own search's confirmation asks what it can answer
+            found, parent = said.found.sha, said.parent.sha
+            self.parts = [p for p in (Part(self.old, parent), Part(parent, self.new)) if self.inside(p)]
+            self.cut = [p for p in self.parts if p.old == parent]  # its fresh launches put a change there
+            main.say(f"{found[:10]} and its parent {parent[:10]} differ on fresh launches, but not as the ends do: "
+                     "with room for two changes between the ends it is one of several, so the range is cut at the "
+                     "parent and both parts searched")
         phase = 2
         while len(self.found) < self.cap and len(self.searched) < 3 * self.cap:
             self.fill(phase)
@@ -332,18 +358,23 @@ class ChangeSearch:
             # a part whose ends the searches measured as different is searched even when what is left, as one
             # sum, cannot say (its interval too wide): it is evidence of a change the sum blurs
             differ = [p for p in open_parts if p in self.cut or self.differs(p, phase)]
-            if not open_parts or not (left.another or differ):
+            # what is left of a verdict whose launches may drift (performance), as large as a change that matters
+            # but too wide to be sure: the open parts are searched, as for another change, rather than left
+            # unsearched (a failure rate's wide interval is its rate's, said as it is: settle)
+            large = (self.drifts and not left.another and not differ
+                     and abs(left.left.value) >= self.a.least)
+            if not open_parts or not (left.another or differ or large):
                 break
             limit = room(self.budget - self.spent(), self.reserve())
             if limit < 2 * self.a.cap:  # not even a candidate's cap and an end's: stopped at the budget
                 self.spent_all = True
                 break
-            part = max(open_parts if left.another else differ,
+            part = max(open_parts if left.another or large else differ,
                        key=lambda p: abs(e.value) if (e := self.effect([(1.0, p.old, p.new)], phase)) else 0.0)
             main.say(f"the changes named leave {left.left.describe()} ({left.left.confidence:.0%} interval) of the "
                      f"ends' {ends.describe() if ends else ''}"
-                     + ("" if left.another else f", not sure; but the ends of {part.old[:10]}..{part.new[:10]} "
-                        "differ")
+                     + ("" if left.another else ", not sure, but as large as a change that matters" if large else
+                        f", not sure; but the ends of {part.old[:10]}..{part.new[:10]} differ")
                      + f": searching {part.old[:10]}..{part.new[:10]} for another change (search {phase})")
             sub = main.part(part.old, part.new, phase, self.telling(), budget=limit)
             post, confirmation = sub.settle()

