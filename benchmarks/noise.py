@@ -41,8 +41,8 @@ def launches_of(data: dict, metric: str) -> list[list[float]]:
     return [v for t in trials if len(v := perf_bisect.passes_of([t], metric)) >= 2]
 
 
-def setup(work: Path, args: argparse.Namespace) -> tuple[Path, str]:
-    """The A-vs-A's recipe, written into `work` with `--launches` a side, and the commit it launches."""
+def setup(work: Path, args: argparse.Namespace) -> tuple[Path, str, str]:
+    """The A-vs-A's recipe, written into `work` with `--launches` a side, the commit it launches, and its metric."""
     if args.recipe:
         doc = yaml.safe_load(Path(args.recipe).read_text())
         sha = args.commit or (doc.get("sides") or {}).get("a")
@@ -56,7 +56,7 @@ def setup(work: Path, args: argparse.Namespace) -> tuple[Path, str]:
         sha = shas[-1] if shas else "HEAD"
     doc["perf"] = {**doc["perf"], "launches": args.launches, "max_launches": args.launches}
     path.write_text(yaml.safe_dump(doc, sort_keys=False))
-    return path, sha
+    return path, sha, doc["perf"]["metric"]
 
 
 def spread(launches: list[list[float]]) -> tuple[float, float]:
@@ -85,8 +85,8 @@ def main() -> None:
     work = Path(args.work or tempfile.mkdtemp(prefix="abbisect-noise-"))
     work.mkdir(parents=True, exist_ok=True)
     cache = Path(os.environ.get("ABBISECT_CACHE_DIR") or work / "cache")
-    path, sha = setup(work, args)
-    metrics = list(dict.fromkeys(["tpot_median", yaml.safe_load(path.read_text())["perf"]["metric"]]))
+    path, sha, metric = setup(work, args)
+    metrics = list(dict.fromkeys(["tpot_median", metric]))
     drift = Drift(1e9, args.loops) if args.loops else None
     loads: list[float] = [load1()]
     everything: dict[str, list[list[float]]] = {m: [] for m in metrics}
@@ -94,9 +94,10 @@ def main() -> None:
         for k in range(args.runs):
             rc, data, wall = abbisect(work, cache, "run", str(path), "--a", sha, "--b", sha, "-o", str(work / f"ava{k}"))
             loads.append(load1())
+            got = {m: launches_of(data, m) for m in metrics}
             for m in metrics:
-                everything[m] += launches_of(data, m)
-            print(f"<!-- run {k}: rc {rc}, {len(launches_of(data, metrics[0]))} launches, {wall:.0f} s, load "
+                everything[m] += got[m]
+            print(f"<!-- run {k}: rc {rc}, {len(got[metrics[0]])} launches, {wall:.0f} s, load "
                   f"{loads[-1]:.2f}{', ' + str(data.get('error')) if data.get('error') else ''} -->", file=sys.stderr,
                   flush=True)
     finally:

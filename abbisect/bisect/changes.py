@@ -110,7 +110,6 @@ class ChangeSearch:
         self.cut: list[Part] = []  # parts of a range cut between two steps: searched whether or not their ends differ
         self.budget = budget(main.budget)  # launches in all, the whole range's search's included
         self.spent_all = False  # a part's search was left unstarted for want of budget
-        self.drifts = main.evidence.model(()).drifts  # a verdict whose launches may drift with the host (performance)
 
     # -- measurements -----------------------------------------------------------------------------------------
     def trials(self, sha: str, upto: int | None = None) -> list[TrialResult]:
@@ -218,11 +217,14 @@ class ChangeSearch:
         """`sha`'s launches that are evidence, of the searches up to `upto`."""
         return sum(1 for t in self.trials(sha, upto) if self.main.evidence.observes(t))
 
-    def differs(self, part: Part, upto: int) -> bool:
-        """Whether the searches measured `part`'s ends as different by a change that matters (their effect judged as
-        what is left is: its interval at 1 − alpha leaves 0 out and reaches the smallest effect)."""
-        e = self.effect([(1.0, part.old, part.new)], upto)
+    def surely_matters(self, e: Effect | None) -> bool:
+        """Whether an effect is a change that matters, judged as what is left is: its interval at 1 − alpha leaves 0
+        out and reaches the smallest effect."""
         return e is not None and residual(e, e, self.a.least, self.a.alpha).another
+
+    def differs(self, part: Part, upto: int) -> bool:
+        """Whether the searches measured `part`'s ends as different by a change that matters (`surely_matters`)."""
+        return self.surely_matters(self.effect([(1.0, part.old, part.new)], upto))
 
     def matters(self, confirmation: Confirmation) -> bool:
         """Whether a change a part's search confirmed is at least the smallest effect that matters on its fresh
@@ -233,13 +235,13 @@ class ChangeSearch:
 
     def one_of_several(self, said: Confirmation) -> bool:
         """Whether a whole range's answer its confirmation found not reproduced is one change of several: the found
-        commit and its parent differ on their fresh launches by a change that matters (judged as what is left is),
-        the way the ends differ, and the ends differ by room for two such changes — the confirmation asks whether
+        commit and its parent differ on their fresh launches by a change that matters (`surely_matters`), the way
+        the ends differ, and the ends differ by room for two such changes — the confirmation asks whether
         the pair looks like the ends, and with two changes in the range neither does."""
         ends = self.effect([(1.0, self.old, self.new)], 1)
         pair = self.named(said.found.sha, said.parent.sha, 1)
         return (ends is not None and pair is not None and blurred(ends.value, self.a.least)
-                and pair.value * ends.value > 0 and residual(pair, pair, self.a.least, self.a.alpha).another)
+                and pair.value * ends.value > 0 and self.surely_matters(pair))
 
     def telling(self) -> tuple[str, ...] | None:
         """An accuracy's items a part's search asks at every launch: those the whole range's ends answered
@@ -347,6 +349,7 @@ class ChangeSearch:
             main.say(f"{found[:10]} and its parent {parent[:10]} differ on fresh launches, but not as the ends do: "
                      "with room for two changes between the ends it is one of several, so the range is cut at the "
                      "parent and both parts searched")
+        drifts = main.evidence.model(()).drifts  # a verdict whose launches may drift with the host (performance)
         phase = 2
         while len(self.found) < self.cap and len(self.searched) < 3 * self.cap:
             self.fill(phase)
@@ -361,7 +364,7 @@ class ChangeSearch:
             # what is left of a verdict whose launches may drift (performance), as large as a change that matters
             # but too wide to be sure: the open parts are searched, as for another change, rather than left
             # unsearched (a failure rate's wide interval is its rate's, said as it is: settle)
-            large = (self.drifts and not left.another and not differ
+            large = (drifts and not left.another and not differ
                      and abs(left.left.value) >= self.a.least)
             if not open_parts or not (left.another or differ or large):
                 break
